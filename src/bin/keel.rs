@@ -1,0 +1,3 @@
+//! The `keel` command line (placeholder until the CLI issue lands).
+
+fn main() {}

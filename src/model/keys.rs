@@ -1,0 +1,265 @@
+//! Presence-preserving JSON objects.
+//!
+//! A state read from a file must be written back with exactly the keys it
+//! had: `null`, empty and absent stay distinct, and keys keel does not model
+//! are kept. The [`json_object!`] macro declares a struct with plain Rust
+//! fields (so the engine reads `state.protect`, not an `Option<Option<_>>`)
+//! plus a [`KeySet`] recording which keys the source had and which were
+//! `null`, and an [`Extra`] map of unmodeled keys. Serialization writes a
+//! field when it is marked `always`, was present in the source, or is
+//! non-empty; a field that was `null` and is still empty is written as
+//! `null`. A state built by keel (empty key set) therefore omits every empty
+//! field, as Pulumi does.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, DeserializeSeed, Visitor};
+
+/// Keys of a JSON object that keel does not model, kept verbatim.
+pub(crate) type Extra = BTreeMap<String, serde_json::Value>;
+
+/// Which modeled keys a JSON object had, and which of them were `null`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct KeySet {
+    present: u64,
+    null: u64,
+}
+
+impl KeySet {
+    /// Records key `i` as present (and `null` or not).
+    pub(crate) fn mark(&mut self, i: usize, null: bool) {
+        self.present |= 1 << i;
+        if null {
+            self.null |= 1 << i;
+        } else {
+            self.null &= !(1 << i);
+        }
+    }
+
+    /// Whether key `i` was present.
+    pub(crate) fn present(self, i: usize) -> bool {
+        self.present & (1 << i) != 0
+    }
+
+    /// Whether key `i` was `null`.
+    pub(crate) fn null(self, i: usize) -> bool {
+        self.null & (1 << i) != 0
+    }
+}
+
+/// Emptiness as the checkpoint format sees it: an empty field of a state
+/// keel builds is omitted.
+pub(crate) trait JsonEmpty {
+    /// True when the value would be omitted from a fresh object.
+    fn json_empty(&self) -> bool;
+}
+
+impl JsonEmpty for bool {
+    fn json_empty(&self) -> bool {
+        !*self
+    }
+}
+
+impl JsonEmpty for u64 {
+    fn json_empty(&self) -> bool {
+        *self == 0
+    }
+}
+
+impl JsonEmpty for String {
+    fn json_empty(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+impl<T> JsonEmpty for Vec<T> {
+    fn json_empty(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+impl<K, V> JsonEmpty for BTreeMap<K, V> {
+    fn json_empty(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+impl<T> JsonEmpty for Option<T> {
+    fn json_empty(&self) -> bool {
+        self.is_none()
+    }
+}
+
+impl JsonEmpty for serde_json::Value {
+    fn json_empty(&self) -> bool {
+        self.is_null()
+    }
+}
+
+impl JsonEmpty for super::property::PropertyValue {
+    fn json_empty(&self) -> bool {
+        self.is_null()
+    }
+}
+
+impl JsonEmpty for super::urn::Urn {
+    fn json_empty(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+impl JsonEmpty for super::urn::TypeToken {
+    fn json_empty(&self) -> bool {
+        self.is_empty()
+    }
+}
+
+/// A key of a JSON object: the index of a modeled key, or the text of an
+/// unmodeled one. Known keys are matched without allocating.
+pub(crate) enum FieldKey {
+    Known(usize),
+    Unknown(String),
+}
+
+/// Deserializes a [`FieldKey`] against a list of known keys.
+pub(crate) struct KeySeed(pub(crate) &'static [&'static str]);
+
+impl<'de> DeserializeSeed<'de> for KeySeed {
+    type Value = FieldKey;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<FieldKey, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl Visitor<'_> for KeySeed {
+    type Value = FieldKey;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E: de::Error>(self, s: &str) -> Result<FieldKey, E> {
+        Ok(match self.0.iter().position(|k| *k == s) {
+            Some(i) => FieldKey::Known(i),
+            None => FieldKey::Unknown(s.to_owned()),
+        })
+    }
+}
+
+/// Declares a presence-preserving JSON object type (see the module doc).
+///
+/// Each field is `"jsonKey" => rust_name: Type`, optionally followed by
+/// `[always]` for keys that are written even when empty. Field types need
+/// `Default`, `Serialize`, `Deserialize` and [`JsonEmpty`].
+macro_rules! json_object {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident {
+            $(
+                $(#[$fmeta:meta])*
+                $key:literal => $field:ident : $ty:ty $([$always:ident])?,
+            )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Default, PartialEq)]
+        $vis struct $name {
+            $( $(#[$fmeta])* pub $field: $ty, )*
+            /// Which keys the JSON this was read from had, and which were null.
+            pub(crate) keys: $crate::model::keys::KeySet,
+            /// Keys keel does not model, kept verbatim and written back.
+            pub extra: $crate::model::keys::Extra,
+        }
+
+        const _: () = {
+            use serde::ser::SerializeMap as _;
+            use $crate::model::keys::{FieldKey, JsonEmpty, KeySeed};
+
+            #[allow(non_camel_case_types, clippy::enum_variant_names)]
+            #[derive(Clone, Copy)]
+            enum Field { $($field,)* }
+
+            const KEYS: &[&str] = &[$($key),*];
+            assert!(KEYS.len() <= 64, "a json_object! has at most 64 keys");
+
+            impl JsonEmpty for $name {
+                fn json_empty(&self) -> bool {
+                    $( self.$field.json_empty() && )* self.extra.is_empty()
+                }
+            }
+
+            impl serde::Serialize for $name {
+                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    let mut m = s.serialize_map(None)?;
+                    $(
+                        let i = Field::$field as usize;
+                        let always = json_object!(@always $($always)?);
+                        let empty = self.$field.json_empty();
+                        if always || self.keys.present(i) || !empty {
+                            if empty && self.keys.null(i) {
+                                m.serialize_entry($key, &())?;
+                            } else {
+                                m.serialize_entry($key, &self.$field)?;
+                            }
+                        }
+                    )*
+                    for (k, v) in &self.extra {
+                        m.serialize_entry(k, v)?;
+                    }
+                    m.end()
+                }
+            }
+
+            impl<'de> serde::Deserialize<'de> for $name {
+                fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                    struct V;
+                    impl<'de> serde::de::Visitor<'de> for V {
+                        type Value = $name;
+                        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                            f.write_str(concat!("an object (", stringify!($name), ")"))
+                        }
+                        fn visit_map<A: serde::de::MapAccess<'de>>(
+                            self,
+                            mut map: A,
+                        ) -> Result<$name, A::Error> {
+                            let mut out = $name::default();
+                            while let Some(k) = map.next_key_seed(KeySeed(KEYS))? {
+                                match k {
+                                    FieldKey::Known(i) => {
+                                        $(
+                                            if i == Field::$field as usize {
+                                                match map.next_value::<Option<$ty>>()? {
+                                                    Some(v) => {
+                                                        out.$field = v;
+                                                        out.keys.mark(i, false);
+                                                    }
+                                                    None => {
+                                                        out.$field = Default::default();
+                                                        out.keys.mark(i, true);
+                                                    }
+                                                }
+                                                continue;
+                                            }
+                                        )*
+                                    }
+                                    FieldKey::Unknown(name) => {
+                                        let v: serde_json::Value = map.next_value()?;
+                                        out.extra.insert(name, v);
+                                    }
+                                }
+                            }
+                            Ok(out)
+                        }
+                    }
+                    d.deserialize_map(V)
+                }
+            }
+        };
+    };
+    (@always always) => { true };
+    (@always) => { false };
+}
+
+pub(crate) use json_object;

@@ -1,0 +1,21 @@
+//! The resource model: identities, values, states and snapshots, with the
+//! exact JSON encodings of Pulumi's checkpoint format (deployment schema
+//! version 3) and the integrity rules every snapshot must satisfy.
+//!
+//! Everything here is plain data and deterministic code: no I/O beyond
+//! `std::io::Read`/`Write` adapters, no async, no actors.
+
+pub mod checkpoint;
+pub mod integrity;
+mod keys;
+pub mod property;
+pub mod snapshot;
+pub mod state;
+pub mod urn;
+
+pub use checkpoint::{CheckpointError, CheckpointFile};
+pub use integrity::IntegrityError;
+pub use property::{PropertyMap, PropertyValue};
+pub use snapshot::Deployment;
+pub use state::State;
+pub use urn::{ProviderRef, TypeToken, Urn, UrnError};

@@ -1,0 +1,649 @@
+//! Property values and their JSON encodings (`checkpoint.md` §2).
+//!
+//! Special values are JSON objects carrying the signature key
+//! [`SIG_KEY`] whose value says what they are: secrets, resource
+//! references, output values, assets and archives. Computed (unknown) values
+//! are the placeholder string [`UNKNOWN_VALUE`]. Decoding is one pass over
+//! the JSON with no intermediate `serde_json::Value`; encoding is its exact
+//! inverse, so a value read from a file is written back unchanged.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::de::{self, MapAccess, SeqAccess, Visitor};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::urn::Urn;
+
+/// The key that marks a special value.
+pub const SIG_KEY: &str = "4dabf18193072939515e22adb298388d";
+/// Signature of a secret.
+pub const SIG_SECRET: &str = "1b47061264138c4ac30d75fd1eb44270";
+/// Signature of a resource reference.
+pub const SIG_RESOURCE_REFERENCE: &str = "5cf8f73096256a8f31e491e813e4eb8e";
+/// Signature of an output value.
+pub const SIG_OUTPUT_VALUE: &str = "d0e6a833031e9bbcd3f4e8bde6ca49a4";
+/// Signature of an asset.
+pub const SIG_ASSET: &str = "c44067f5952c0a294b673a41bacd8c17";
+/// Signature of an archive.
+pub const SIG_ARCHIVE: &str = "0def7320c3a5731c473e5ecbe6d01bc7";
+/// Signature of a byte string (read and kept as an [`PropertyValue::Other`]).
+pub const SIG_BYTES: &str = "803fd3297a5875dc03ca845dda5d2a98";
+/// The string that stands for a computed (unknown) value.
+pub const UNKNOWN_VALUE: &str = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
+
+/// A map of property names to values (inputs, outputs, objects). Keys are
+/// kept sorted, as Pulumi writes them.
+pub type PropertyMap = BTreeMap<String, PropertyValue>;
+
+/// One property value.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum PropertyValue {
+    /// JSON `null`.
+    #[default]
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// A number, kept exactly as read (integer or float).
+    Number(serde_json::Number),
+    /// A string.
+    String(String),
+    /// An array.
+    Array(Vec<PropertyValue>),
+    /// A plain object.
+    Object(PropertyMap),
+    /// An asset.
+    Asset(Asset),
+    /// An archive.
+    Archive(Archive),
+    /// A secret, encrypted or not.
+    Secret(Secret),
+    /// A value not known until the resource is created (preview only).
+    Computed,
+    /// An output value: known or unknown, maybe secret, with dependencies.
+    Output(OutputValue),
+    /// A reference to another resource.
+    ResourceReference(ResourceReference),
+    /// A signed value keel does not interpret (byte strings, signatures
+    /// from newer engines): kept verbatim and written back.
+    Other {
+        /// The signature.
+        sig: String,
+        /// The other fields.
+        fields: PropertyMap,
+    },
+}
+
+impl PropertyValue {
+    /// True for `null`.
+    pub fn is_null(&self) -> bool {
+        matches!(self, Self::Null)
+    }
+
+    /// The string, if this is a string.
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Self::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The object, if this is a plain object.
+    pub fn as_object(&self) -> Option<&PropertyMap> {
+        match self {
+            Self::Object(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// True when this value or any value inside it is computed (unknown).
+    pub fn contains_unknowns(&self) -> bool {
+        match self {
+            Self::Computed => true,
+            Self::Output(o) => o.value.as_deref().is_none_or(Self::contains_unknowns),
+            Self::Array(a) => a.iter().any(Self::contains_unknowns),
+            Self::Object(m) => m.values().any(Self::contains_unknowns),
+            Self::Secret(Secret::Plaintext(p)) => p.value.contains_unknowns(),
+            _ => false,
+        }
+    }
+
+    /// Converts plain JSON into a property value, decoding signed objects.
+    ///
+    /// # Errors
+    /// A JSON error when a signed object is malformed.
+    pub fn from_json(v: &serde_json::Value) -> serde_json::Result<Self> {
+        Self::deserialize(v)
+    }
+
+    /// Encodes this value as plain JSON (the checkpoint encoding).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Builds a value from a signed object's fields (the signature already
+    /// removed), or reports why the object is malformed.
+    fn from_signed(sig: String, mut fields: PropertyMap) -> Result<Self, String> {
+        fn take_str(fields: &mut PropertyMap, key: &str) -> Result<Option<String>, String> {
+            match fields.remove(key) {
+                None => Ok(None),
+                Some(PropertyValue::String(s)) => Ok(Some(s)),
+                // The unknown placeholder decodes as Computed; in a
+                // string-typed field it is still a string.
+                Some(PropertyValue::Computed) => Ok(Some(UNKNOWN_VALUE.to_owned())),
+                Some(other) => Err(format!("`{key}` must be a string, found {other:?}")),
+            }
+        }
+        let check_empty = |fields: &PropertyMap, what: &str| match fields.keys().next() {
+            Some(k) => Err(format!("unexpected key `{k}` in {what}")),
+            None => Ok(()),
+        };
+        match sig.as_str() {
+            SIG_SECRET => {
+                let secret = if let Some(ct) = take_str(&mut fields, "ciphertext")? {
+                    Secret::Ciphertext(ct)
+                } else if let Some(pt) = take_str(&mut fields, "plaintext")? {
+                    let value: PropertyValue = serde_json::from_str(&pt)
+                        .map_err(|e| format!("a secret's plaintext is not JSON: {e}"))?;
+                    Secret::Plaintext(PlaintextSecret {
+                        value: Box::new(value),
+                        encoded: Some(pt),
+                    })
+                } else {
+                    return Err("a secret has neither `ciphertext` nor `plaintext`".into());
+                };
+                check_empty(&fields, "a secret")?;
+                Ok(Self::Secret(secret))
+            }
+            SIG_RESOURCE_REFERENCE => {
+                let urn =
+                    take_str(&mut fields, "urn")?.ok_or("a resource reference has no `urn`")?;
+                let urn = Urn::parse(&urn).map_err(|e| e.to_string())?;
+                let id = take_str(&mut fields, "id")?;
+                let package_version = take_str(&mut fields, "packageVersion")?;
+                check_empty(&fields, "a resource reference")?;
+                Ok(Self::ResourceReference(ResourceReference {
+                    urn,
+                    id,
+                    package_version,
+                }))
+            }
+            SIG_OUTPUT_VALUE => {
+                let value = fields.remove("value").map(Box::new);
+                let secret = match fields.remove("secret") {
+                    None => None,
+                    Some(PropertyValue::Bool(b)) => Some(b),
+                    Some(v) => {
+                        return Err(format!("an output's `secret` must be a bool, found {v:?}"))
+                    }
+                };
+                let dependencies = match fields.remove("dependencies") {
+                    None => None,
+                    Some(PropertyValue::Array(items)) => Some(
+                        items
+                            .into_iter()
+                            .map(|d| match d {
+                                PropertyValue::String(s) => {
+                                    Urn::parse(&s).map_err(|e| e.to_string())
+                                }
+                                v => Err(format!(
+                                    "an output's dependency must be a URN, found {v:?}"
+                                )),
+                            })
+                            .collect::<Result<Vec<_>, _>>()?,
+                    ),
+                    Some(v) => {
+                        return Err(format!(
+                            "an output's `dependencies` must be a list, found {v:?}"
+                        ))
+                    }
+                };
+                check_empty(&fields, "an output value")?;
+                Ok(Self::Output(OutputValue {
+                    value,
+                    secret,
+                    dependencies,
+                }))
+            }
+            SIG_ASSET => {
+                let asset = Asset {
+                    hash: take_str(&mut fields, "hash")?,
+                    text: take_str(&mut fields, "text")?,
+                    path: take_str(&mut fields, "path")?,
+                    uri: take_str(&mut fields, "uri")?,
+                };
+                check_empty(&fields, "an asset")?;
+                Ok(Self::Asset(asset))
+            }
+            SIG_ARCHIVE => {
+                let assets = match fields.remove("assets") {
+                    None => None,
+                    Some(PropertyValue::Object(m)) => Some(m),
+                    Some(v) => {
+                        return Err(format!(
+                            "an archive's `assets` must be an object, found {v:?}"
+                        ))
+                    }
+                };
+                let archive = Archive {
+                    hash: take_str(&mut fields, "hash")?,
+                    assets,
+                    path: take_str(&mut fields, "path")?,
+                    uri: take_str(&mut fields, "uri")?,
+                };
+                check_empty(&fields, "an archive")?;
+                Ok(Self::Archive(archive))
+            }
+            _ => Ok(Self::Other { sig, fields }),
+        }
+    }
+}
+
+impl From<&str> for PropertyValue {
+    fn from(s: &str) -> Self {
+        Self::String(s.to_owned())
+    }
+}
+
+impl From<String> for PropertyValue {
+    fn from(s: String) -> Self {
+        Self::String(s)
+    }
+}
+
+impl From<bool> for PropertyValue {
+    fn from(b: bool) -> Self {
+        Self::Bool(b)
+    }
+}
+
+impl From<i64> for PropertyValue {
+    fn from(n: i64) -> Self {
+        Self::Number(n.into())
+    }
+}
+
+impl From<PropertyMap> for PropertyValue {
+    fn from(m: PropertyMap) -> Self {
+        Self::Object(m)
+    }
+}
+
+/// A secret value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Secret {
+    /// Encrypted by a secrets provider: the ciphertext is opaque here.
+    Ciphertext(String),
+    /// Decrypted: the value itself.
+    Plaintext(PlaintextSecret),
+}
+
+impl Secret {
+    /// A plaintext secret holding `value`.
+    pub fn plaintext(value: PropertyValue) -> Self {
+        Self::Plaintext(PlaintextSecret {
+            value: Box::new(value),
+            encoded: None,
+        })
+    }
+}
+
+/// A decrypted secret. It remembers the exact JSON text it was read from so
+/// that an unchanged secret is written back byte for byte.
+#[derive(Debug, Clone)]
+pub struct PlaintextSecret {
+    value: Box<PropertyValue>,
+    encoded: Option<String>,
+}
+
+impl PlaintextSecret {
+    /// The secret's value.
+    pub fn value(&self) -> &PropertyValue {
+        &self.value
+    }
+
+    /// Replaces the value (the next write encodes it afresh).
+    pub fn set_value(&mut self, value: PropertyValue) {
+        *self.value = value;
+        self.encoded = None;
+    }
+
+    /// The JSON text of the value, as it is written in the `plaintext` key.
+    pub fn encoded(&self) -> String {
+        match &self.encoded {
+            Some(s) => s.clone(),
+            None => serde_json::to_string(&*self.value).unwrap_or_else(|_| "null".into()),
+        }
+    }
+}
+
+impl PartialEq for PlaintextSecret {
+    fn eq(&self, other: &Self) -> bool {
+        self.value == other.value
+    }
+}
+
+/// A reference to another resource.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceReference {
+    /// The referenced resource's URN.
+    pub urn: Urn,
+    /// Its ID: absent for a component or when unknown.
+    pub id: Option<String>,
+    /// The version of the package that defines its type, when known.
+    pub package_version: Option<String>,
+}
+
+/// An output value: a value that may be unknown, secret, and depend on
+/// resources.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutputValue {
+    /// The value; `None` means unknown.
+    pub value: Option<Box<PropertyValue>>,
+    /// Whether the value is secret (`None`: the key was absent).
+    pub secret: Option<bool>,
+    /// The resources the value depends on (`None`: the key was absent).
+    pub dependencies: Option<Vec<Urn>>,
+}
+
+/// An asset: a blob given by text, a path or a URI, with its hash.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Asset {
+    /// The SHA-256 of the contents, when computed.
+    pub hash: Option<String>,
+    /// Literal contents.
+    pub text: Option<String>,
+    /// A path on disk.
+    pub path: Option<String>,
+    /// A URI.
+    pub uri: Option<String>,
+}
+
+/// An archive: a set of named assets and archives, or a path or URI.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Archive {
+    /// The SHA-256 of the contents, when computed.
+    pub hash: Option<String>,
+    /// Named members (assets or archives).
+    pub assets: Option<PropertyMap>,
+    /// A path on disk.
+    pub path: Option<String>,
+    /// A URI.
+    pub uri: Option<String>,
+}
+
+impl Serialize for PropertyValue {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        fn opt<M: SerializeMap, T: Serialize + ?Sized>(
+            m: &mut M,
+            key: &str,
+            v: Option<&T>,
+        ) -> Result<(), M::Error> {
+            match v {
+                Some(v) => m.serialize_entry(key, v),
+                None => Ok(()),
+            }
+        }
+        match self {
+            Self::Null => s.serialize_unit(),
+            Self::Bool(b) => s.serialize_bool(*b),
+            Self::Number(n) => n.serialize(s),
+            Self::String(v) => s.serialize_str(v),
+            Self::Computed => s.serialize_str(UNKNOWN_VALUE),
+            Self::Array(a) => a.serialize(s),
+            Self::Object(o) => o.serialize(s),
+            Self::Secret(secret) => {
+                let mut m = s.serialize_map(Some(2))?;
+                m.serialize_entry(SIG_KEY, SIG_SECRET)?;
+                match secret {
+                    Secret::Ciphertext(c) => m.serialize_entry("ciphertext", c)?,
+                    Secret::Plaintext(p) => m.serialize_entry("plaintext", &p.encoded())?,
+                }
+                m.end()
+            }
+            Self::ResourceReference(r) => {
+                let mut m = s.serialize_map(None)?;
+                m.serialize_entry(SIG_KEY, SIG_RESOURCE_REFERENCE)?;
+                m.serialize_entry("urn", &r.urn)?;
+                opt(&mut m, "id", r.id.as_ref())?;
+                opt(&mut m, "packageVersion", r.package_version.as_ref())?;
+                m.end()
+            }
+            Self::Output(o) => {
+                let mut m = s.serialize_map(None)?;
+                m.serialize_entry(SIG_KEY, SIG_OUTPUT_VALUE)?;
+                opt(&mut m, "value", o.value.as_deref())?;
+                opt(&mut m, "secret", o.secret.as_ref())?;
+                opt(&mut m, "dependencies", o.dependencies.as_ref())?;
+                m.end()
+            }
+            Self::Asset(a) => {
+                let mut m = s.serialize_map(None)?;
+                m.serialize_entry(SIG_KEY, SIG_ASSET)?;
+                opt(&mut m, "hash", a.hash.as_ref())?;
+                opt(&mut m, "text", a.text.as_ref())?;
+                opt(&mut m, "path", a.path.as_ref())?;
+                opt(&mut m, "uri", a.uri.as_ref())?;
+                m.end()
+            }
+            Self::Archive(a) => {
+                let mut m = s.serialize_map(None)?;
+                m.serialize_entry(SIG_KEY, SIG_ARCHIVE)?;
+                opt(&mut m, "hash", a.hash.as_ref())?;
+                opt(&mut m, "assets", a.assets.as_ref())?;
+                opt(&mut m, "path", a.path.as_ref())?;
+                opt(&mut m, "uri", a.uri.as_ref())?;
+                m.end()
+            }
+            Self::Other { sig, fields } => {
+                let mut m = s.serialize_map(Some(fields.len() + 1))?;
+                m.serialize_entry(SIG_KEY, sig)?;
+                for (k, v) in fields {
+                    m.serialize_entry(k, v)?;
+                }
+                m.end()
+            }
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PropertyValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_any(ValueVisitor)
+    }
+}
+
+struct ValueVisitor;
+
+impl<'de> Visitor<'de> for ValueVisitor {
+    type Value = PropertyValue;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a property value")
+    }
+
+    fn visit_unit<E>(self) -> Result<PropertyValue, E> {
+        Ok(PropertyValue::Null)
+    }
+
+    fn visit_none<E>(self) -> Result<PropertyValue, E> {
+        Ok(PropertyValue::Null)
+    }
+
+    fn visit_some<D: Deserializer<'de>>(self, d: D) -> Result<PropertyValue, D::Error> {
+        PropertyValue::deserialize(d)
+    }
+
+    fn visit_bool<E>(self, b: bool) -> Result<PropertyValue, E> {
+        Ok(PropertyValue::Bool(b))
+    }
+
+    fn visit_i64<E>(self, n: i64) -> Result<PropertyValue, E> {
+        Ok(PropertyValue::Number(n.into()))
+    }
+
+    fn visit_u64<E>(self, n: u64) -> Result<PropertyValue, E> {
+        Ok(PropertyValue::Number(n.into()))
+    }
+
+    fn visit_f64<E: de::Error>(self, n: f64) -> Result<PropertyValue, E> {
+        serde_json::Number::from_f64(n)
+            .map(PropertyValue::Number)
+            .ok_or_else(|| E::custom("a number must be finite"))
+    }
+
+    fn visit_str<E>(self, s: &str) -> Result<PropertyValue, E> {
+        Ok(if s == UNKNOWN_VALUE {
+            PropertyValue::Computed
+        } else {
+            PropertyValue::String(s.to_owned())
+        })
+    }
+
+    fn visit_string<E>(self, s: String) -> Result<PropertyValue, E> {
+        Ok(if s == UNKNOWN_VALUE {
+            PropertyValue::Computed
+        } else {
+            PropertyValue::String(s)
+        })
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<PropertyValue, A::Error> {
+        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(1024));
+        while let Some(v) = seq.next_element()? {
+            items.push(v);
+        }
+        Ok(PropertyValue::Array(items))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PropertyValue, A::Error> {
+        let mut fields = PropertyMap::new();
+        let mut sig = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == SIG_KEY {
+                match map.next_value::<PropertyValue>()? {
+                    PropertyValue::String(s) => sig = Some(s),
+                    other => {
+                        return Err(de::Error::custom(format!(
+                            "the signature key must hold a string, found {other:?}"
+                        )))
+                    }
+                }
+            } else {
+                let v = map.next_value()?;
+                fields.insert(key, v);
+            }
+        }
+        match sig {
+            None => Ok(PropertyValue::Object(fields)),
+            Some(sig) => PropertyValue::from_signed(sig, fields).map_err(de::Error::custom),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Decodes `j`, checks the decoded shape with `is`, re-encodes and
+    /// requires the same JSON back.
+    fn check(j: serde_json::Value, is: impl Fn(&PropertyValue) -> bool) {
+        let v = PropertyValue::from_json(&j).unwrap();
+        assert!(is(&v), "unexpected decoding of {j}: {v:?}");
+        assert_eq!(v.to_json(), j, "round trip of {j}");
+    }
+
+    #[test]
+    fn primitives_round_trip() {
+        check(json!(null), |v| v.is_null());
+        check(json!(true), |v| matches!(v, PropertyValue::Bool(true)));
+        check(json!(300), |v| matches!(v, PropertyValue::Number(_)));
+        check(json!(-1.5), |v| matches!(v, PropertyValue::Number(_)));
+        check(json!("s"), |v| v.as_str() == Some("s"));
+        check(
+            json!([1, "a", {"b": null}]),
+            |v| matches!(v, PropertyValue::Array(a) if a.len() == 3),
+        );
+        check(json!({"a": {"b": [true]}}), |v| v.as_object().is_some());
+        check(json!(UNKNOWN_VALUE), |v| {
+            matches!(v, PropertyValue::Computed)
+        });
+    }
+
+    #[test]
+    fn secrets_round_trip() {
+        check(
+            json!({SIG_KEY: SIG_SECRET, "ciphertext": "v1:abc"}),
+            |v| matches!(v, PropertyValue::Secret(Secret::Ciphertext(c)) if c == "v1:abc"),
+        );
+        // Plaintext holds the JSON encoding of the value; Go's escapes and
+        // spacing are kept byte for byte.
+        check(
+            json!({SIG_KEY: SIG_SECRET, "plaintext": "\"a\\u003cb\""}),
+            |v| matches!(v, PropertyValue::Secret(Secret::Plaintext(p)) if p.value().as_str() == Some("a<b")),
+        );
+        check(
+            json!({SIG_KEY: SIG_SECRET, "plaintext": "{\"k\": [1, 2]}"}),
+            |v| matches!(v, PropertyValue::Secret(Secret::Plaintext(p)) if p.value().as_object().is_some()),
+        );
+        let fresh = PropertyValue::Secret(Secret::plaintext("pw".into()));
+        assert_eq!(
+            fresh.to_json(),
+            json!({SIG_KEY: SIG_SECRET, "plaintext": "\"pw\""})
+        );
+    }
+
+    #[test]
+    fn references_outputs_assets_archives_round_trip() {
+        let urn = "urn:pulumi:dev::p::aws:s3/bucket:Bucket::b";
+        check(
+            json!({SIG_KEY: SIG_RESOURCE_REFERENCE, "urn": urn, "id": "b-1", "packageVersion": "6.0.0"}),
+            |v| matches!(v, PropertyValue::ResourceReference(r) if r.id.as_deref() == Some("b-1")),
+        );
+        check(
+            json!({SIG_KEY: SIG_RESOURCE_REFERENCE, "urn": urn}),
+            |v| matches!(v, PropertyValue::ResourceReference(r) if r.id.is_none()),
+        );
+        check(
+            json!({SIG_KEY: SIG_OUTPUT_VALUE, "value": 1, "secret": true, "dependencies": [urn]}),
+            |v| matches!(v, PropertyValue::Output(o) if o.secret == Some(true)),
+        );
+        check(json!({SIG_KEY: SIG_OUTPUT_VALUE}), |v| {
+            matches!(v, PropertyValue::Output(o) if o.value.is_none()) && v.contains_unknowns()
+        });
+        check(
+            json!({SIG_KEY: SIG_ASSET, "hash": "h", "text": "hello"}),
+            |v| matches!(v, PropertyValue::Asset(a) if a.text.as_deref() == Some("hello")),
+        );
+        check(
+            json!({SIG_KEY: SIG_ARCHIVE, "hash": "h", "assets": {
+                "index.js": {SIG_KEY: SIG_ASSET, "text": "x"},
+                "node_modules": {SIG_KEY: SIG_ARCHIVE, "path": "./node_modules"}
+            }}),
+            |v| matches!(v, PropertyValue::Archive(a) if a.assets.as_ref().is_some_and(|m| m.len() == 2)),
+        );
+        check(json!({SIG_KEY: SIG_BYTES, "value": "AAEC"}), |v| {
+            matches!(v, PropertyValue::Other { .. })
+        });
+    }
+
+    #[test]
+    fn malformed_signed_values_are_errors() {
+        for bad in [
+            json!({SIG_KEY: SIG_SECRET}),
+            json!({SIG_KEY: SIG_SECRET, "plaintext": "{not json"}),
+            json!({SIG_KEY: SIG_SECRET, "ciphertext": 3}),
+            json!({SIG_KEY: SIG_RESOURCE_REFERENCE, "urn": "nope"}),
+            json!({SIG_KEY: SIG_RESOURCE_REFERENCE}),
+            json!({SIG_KEY: SIG_ASSET, "text": "x", "extra": 1}),
+            json!({SIG_KEY: 7}),
+        ] {
+            assert!(
+                PropertyValue::from_json(&bad).is_err(),
+                "{bad} should not decode"
+            );
+        }
+    }
+}

@@ -1,0 +1,285 @@
+//! Resource state: the persisted record of one resource (`checkpoint.md` §3).
+//!
+//! Every key of Pulumi's `ResourceV3` is a plain field; which keys the source
+//! JSON had (and which were `null`) is remembered, and unmodeled keys are
+//! kept, so a state read from a file is written back unchanged unless keel
+//! changed a field (see `keys.rs`).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::keys::{json_object, JsonEmpty};
+use super::property::{PropertyMap, PropertyValue};
+use super::urn::{ProviderRef, TypeToken, Urn, UrnError};
+
+/// A number of seconds, written as an integer when it is whole (as Go's
+/// encoder writes a whole `float64`), so `300` stays `300`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, PartialOrd)]
+pub struct Seconds(pub f64);
+
+impl Serialize for Seconds {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let v = self.0;
+        // Whole values within the exactly representable range are integers.
+        if v.fract() == 0.0 && v.abs() < 9_007_199_254_740_992.0 {
+            s.serialize_i64(v as i64)
+        } else {
+            s.serialize_f64(v)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        f64::deserialize(d).map(Seconds)
+    }
+}
+
+impl JsonEmpty for Seconds {
+    fn json_empty(&self) -> bool {
+        self.0 == 0.0
+    }
+}
+
+impl Seconds {
+    /// As a duration (negative and non-finite values are zero).
+    pub fn as_duration(self) -> std::time::Duration {
+        std::time::Duration::try_from_secs_f64(self.0).unwrap_or_default()
+    }
+}
+
+json_object! {
+    /// Per-operation timeouts, in seconds (zero: the provider's default).
+    pub struct CustomTimeouts {
+        /// Timeout for create.
+        "create" => create: Seconds,
+        /// Timeout for update.
+        "update" => update: Seconds,
+        /// Timeout for delete.
+        "delete" => delete: Seconds,
+    }
+}
+
+json_object! {
+    /// The state of one resource.
+    pub struct State {
+        /// The resource's URN.
+        "urn" => urn: Urn,
+        /// True for custom (provider-backed) resources, false for components.
+        "custom" => custom: bool [always],
+        /// Marked for deletion (the old half of a create-before-delete replace).
+        "delete" => delete: bool,
+        /// The provider-assigned ID (empty for components).
+        "id" => id: String,
+        /// The type token.
+        "type" => ty: TypeToken,
+        /// The inputs the program gave (after the provider's check).
+        "inputs" => inputs: PropertyMap,
+        /// The outputs the provider returned.
+        "outputs" => outputs: PropertyMap,
+        /// The parent's URN.
+        "parent" => parent: Urn,
+        /// Protected resources are never deleted or replaced.
+        "protect" => protect: bool,
+        /// Tainted resources are replaced on the next update.
+        "taint" => taint: bool,
+        /// Read from outside the stack (`ReadResource`): never deleted.
+        "external" => external: bool,
+        /// Resources this one depends on.
+        "dependencies" => dependencies: Vec<Urn>,
+        /// Errors from a partially failed create.
+        "initErrors" => init_errors: Vec<String>,
+        /// The provider reference `<provider URN>::<ID>`, as written.
+        "provider" => provider: String,
+        /// Dependencies per input property (`null`, `[]` and absent distinct).
+        "propertyDependencies" => property_dependencies: BTreeMap<String, Option<Vec<Urn>>>,
+        /// Deleted as part of a delete-before-replace, awaiting its replacement.
+        "pendingReplacement" => pending_replacement: bool,
+        /// Output properties to treat as secret.
+        "additionalSecretOutputs" => additional_secret_outputs: Vec<String>,
+        /// Former URNs of this resource.
+        "aliases" => aliases: Vec<Urn>,
+        /// Per-operation timeouts.
+        "customTimeouts" => custom_timeouts: CustomTimeouts,
+        /// The ID this resource was imported from.
+        "importID" => import_id: String,
+        /// When set, deleting the resource leaves the physical object.
+        "retainOnDelete" => retain_on_delete: bool,
+        /// Skip this resource's delete when that resource is deleted too.
+        "deletedWith" => deleted_with: Urn,
+        /// Replace this resource when that resource is replaced.
+        "replaceWith" => replace_with: Vec<Urn>,
+        /// When the resource was created (RFC 3339, kept as written).
+        "created" => created: String,
+        /// When the resource was last modified (RFC 3339, kept as written).
+        "modified" => modified: String,
+        /// Where the program registered the resource.
+        "sourcePosition" => source_position: String,
+        /// The program's stack trace at registration (kept verbatim).
+        "stackTrace" => stack_trace: serde_json::Value,
+        /// Input properties whose changes are ignored.
+        "ignoreChanges" => ignore_changes: Vec<String>,
+        /// Properties whose diffs are hidden from display.
+        "hideDiff" => hide_diff: Vec<String>,
+        /// Input properties whose changes force a replace.
+        "replaceOnChanges" => replace_on_changes: Vec<String>,
+        /// A value whose change forces a replace.
+        "replacementTrigger" => replacement_trigger: PropertyValue,
+        /// Refresh this resource before updating it.
+        "refreshBeforeUpdate" => refresh_before_update: bool,
+        /// The resource this one is a view of.
+        "viewOf" => view_of: Urn,
+        /// Resource hooks bound to this resource (kept verbatim).
+        "resourceHooks" => resource_hooks: serde_json::Value,
+        /// Extension reference (kept verbatim).
+        "extensionRef" => extension_ref: serde_json::Value,
+        /// The snippet this resource was generated from.
+        "snippetID" => snippet_id: String,
+        /// The schema version of the type this state was written with
+        /// (`architecture.md` §8); 0 is omitted.
+        "schemaVersion" => schema_version: u64,
+    }
+}
+
+impl State {
+    /// A new state with the given identity, as keel builds it.
+    pub fn new(urn: Urn, ty: TypeToken, custom: bool) -> Self {
+        Self {
+            urn,
+            ty,
+            custom,
+            ..Self::default()
+        }
+    }
+
+    /// The parsed provider reference, if the state has one.
+    ///
+    /// # Errors
+    /// [`UrnError::BadProviderReference`] when the reference is malformed.
+    pub fn provider_ref(&self) -> Result<Option<ProviderRef>, UrnError> {
+        if self.provider.is_empty() {
+            return Ok(None);
+        }
+        ProviderRef::parse(&self.provider).map(Some)
+    }
+
+    /// The parent, if the state has one.
+    pub fn parent(&self) -> Option<&Urn> {
+        (!self.parent.is_empty()).then_some(&self.parent)
+    }
+
+    /// Every URN this state refers to, with the kind of reference: parent,
+    /// dependencies, property dependencies, `deletedWith`, `replaceWith`.
+    /// (The provider reference is separate: see [`State::provider_ref`].)
+    pub fn references(&self) -> impl Iterator<Item = (Reference<'_>, &Urn)> {
+        let parent = self.parent().map(|p| (Reference::Parent, p));
+        let deps = self.dependencies.iter().map(|d| (Reference::Dependency, d));
+        let prop = self.property_dependencies.iter().flat_map(|(k, v)| {
+            v.iter()
+                .flatten()
+                .map(move |d| (Reference::PropertyDependency(k), d))
+        });
+        let deleted_with =
+            (!self.deleted_with.is_empty()).then_some((Reference::DeletedWith, &self.deleted_with));
+        let replace_with = self
+            .replace_with
+            .iter()
+            .map(|d| (Reference::ReplaceWith, d));
+        parent
+            .into_iter()
+            .chain(deps)
+            .chain(prop)
+            .chain(deleted_with)
+            .chain(replace_with)
+    }
+}
+
+/// How one resource refers to another.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reference<'a> {
+    /// `parent`.
+    Parent,
+    /// An entry of `dependencies`.
+    Dependency,
+    /// An entry of `propertyDependencies` for the named property.
+    PropertyDependency(&'a str),
+    /// `deletedWith`.
+    DeletedWith,
+    /// An entry of `replaceWith`.
+    ReplaceWith,
+}
+
+impl std::fmt::Display for Reference<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Parent => f.write_str("parent"),
+            Self::Dependency => f.write_str("dependency"),
+            Self::PropertyDependency(k) => write!(f, "property dependency `{k}`"),
+            Self::DeletedWith => f.write_str("deletedWith"),
+            Self::ReplaceWith => f.write_str("replaceWith"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn round_trip(j: serde_json::Value) -> serde_json::Value {
+        let s: State = serde_json::from_value(j).unwrap();
+        serde_json::to_value(&s).unwrap()
+    }
+
+    #[test]
+    fn null_empty_and_absent_stay_distinct() {
+        let j = json!({
+            "urn": "urn:pulumi:d::p::a:b:C::n", "custom": true, "type": "a:b:C",
+            "id": "", "protect": false, "dependencies": [], "inputs": null,
+            "propertyDependencies": {"a": null, "b": [], "c": ["urn:pulumi:d::p::a:b:C::m"]},
+            "customTimeouts": {"create": 300, "delete": 1.5},
+            "futureKey": {"x": [1, 2]}
+        });
+        assert_eq!(round_trip(j.clone()), j);
+    }
+
+    #[test]
+    fn fresh_states_omit_empty_fields() {
+        let urn = Urn::parse("urn:pulumi:d::p::a:b:C::n").unwrap();
+        let s = State::new(urn, TypeToken::parse("a:b:C").unwrap(), false);
+        assert_eq!(
+            serde_json::to_value(&s).unwrap(),
+            json!({"urn": "urn:pulumi:d::p::a:b:C::n", "custom": false, "type": "a:b:C"})
+        );
+    }
+
+    #[test]
+    fn changed_fields_are_written() {
+        let mut s: State = serde_json::from_value(json!({
+            "urn": "urn:pulumi:d::p::a:b:C::n", "custom": true, "type": "a:b:C", "inputs": null
+        }))
+        .unwrap();
+        s.protect = true;
+        s.inputs.insert("k".into(), "v".into());
+        let out = serde_json::to_value(&s).unwrap();
+        assert_eq!(out["protect"], json!(true));
+        assert_eq!(out["inputs"], json!({"k": "v"}));
+    }
+
+    #[test]
+    fn wrong_types_are_errors() {
+        for bad in [
+            json!({"urn": 3}),
+            json!({"urn": "urn:pulumi:d::p::a:b:C::n", "custom": "yes"}),
+            json!({"urn": "not a urn"}),
+            json!({"dependencies": ["x"]}),
+            json!([]),
+        ] {
+            assert!(
+                serde_json::from_value::<State>(bad.clone()).is_err(),
+                "{bad}"
+            );
+        }
+    }
+}

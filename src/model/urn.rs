@@ -1,0 +1,651 @@
+//! URNs, type tokens and provider references (`checkpoint.md` §1).
+//!
+//! A URN is `urn:pulumi:<stack>::<project>::<qualified type>::<name>`. The
+//! qualified type is the parent's type chain joined with `$`, ending in the
+//! resource's own type; the name may itself contain `::`, the other parts may
+//! not. [`Urn`] keeps the text in one shared allocation plus the offsets of
+//! its parts, so cloning is a reference-count bump and every accessor is a
+//! slice.
+
+use std::cmp::Ordering;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::str::FromStr;
+use std::sync::Arc;
+
+use serde::{de, Deserialize, Deserializer, Serialize, Serializer};
+
+/// The prefix every URN starts with.
+pub const URN_PREFIX: &str = "urn:pulumi:";
+/// The separator between the parts of a URN.
+pub const URN_SEPARATOR: &str = "::";
+/// The separator between the types of a qualified type chain.
+pub const TYPE_SEPARATOR: char = '$';
+/// The type of the root stack resource.
+pub const STACK_TYPE: &str = "pulumi:pulumi:Stack";
+/// The prefix of every provider resource type.
+pub const PROVIDER_TYPE_PREFIX: &str = "pulumi:providers:";
+/// The ID that stands for "not known yet" (Pulumi's unknown placeholder).
+pub const UNKNOWN_ID: &str = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
+
+/// Why a URN, type token or provider reference was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrnError {
+    /// The text does not start with `urn:pulumi:`.
+    #[error("`{0}` is not a URN: it must start with `urn:pulumi:`")]
+    MissingPrefix(String),
+    /// A `::`-separated part is missing.
+    #[error("`{urn}` is not a URN: it has no {part} (expected urn:pulumi:<stack>::<project>::<type>::<name>)")]
+    MissingPart {
+        /// The text that was parsed.
+        urn: String,
+        /// The missing part: `stack`, `project`, `type` or `name`.
+        part: &'static str,
+    },
+    /// A part is empty.
+    #[error("`{urn}` is not a URN: its {part} is empty")]
+    EmptyPart {
+        /// The text that was parsed.
+        urn: String,
+        /// The empty part.
+        part: &'static str,
+    },
+    /// A type token is malformed.
+    #[error("`{token}` is not a type token: {reason} (expected <package>:<module>:<Name>)")]
+    BadType {
+        /// The token that was parsed.
+        token: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// A provider reference is malformed.
+    #[error("`{reference}` is not a provider reference: {reason} (expected <provider URN>::<ID>)")]
+    BadProviderReference {
+        /// The reference that was parsed.
+        reference: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The text is longer than a URN may be.
+    #[error("a URN of {0} bytes is too long (at most 4 GiB)")]
+    TooLong(usize),
+}
+
+/// The result type of this module.
+pub type Result<T, E = UrnError> = std::result::Result<T, E>;
+
+/// A type token `<package>:<module>:<Name>`; the module may contain `/` and
+/// further `:` (`awsx:x:ec2:Vpc` has package `awsx`, module `x:ec2`, name
+/// `Vpc`).
+///
+/// The empty token exists only as the [`Default`] (a state read from a file
+/// with no `type`); [`TypeToken::parse`] never returns it.
+#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TypeToken(Arc<str>);
+
+impl TypeToken {
+    /// Parses and validates a type token.
+    ///
+    /// # Errors
+    /// [`UrnError::BadType`] when the token has fewer than three
+    /// `:`-separated parts, an empty package or name, an empty segment, or
+    /// contains `$` or whitespace.
+    pub fn parse(s: &str) -> Result<Self> {
+        validate_type(s)?;
+        Ok(Self(Arc::from(s)))
+    }
+
+    /// The whole token.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// True for the empty (missing) token.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The package: the text before the first `:`.
+    pub fn package(&self) -> &str {
+        self.0.split(':').next().unwrap_or("")
+    }
+
+    /// The module: the text between the first and the last `:`.
+    pub fn module(&self) -> &str {
+        match (self.0.find(':'), self.0.rfind(':')) {
+            (Some(a), Some(b)) if a < b => &self.0[a + 1..b],
+            _ => "",
+        }
+    }
+
+    /// The name: the text after the last `:`.
+    pub fn name(&self) -> &str {
+        self.0.rsplit(':').next().unwrap_or("")
+    }
+
+    /// True for `pulumi:providers:<package>` types.
+    pub fn is_provider(&self) -> bool {
+        self.0.starts_with(PROVIDER_TYPE_PREFIX)
+    }
+
+    /// True for the root stack type `pulumi:pulumi:Stack`.
+    pub fn is_stack(&self) -> bool {
+        &*self.0 == STACK_TYPE
+    }
+
+    /// For a provider type, the package it serves (`aws` for
+    /// `pulumi:providers:aws`).
+    pub fn provider_package(&self) -> Option<&str> {
+        self.0.strip_prefix(PROVIDER_TYPE_PREFIX)
+    }
+
+    /// The provider type for a package: `pulumi:providers:<package>`.
+    ///
+    /// # Errors
+    /// [`UrnError::BadType`] when the package name is empty or contains `:`.
+    pub fn provider_for(package: &str) -> Result<Self> {
+        if package.is_empty() || package.contains(':') {
+            return Err(UrnError::BadType {
+                token: format!("{PROVIDER_TYPE_PREFIX}{package}"),
+                reason: "a provider's package must be non-empty and contain no `:`",
+            });
+        }
+        Self::parse(&format!("{PROVIDER_TYPE_PREFIX}{package}"))
+    }
+}
+
+fn validate_type(s: &str) -> Result<()> {
+    let bad = |reason| {
+        Err(UrnError::BadType {
+            token: s.to_owned(),
+            reason,
+        })
+    };
+    if s.is_empty() {
+        return bad("it is empty");
+    }
+    if s.contains(TYPE_SEPARATOR) {
+        return bad("it contains `$`");
+    }
+    if s.chars().any(char::is_whitespace) {
+        return bad("it contains whitespace");
+    }
+    let parts = s.split(':').count();
+    if parts < 3 {
+        return bad("it has fewer than three `:`-separated parts");
+    }
+    if s.split(':').any(str::is_empty) {
+        return bad("it has an empty part");
+    }
+    Ok(())
+}
+
+impl fmt::Display for TypeToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for TypeToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl FromStr for TypeToken {
+    type Err = UrnError;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::parse(s)
+    }
+}
+
+impl Serialize for TypeToken {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for TypeToken {
+    /// An empty string reads as the empty token (reported by the integrity
+    /// verifier); anything else must be a valid token.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        if s.is_empty() {
+            return Ok(Self::default());
+        }
+        Self::parse(&s).map_err(de::Error::custom)
+    }
+}
+
+/// A resource's URN.
+///
+/// Equality, ordering and hashing are those of the text. The empty URN
+/// exists only as the [`Default`] (a state read with no `urn`, reported by
+/// the integrity verifier); [`Urn::parse`] never returns it.
+#[derive(Clone, Default)]
+pub struct Urn {
+    text: Arc<str>,
+    /// End of the stack part (exclusive).
+    stack_end: u32,
+    /// End of the project part.
+    project_end: u32,
+    /// End of the qualified type part.
+    type_end: u32,
+}
+
+impl Urn {
+    /// Parses a URN.
+    ///
+    /// # Errors
+    /// A typed [`UrnError`] naming what is missing or malformed; never
+    /// panics on any input.
+    pub fn parse(s: &str) -> Result<Self> {
+        Self::from_arc(Arc::from(s))
+    }
+
+    fn from_arc(text: Arc<str>) -> Result<Self> {
+        let s: &str = &text;
+        if u32::try_from(s.len()).is_err() {
+            return Err(UrnError::TooLong(s.len()));
+        }
+        let Some(rest) = s.strip_prefix(URN_PREFIX) else {
+            return Err(UrnError::MissingPrefix(s.to_owned()));
+        };
+        let base = URN_PREFIX.len();
+        let missing = |part| UrnError::MissingPart {
+            urn: s.to_owned(),
+            part,
+        };
+        let empty = |part| UrnError::EmptyPart {
+            urn: s.to_owned(),
+            part,
+        };
+        let stack_len = rest.find(URN_SEPARATOR).ok_or_else(|| missing("project"))?;
+        let after_stack = &rest[stack_len + 2..];
+        let project_len = after_stack
+            .find(URN_SEPARATOR)
+            .ok_or_else(|| missing("type"))?;
+        let after_project = &after_stack[project_len + 2..];
+        let type_len = after_project
+            .find(URN_SEPARATOR)
+            .ok_or_else(|| missing("name"))?;
+        let qualified = &after_project[..type_len];
+        let name = &after_project[type_len + 2..];
+        if stack_len == 0 {
+            return Err(empty("stack"));
+        }
+        if project_len == 0 {
+            return Err(empty("project"));
+        }
+        if qualified.is_empty() {
+            return Err(empty("type"));
+        }
+        if name.is_empty() {
+            return Err(empty("name"));
+        }
+        for ty in qualified.split(TYPE_SEPARATOR) {
+            validate_type(ty)?;
+        }
+        let stack_end = base + stack_len;
+        let project_end = stack_end + 2 + project_len;
+        let type_end = project_end + 2 + type_len;
+        // The length check above makes these conversions lossless.
+        Ok(Self {
+            stack_end: stack_end as u32,
+            project_end: project_end as u32,
+            type_end: type_end as u32,
+            text,
+        })
+    }
+
+    /// Builds a URN from its parts. `parent_type` is the parent's qualified
+    /// type (its whole chain); it is ignored when the parent is the stack
+    /// resource, as in Pulumi.
+    ///
+    /// # Errors
+    /// A typed [`UrnError`] when a part is empty, the stack or project
+    /// contains `::`, or a type is malformed.
+    pub fn new(
+        stack: &str,
+        project: &str,
+        parent_type: Option<&str>,
+        ty: &TypeToken,
+        name: &str,
+    ) -> Result<Self> {
+        let qualified = match parent_type {
+            Some(p) if !p.is_empty() && p != STACK_TYPE => format!("{p}{TYPE_SEPARATOR}{ty}"),
+            _ => ty.to_string(),
+        };
+        let text = format!("{URN_PREFIX}{stack}::{project}::{qualified}::{name}");
+        let urn = Self::parse(&text)?;
+        // A `::` inside the stack or project would shift the parts.
+        if urn.stack() != stack || urn.project() != project || urn.name() != name {
+            return Err(UrnError::MissingPart {
+                urn: text,
+                part: "stack or project without `::`",
+            });
+        }
+        Ok(urn)
+    }
+
+    /// Derives a child's URN from its parent's URN (the type chain of the
+    /// parent, extended with `ty`), as the step generator does.
+    ///
+    /// # Errors
+    /// As [`Urn::new`].
+    pub fn child(&self, ty: &TypeToken, name: &str) -> Result<Self> {
+        Self::new(
+            self.stack(),
+            self.project(),
+            Some(self.qualified_type()),
+            ty,
+            name,
+        )
+    }
+
+    /// The whole URN text.
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    /// True for the empty (missing) URN.
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty()
+    }
+
+    /// The stack name.
+    pub fn stack(&self) -> &str {
+        self.slice(URN_PREFIX.len(), self.stack_end)
+    }
+
+    /// The project name.
+    pub fn project(&self) -> &str {
+        self.slice(self.stack_end as usize + 2, self.project_end)
+    }
+
+    /// The qualified type: the parent type chain and the own type, joined
+    /// with `$`.
+    pub fn qualified_type(&self) -> &str {
+        self.slice(self.project_end as usize + 2, self.type_end)
+    }
+
+    /// The resource's own type: the last element of the qualified type.
+    pub fn type_str(&self) -> &str {
+        let q = self.qualified_type();
+        q.rsplit(TYPE_SEPARATOR).next().unwrap_or(q)
+    }
+
+    /// The parent types (all but the last element of the qualified type),
+    /// outermost first.
+    pub fn parent_types(&self) -> impl Iterator<Item = &str> {
+        let q = self.qualified_type();
+        let own = q.rfind(TYPE_SEPARATOR).map_or(0, |i| i);
+        q[..own].split(TYPE_SEPARATOR).filter(|t| !t.is_empty())
+    }
+
+    /// The resource's name (may contain `::`).
+    pub fn name(&self) -> &str {
+        if self.is_empty() {
+            return "";
+        }
+        &self.text[self.type_end as usize + 2..]
+    }
+
+    /// The same URN with another name.
+    ///
+    /// # Errors
+    /// [`UrnError::EmptyPart`] when `name` is empty.
+    pub fn with_name(&self, name: &str) -> Result<Self> {
+        Self::parse(&format!("{}::{name}", &self.text[..self.type_end as usize]))
+    }
+
+    fn slice(&self, start: usize, end: u32) -> &str {
+        if self.is_empty() {
+            return "";
+        }
+        &self.text[start..end as usize]
+    }
+}
+
+impl PartialEq for Urn {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+impl Eq for Urn {}
+
+impl PartialOrd for Urn {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Urn {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.text.cmp(&other.text)
+    }
+}
+
+impl Hash for Urn {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.text.hash(state);
+    }
+}
+
+impl std::borrow::Borrow<str> for Urn {
+    fn borrow(&self) -> &str {
+        &self.text
+    }
+}
+
+impl fmt::Display for Urn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl fmt::Debug for Urn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.text, f)
+    }
+}
+
+impl FromStr for Urn {
+    type Err = UrnError;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::parse(s)
+    }
+}
+
+impl Serialize for Urn {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(&self.text)
+    }
+}
+
+impl<'de> Deserialize<'de> for Urn {
+    /// An empty string reads as the empty URN (reported by the integrity
+    /// verifier); anything else must parse.
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = Urn;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a URN string")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> std::result::Result<Urn, E> {
+                if s.is_empty() {
+                    return Ok(Urn::default());
+                }
+                Urn::parse(s).map_err(E::custom)
+            }
+        }
+        d.deserialize_str(V)
+    }
+}
+
+/// A reference to a provider instance: `<provider URN>::<ID>`.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProviderRef {
+    urn: Urn,
+    id: String,
+}
+
+impl ProviderRef {
+    /// Builds a reference from a provider's URN and ID.
+    ///
+    /// # Errors
+    /// [`UrnError::BadProviderReference`] when the URN's type is not a
+    /// provider type or the ID is empty.
+    pub fn new(urn: Urn, id: impl Into<String>) -> Result<Self> {
+        let id = id.into();
+        let reference = format!("{urn}::{id}");
+        if !urn.type_str().starts_with(PROVIDER_TYPE_PREFIX) || urn.qualified_type().contains('$') {
+            return Err(UrnError::BadProviderReference {
+                reference,
+                reason: format!("`{}` is not a provider type", urn.qualified_type()),
+            });
+        }
+        if id.is_empty() {
+            return Err(UrnError::BadProviderReference {
+                reference,
+                reason: "the ID is empty".into(),
+            });
+        }
+        Ok(Self { urn, id })
+    }
+
+    /// Parses `<provider URN>::<ID>` (the ID is after the last `::`).
+    ///
+    /// # Errors
+    /// [`UrnError::BadProviderReference`] naming what is wrong.
+    pub fn parse(s: &str) -> Result<Self> {
+        let Some(i) = s.rfind(URN_SEPARATOR) else {
+            return Err(UrnError::BadProviderReference {
+                reference: s.to_owned(),
+                reason: "it has no `::<ID>`".into(),
+            });
+        };
+        let urn = Urn::parse(&s[..i]).map_err(|e| UrnError::BadProviderReference {
+            reference: s.to_owned(),
+            reason: e.to_string(),
+        })?;
+        Self::new(urn, &s[i + 2..])
+    }
+
+    /// The provider's URN.
+    pub fn urn(&self) -> &Urn {
+        &self.urn
+    }
+
+    /// The provider's ID (may be the unknown placeholder during preview).
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The package the provider serves.
+    pub fn package(&self) -> &str {
+        self.urn
+            .type_str()
+            .strip_prefix(PROVIDER_TYPE_PREFIX)
+            .unwrap_or("")
+    }
+}
+
+impl fmt::Display for ProviderRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}::{}", self.urn, self.id)
+    }
+}
+
+impl fmt::Debug for ProviderRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&self.to_string(), f)
+    }
+}
+
+impl FromStr for ProviderRef {
+    type Err = UrnError;
+    fn from_str(s: &str) -> Result<Self> {
+        Self::parse(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_parts() {
+        let u = Urn::parse("urn:pulumi:dev::app::custom:c:App$aws:s3/bucket:Bucket::a::b").unwrap();
+        assert_eq!(u.stack(), "dev");
+        assert_eq!(u.project(), "app");
+        assert_eq!(u.qualified_type(), "custom:c:App$aws:s3/bucket:Bucket");
+        assert_eq!(u.type_str(), "aws:s3/bucket:Bucket");
+        assert_eq!(u.parent_types().collect::<Vec<_>>(), ["custom:c:App"]);
+        assert_eq!(u.name(), "a::b");
+        let t = TypeToken::parse(u.type_str()).unwrap();
+        assert_eq!(
+            (t.package(), t.module(), t.name()),
+            ("aws", "s3/bucket", "Bucket")
+        );
+    }
+
+    #[test]
+    fn derives_children_and_skips_the_stack_type() {
+        let stack = TypeToken::parse(STACK_TYPE).unwrap();
+        let root = Urn::new("dev", "app", None, &stack, "app-dev").unwrap();
+        let comp = TypeToken::parse("my:mod:Comp").unwrap();
+        let c = Urn::new("dev", "app", Some(root.qualified_type()), &comp, "c").unwrap();
+        assert_eq!(c.as_str(), "urn:pulumi:dev::app::my:mod:Comp::c");
+        let leaf = c
+            .child(&TypeToken::parse("aws:s3:Bucket").unwrap(), "b")
+            .unwrap();
+        assert_eq!(
+            leaf.as_str(),
+            "urn:pulumi:dev::app::my:mod:Comp$aws:s3:Bucket::b"
+        );
+    }
+
+    #[test]
+    fn provider_references() {
+        let r = ProviderRef::parse(
+            "urn:pulumi:dev::p::pulumi:providers:aws::default_2_7_0::a9067732-5453",
+        )
+        .unwrap();
+        assert_eq!(r.urn().name(), "default_2_7_0");
+        assert_eq!(r.id(), "a9067732-5453");
+        assert_eq!(r.package(), "aws");
+        assert!(ProviderRef::parse("urn:pulumi:dev::p::aws:s3:Bucket::b::id").is_err());
+        assert!(ProviderRef::parse("nothing").is_err());
+    }
+
+    #[test]
+    fn malformed_inputs_are_typed_errors() {
+        for bad in [
+            "",
+            "urn:pulumi:",
+            "urn:pulumi:dev",
+            "urn:pulumi:dev::p",
+            "urn:pulumi:dev::p::a:b:C",
+            "urn:pulumi:::p::a:b:C::n",
+            "urn:pulumi:d::::a:b:C::n",
+            "urn:pulumi:d::p::::n",
+            "urn:pulumi:d::p::a:b:C::",
+            "urn:pulumi:d::p::a:b::n",
+            "urn:pulumi:d::p::a:b:C$::n",
+            "urn:x:d::p::a:b:C::n",
+        ] {
+            assert!(Urn::parse(bad).is_err(), "{bad:?} should not parse");
+        }
+        assert!(matches!(
+            TypeToken::parse("a:b"),
+            Err(UrnError::BadType { .. })
+        ));
+        assert!(matches!(
+            TypeToken::parse("a::b"),
+            Err(UrnError::BadType { .. })
+        ));
+    }
+}
