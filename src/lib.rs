@@ -11,9 +11,24 @@
 //!   data and deterministic code; everything else depends on it.
 //! - [`sync`]: the concurrency core (execution gate, commit) on a std/loom
 //!   shim, model-checked by `loom-tests/`.
+//! - [`provider`]: the provider trait, the registry and the simulated cloud.
+//! - [`source`]: the program API and the Source actor.
+//! - [`plan`]: steps, the deterministic planner and the StepGenerator actor.
+//! - [`exec`]: the StepExecutor actor (bounded parallel chains).
+//! - [`persist`]: mutations, the snapshot builder, persisters and the
+//!   Persister actor.
+//! - [`engine`]: wires the actors for one operation; [`events`]: the event
+//!   stream.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod engine;
+pub mod events;
+pub mod exec;
 pub mod model;
+pub mod persist;
+pub mod plan;
+pub mod provider;
+pub mod source;
 pub mod sync;

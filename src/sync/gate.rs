@@ -31,6 +31,15 @@
 //! The async face ([`Gate::reserve`], [`Gate::quiesce`]) is what the executor
 //! and the migration coordinator await; it uses plain [`std::task::Waker`]s
 //! and needs no particular runtime.
+//!
+//! # Fault injection
+//!
+//! Under `--cfg keel_loom --cfg keel_loom_broken="NAME"` (loom twins only)
+//! one fault is compiled in: `overtake` (a waiting quiescer is overtaken),
+//! `no_drain` (the token is handed out with reservations still active),
+//! `double_quiesce` (two tokens at once), `lost_wakeup` (check and wait under
+//! separate lock acquisitions), `wake_one` (resume wakes one waiter of each
+//! kind), `no_register` (a pending future leaves no waker).
 
 use std::fmt;
 use std::future::Future;
@@ -64,7 +73,7 @@ struct State {
 impl State {
     /// Whether a reservation may be granted now.
     fn may_reserve(&self) -> bool {
-        if cfg!(keel_loom_broken = "overtake") {
+        if fault!("overtake") {
             // FAULT: only a closed gate stops new chains, so a chain asked
             // for after a quiescer started waiting slips in ahead of it.
             !self.closed
@@ -76,22 +85,19 @@ impl State {
     /// Whether a quiescer (whose request is already counted) may take the
     /// gate now.
     fn may_quiesce(&self) -> bool {
-        if cfg!(keel_loom_broken = "no_drain") {
-            // FAULT: the token is handed out without waiting for the
-            // reservations in flight, so the commit runs unquiesced.
-            !self.closed
-        } else if cfg!(keel_loom_broken = "double_quiesce") {
-            // FAULT: a second quiescer does not wait for the first.
-            self.active == 0
-        } else {
-            !self.closed && self.active == 0
-        }
+        // FAULT `double_quiesce`: a second quiescer does not wait for the
+        // first to resume.
+        let gate_free = !self.closed || fault!("double_quiesce");
+        // FAULT `no_drain`: the token is handed out without waiting for the
+        // reservations in flight, so the commit runs unquiesced.
+        let drained = self.active == 0 || fault!("no_drain");
+        gate_free && drained
     }
 
     /// Registers (or refreshes) the waker of the future whose id is in
     /// `slot`, allocating an id on first registration.
     fn register(&mut self, quiesce: bool, slot: &mut Option<u64>, waker: &Waker) {
-        if cfg!(keel_loom_broken = "no_register") {
+        if fault!("no_register") {
             // FAULT: the future returns `Pending` without leaving a waker.
             return;
         }
@@ -154,7 +160,7 @@ impl Inner {
     /// went away: notifies every blocked thread and returns every waiting
     /// task's waker.
     fn reopen(&self, state: &mut State) -> WaiterList {
-        if cfg!(keel_loom_broken = "wake_one") {
+        if fault!("wake_one") {
             // FAULT: only one waiter of each kind is woken.
             self.reserve_cv.notify_one();
             if state.reserve_waiters.is_empty() {
@@ -298,7 +304,7 @@ impl Gate {
         let inner = &self.inner;
         let mut state = inner.lock();
         state.quiesce_requests += 1;
-        if cfg!(keel_loom_broken = "lost_wakeup") {
+        if fault!("lost_wakeup") {
             // FAULT: the condition is checked under one lock acquisition and
             // the wait starts under another, so a release in between is a
             // lost wake-up.

@@ -15,7 +15,7 @@
 //!   asked for after it. [`Quiesced::resume`] reopens the gate and wakes every
 //!   waiter. The async face (the futures the executor awaits) and the blocking
 //!   face share one mutex-protected state, so neither can lose a wake-up.
-//! - [`commit`]: publishing a prepared migration transaction
+//! - [`mod@commit`]: publishing a prepared migration transaction
 //!   (`migrations.md` §7) into the published prior list, generic over the
 //!   state type through [`CommitFields`]. It demands a [`Quiesced`] token, so
 //!   no reader holding a reservation can observe a half-committed
@@ -25,7 +25,19 @@
 //!
 //! Under `--cfg keel_loom_broken="NAME"` one deliberate fault is compiled
 //! into this code, giving the broken twins that the loom models must catch
-//! (see `loom-tests/README.md`). Ordinary builds never set that cfg.
+//! (see `loom-tests/README.md`). A fault is active only together with
+//! `--cfg keel_loom`, so it can never reach an engine build. The faulty
+//! branches are selected with `cfg!` rather than `#[cfg]`, so they are
+//! type-checked (and cannot rot) in every build and folded away in all but
+//! their twin's.
+
+/// Whether the fault `$name` is injected: true only under both
+/// `--cfg keel_loom` and `--cfg keel_loom_broken="$name"`.
+macro_rules! fault {
+    ($name:tt) => {
+        cfg!(all(keel_loom, keel_loom_broken = $name))
+    };
+}
 
 pub mod commit;
 pub mod gate;

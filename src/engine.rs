@@ -1,0 +1,418 @@
+//! The engine: runs one operation (update, preview, refresh, destroy) by
+//! spawning the actors of `architecture.md` §2 under a supervisor, feeding
+//! the program through the Source, and collecting the summary and the new
+//! snapshot.
+//!
+//! Every actor is spawned linked to an operation supervisor that turns a
+//! failure (an error or a panic in a handler) into an operation error; an
+//! unsupervised ractor actor's panic would vanish.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::events::{EngineEvent, EventSink, Summary};
+use crate::exec::{ExecConfig, ExecShared, ExecutorActor};
+use crate::model::snapshot::Manifest;
+use crate::model::urn::STACK_TYPE;
+use crate::model::{Deployment, TypeToken, Urn};
+use crate::persist::actor::{PersistMsg, PersisterActor};
+use crate::persist::{MemoryPersister, PersistError, Persister, SnapshotBuilder};
+use crate::plan::actor::{GenArgs, GenMsg, GeneratorActor, Mode};
+use crate::plan::generator::{PlanOptions, Planner};
+use crate::provider::ProviderRegistry;
+use crate::source::goal::Goal;
+use crate::source::{Context, Program, SourceActor};
+use crate::sync::gate::Gate;
+
+/// Why an operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Steps, planning or the program failed; the outcome holds the
+    /// snapshot as persisted (every resource created is in it).
+    #[error("the operation failed: {}", failure_text(.0))]
+    Failed(Box<Outcome>),
+    /// An actor failed (an error or a panic): a bug in keel.
+    #[error("internal error: {0}")]
+    ActorFailed(String),
+    /// An actor could not be started.
+    #[error("cannot start the engine: {0}")]
+    Spawn(String),
+    /// The final state could not be persisted.
+    #[error(transparent)]
+    Persist(#[from] PersistError),
+}
+
+fn failure_text(o: &Outcome) -> String {
+    let mut parts: Vec<String> = o
+        .summary
+        .failures
+        .iter()
+        .map(|f| format!("{} of {} failed: {}", f.kind, f.urn, f.message))
+        .collect();
+    parts.extend(o.summary.errors.iter().cloned());
+    parts.join("; ")
+}
+
+/// The result type of operations.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// What an operation produced.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    /// Steps per kind, failures, duration.
+    pub summary: Summary,
+    /// The deployment after the operation (in a preview: what the update
+    /// would leave, in memory only).
+    pub snapshot: Deployment,
+}
+
+/// The engine's configuration.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// The stack's name.
+    pub stack: String,
+    /// The project's name.
+    pub project: String,
+    /// Chains running at once (default 4 x cores; 1 = serial).
+    pub parallel: usize,
+    /// Keep going after a step fails, skipping its dependents.
+    pub continue_on_error: bool,
+    /// Where events go.
+    pub events: EventSink,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        Self {
+            stack: "dev".into(),
+            project: "project".into(),
+            parallel: 4 * cores,
+            continue_on_error: false,
+            events: EventSink::default(),
+        }
+    }
+}
+
+/// Runs operations against providers from a registry.
+#[derive(Debug, Clone)]
+pub struct Engine {
+    config: EngineConfig,
+    registry: ProviderRegistry,
+}
+
+/// The operation supervisor: reports any linked actor's failure.
+struct Supervisor;
+
+impl Actor for Supervisor {
+    type Msg = ();
+    type State = mpsc::UnboundedSender<String>;
+    type Arguments = mpsc::UnboundedSender<String>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<()>,
+        tx: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(tx)
+    }
+
+    async fn handle_supervisor_evt(
+        &self,
+        _myself: ActorRef<()>,
+        event: SupervisionEvent,
+        tx: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        if let SupervisionEvent::ActorFailed(cell, err) = event {
+            let name = cell.get_name().unwrap_or_else(|| "actor".into());
+            tracing::error!(actor = %name, error = %err, "actor failed");
+            let _ = tx.send(format!("the {name} actor failed: {err}"));
+        }
+        Ok(())
+    }
+}
+
+impl Engine {
+    /// An engine with its configuration and providers.
+    pub fn new(config: EngineConfig, registry: ProviderRegistry) -> Self {
+        Self { config, registry }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// The stack resource's URN.
+    ///
+    /// # Errors
+    /// [`EngineError::Spawn`] when the stack or project name cannot form a
+    /// URN.
+    pub fn root_urn(&self) -> Result<Urn> {
+        let ty = TypeToken::parse(STACK_TYPE).map_err(|e| EngineError::Spawn(e.to_string()))?;
+        let name = format!("{}-{}", self.config.project, self.config.stack);
+        Urn::new(&self.config.stack, &self.config.project, None, &ty, &name)
+            .map_err(|e| EngineError::Spawn(e.to_string()))
+    }
+
+    /// Runs the program and reconciles the stack with it.
+    ///
+    /// # Errors
+    /// [`EngineError::Failed`] with the persisted outcome when a step,
+    /// planning or the program failed; other variants for internal errors.
+    pub async fn update(
+        &self,
+        prior: Deployment,
+        program: impl Program,
+        persister: Box<dyn Persister>,
+    ) -> Result<Outcome> {
+        self.run(
+            Mode::Update,
+            false,
+            prior,
+            Some(Arc::new(program)),
+            persister,
+        )
+        .await
+    }
+
+    /// Plans the update without changing anything.
+    ///
+    /// # Errors
+    /// As [`Engine::update`].
+    pub async fn preview(&self, prior: Deployment, program: impl Program) -> Result<Outcome> {
+        self.run(
+            Mode::Update,
+            true,
+            prior,
+            Some(Arc::new(program)),
+            Box::new(MemoryPersister::new()),
+        )
+        .await
+    }
+
+    /// Reconciles the state with the cloud.
+    ///
+    /// # Errors
+    /// As [`Engine::update`].
+    pub async fn refresh(
+        &self,
+        prior: Deployment,
+        persister: Box<dyn Persister>,
+    ) -> Result<Outcome> {
+        self.run(Mode::Refresh, false, prior, None, persister).await
+    }
+
+    /// Deletes every resource of the stack.
+    ///
+    /// # Errors
+    /// As [`Engine::update`]; protected resources block it before anything
+    /// is deleted.
+    pub async fn destroy(
+        &self,
+        prior: Deployment,
+        persister: Box<dyn Persister>,
+    ) -> Result<Outcome> {
+        self.run(Mode::Destroy, false, prior, None, persister).await
+    }
+
+    async fn run(
+        &self,
+        mode: Mode,
+        preview: bool,
+        mut prior: Deployment,
+        program: Option<Arc<dyn Program>>,
+        persister: Box<dyn Persister>,
+    ) -> Result<Outcome> {
+        let started = Instant::now();
+        let spawn_err = |e: ractor::SpawnErr| EngineError::Spawn(e.to_string());
+        let root = self.root_urn()?;
+        let olds = SnapshotBuilder::share_resources(&mut prior);
+        prior.manifest = Manifest::keel(
+            humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        );
+        let builder = SnapshotBuilder::new(prior, olds.clone());
+
+        let (fail_tx, mut fail_rx) = mpsc::unbounded_channel();
+        let (sup, sup_handle) = Actor::spawn(None, Supervisor, fail_tx)
+            .await
+            .map_err(spawn_err)?;
+        let cell = sup.get_cell();
+        let (persist, _) = Actor::spawn_linked(
+            Some(actor_name("persister")),
+            PersisterActor,
+            (builder, persister),
+            cell.clone(),
+        )
+        .await
+        .map_err(spawn_err)?;
+        let shared = ExecShared::new(
+            ExecConfig {
+                parallel: self.config.parallel,
+                continue_on_error: self.config.continue_on_error,
+                preview,
+            },
+            Gate::new(),
+            self.registry.clone(),
+            persist.clone(),
+            self.config.events.clone(),
+        );
+        let planner = Planner::new(
+            PlanOptions {
+                stack: self.config.stack.clone(),
+                project: self.config.project.clone(),
+                preview,
+            },
+            olds,
+        );
+        let (done_tx, done_rx) = oneshot::channel();
+        let (generator, _) = Actor::spawn_linked(
+            Some(actor_name("generator")),
+            GeneratorActor,
+            GenArgs {
+                planner,
+                mode,
+                registry: self.registry.clone(),
+                shared: shared.clone(),
+                done: done_tx,
+                preview,
+            },
+            cell.clone(),
+        )
+        .await
+        .map_err(spawn_err)?;
+        let (executor, _) = Actor::spawn_linked(
+            Some(actor_name("executor")),
+            ExecutorActor,
+            (shared.clone(), generator.clone()),
+            cell.clone(),
+        )
+        .await
+        .map_err(spawn_err)?;
+        generator
+            .cast(GenMsg::Wire(executor.clone()))
+            .map_err(|e| EngineError::Spawn(e.to_string()))?;
+        let (source, _) = Actor::spawn_linked(
+            Some(actor_name("source")),
+            SourceActor,
+            generator.clone(),
+            cell.clone(),
+        )
+        .await
+        .map_err(spawn_err)?;
+
+        let ctx = Context::new(
+            source.clone(),
+            self.config.stack.clone(),
+            self.config.project.clone(),
+            preview,
+            root.clone(),
+        );
+        match program {
+            Some(program) => {
+                tokio::spawn(async move {
+                    let stack = Goal::component(
+                        TypeToken::parse(STACK_TYPE).unwrap_or_default(),
+                        root.name().to_owned(),
+                    );
+                    let run_ctx = ctx.clone();
+                    let task = tokio::spawn(async move {
+                        run_ctx.register(stack).await.map_err(|e| e.to_string())?;
+                        program.run(run_ctx).await.map_err(|e| e.to_string())
+                    });
+                    let err = match task.await {
+                        Ok(Ok(())) => None,
+                        Ok(Err(e)) => Some(e),
+                        Err(e) => Some(format!("the program panicked: {e}")),
+                    };
+                    ctx.done(err);
+                });
+            }
+            None => ctx.done(None),
+        }
+
+        let gen_outcome = tokio::select! {
+            outcome = done_rx => outcome.ok(),
+            failure = fail_rx.recv() => {
+                let msg = failure.unwrap_or_else(|| "the supervisor stopped".into());
+                stop_all(&[source.get_cell(), executor.get_cell(), generator.get_cell(), persist.get_cell()]);
+                sup.stop(None);
+                return Err(EngineError::ActorFailed(msg));
+            }
+        };
+        let mut errors = gen_outcome
+            .map(|o| o.errors)
+            .unwrap_or_else(|| vec!["the step generator stopped".into()]);
+        let snapshot = match persist.call(PersistMsg::Finish, None).await {
+            Ok(ractor::rpc::CallResult::Success(Ok(s))) => s,
+            Ok(ractor::rpc::CallResult::Success(Err(e))) => {
+                errors.push(e.to_string());
+                call_snapshot(&persist).await.unwrap_or_default()
+            }
+            other => {
+                stop_all(&[
+                    source.get_cell(),
+                    executor.get_cell(),
+                    generator.get_cell(),
+                    persist.get_cell(),
+                ]);
+                sup.stop(None);
+                return Err(EngineError::ActorFailed(format!(
+                    "the persister did not answer: {other:?}"
+                )));
+            }
+        };
+        stop_all(&[
+            source.get_cell(),
+            executor.get_cell(),
+            generator.get_cell(),
+            persist.get_cell(),
+        ]);
+        sup.stop(None);
+        let _ = sup_handle.await;
+
+        let failures = shared.failures();
+        let summary = Summary {
+            result: if failures.is_empty() && errors.is_empty() {
+                "succeeded".into()
+            } else {
+                "failed".into()
+            },
+            steps: shared.counts(),
+            failures,
+            errors,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        };
+        self.config
+            .events
+            .send(EngineEvent::Summary(summary.clone()));
+        let outcome = Outcome { summary, snapshot };
+        if outcome.summary.succeeded() {
+            Ok(outcome)
+        } else {
+            Err(EngineError::Failed(Box::new(outcome)))
+        }
+    }
+}
+
+fn actor_name(role: &str) -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("keel-{role}-{n}")
+}
+
+fn stop_all(cells: &[ractor::ActorCell]) {
+    for c in cells {
+        c.stop(None);
+    }
+}
+
+async fn call_snapshot(persist: &ActorRef<PersistMsg>) -> Option<Deployment> {
+    match persist.call(PersistMsg::Snapshot, None).await {
+        Ok(ractor::rpc::CallResult::Success(s)) => Some(s),
+        _ => None,
+    }
+}

@@ -1,0 +1,675 @@
+//! The StepExecutor actor: runs chains on a bounded pool.
+//!
+//! A chain takes one reservation from the execution gate (`sync::gate`)
+//! when it is submitted and holds it until its last step finished, so a
+//! quiescing migration waits for every chain submitted before it and no
+//! chain submitted after it starts until resume. A chain first waits for
+//! the chains of what it depends on, then for a pool permit (default 4 x
+//! cores), then runs its steps in order, each step's provider call
+//! bracketed by a `begin` and an end mutation that the persister makes
+//! durable. Deletes run as antichains, each in parallel, in order.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use dashmap::DashMap;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::{oneshot, watch, Semaphore};
+
+use crate::events::{EngineEvent, EventSink, StepFailure};
+use crate::model::snapshot::OperationType;
+use crate::model::{PropertyMap, ProviderRef, State, Urn};
+use crate::persist::actor::PersistMsg;
+use crate::persist::{Change, Mutation, PersistError};
+use crate::plan::actor::GenMsg;
+use crate::plan::step::{lock, share, Chain, StateRef, Step, StepKind};
+use crate::provider::{Provider, ProviderError, ProviderRegistry, ResourceRequest};
+use crate::source::goal::Registered;
+use crate::source::RegisterError;
+use crate::sync::gate::{Gate, Reservation};
+
+/// Where a resource's chain stands in this operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Submitted, not finished.
+    Pending,
+    /// Finished.
+    Done,
+    /// Failed or skipped.
+    Failed,
+}
+
+/// The executor's configuration.
+#[derive(Debug, Clone)]
+pub struct ExecConfig {
+    /// Chains running at once (1 = serial).
+    pub parallel: usize,
+    /// Keep going after a failure (skipping dependents of failed steps).
+    pub continue_on_error: bool,
+    /// A preview: providers compute, change nothing.
+    pub preview: bool,
+}
+
+/// State shared by the executor's tasks.
+#[derive(Debug)]
+pub struct ExecShared {
+    config: ExecConfig,
+    gate: Gate,
+    pool: Semaphore,
+    status: DashMap<Urn, watch::Sender<Status>>,
+    news: DashMap<Urn, StateRef>,
+    registry: ProviderRegistry,
+    persister: ActorRef<PersistMsg>,
+    events: EventSink,
+    stopped: AtomicBool,
+    failures: Mutex<Vec<StepFailure>>,
+    counts: Mutex<BTreeMap<StepKind, usize>>,
+    next_op: AtomicU64,
+}
+
+impl ExecShared {
+    /// Shared executor state.
+    pub fn new(
+        config: ExecConfig,
+        gate: Gate,
+        registry: ProviderRegistry,
+        persister: ActorRef<PersistMsg>,
+        events: EventSink,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            pool: Semaphore::new(config.parallel.max(1)),
+            config,
+            gate,
+            status: DashMap::new(),
+            news: DashMap::new(),
+            registry,
+            persister,
+            events,
+            stopped: AtomicBool::new(false),
+            failures: Mutex::new(Vec::new()),
+            counts: Mutex::new(BTreeMap::new()),
+            next_op: AtomicU64::new(1),
+        })
+    }
+
+    /// Steps completed per kind.
+    pub fn counts(&self) -> BTreeMap<StepKind, usize> {
+        self.counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Failed steps.
+    pub fn failures(&self) -> Vec<StepFailure> {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Stops new work (a failure that fails the operation).
+    pub fn stop(&self) {
+        self.stopped.store(true, Ordering::Release);
+    }
+
+    /// True once a failure stopped new work.
+    pub fn stopped(&self) -> bool {
+        self.stopped.load(Ordering::Acquire)
+    }
+
+    /// The execution gate.
+    pub fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    fn fail(&self, f: StepFailure) {
+        self.failures
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(f);
+        if !self.config.continue_on_error {
+            self.stopped.store(true, Ordering::Release);
+        }
+    }
+
+    fn count(&self, kind: StepKind) {
+        *self
+            .counts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(kind)
+            .or_default() += 1;
+    }
+
+    fn set_status(&self, urn: &Urn, s: Status) {
+        if let Some(tx) = self.status.get(urn) {
+            tx.send_replace(s);
+        }
+    }
+
+    async fn persist(&self, m: Mutation) -> Result<(), PersistError> {
+        let r = self
+            .persister
+            .call(|reply| PersistMsg::Mutate(m, reply), None)
+            .await;
+        match r {
+            Ok(ractor::rpc::CallResult::Success(r)) => r,
+            Ok(other) => Err(PersistError::Stopped(format!("{other:?}"))),
+            Err(e) => Err(PersistError::Stopped(e.to_string())),
+        }
+    }
+
+    fn provider_for(&self, s: &State) -> Result<Arc<dyn Provider>, StepError> {
+        let r = ProviderRef::parse(&s.provider).map_err(|e| StepError::Other(e.to_string()))?;
+        Ok(self.registry.get(&r))
+    }
+}
+
+/// Messages to the executor.
+#[derive(Debug)]
+pub enum ExecMsg {
+    /// Run a chain; reply to the registration when it finished.
+    Chain {
+        /// The steps.
+        chain: Chain,
+        /// The registration waiting for it.
+        reply: Option<oneshot::Sender<Result<Registered, RegisterError>>>,
+    },
+    /// Run deletes, group after group.
+    Deletes(Vec<Vec<Step>>),
+    /// Run refreshes in parallel.
+    Refreshes(Vec<Step>),
+    /// Set a registered resource's outputs once its chain finished.
+    Outputs {
+        /// The resource.
+        urn: Urn,
+        /// The outputs.
+        outputs: PropertyMap,
+        /// Answered when persisted.
+        reply: oneshot::Sender<Result<(), RegisterError>>,
+    },
+}
+
+/// The StepExecutor actor.
+#[derive(Debug, Default)]
+pub struct ExecutorActor;
+
+/// The executor's state: shared with its tasks, plus the generator to tell.
+#[derive(Debug)]
+pub struct ExecutorState {
+    shared: Arc<ExecShared>,
+    generator: ActorRef<GenMsg>,
+}
+
+impl Actor for ExecutorActor {
+    type Msg = ExecMsg;
+    type State = ExecutorState;
+    type Arguments = (Arc<ExecShared>, ActorRef<GenMsg>);
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        (shared, generator): Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(ExecutorState { shared, generator })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        let shared = state.shared.clone();
+        let generator = state.generator.clone();
+        match msg {
+            ExecMsg::Chain { chain, reply } => {
+                // The reservation is taken here, at submission, so a
+                // quiescer that asked later waits for this chain.
+                let reservation = match shared.gate.try_reserve() {
+                    Some(r) => r,
+                    None => shared.gate.reserve().await,
+                };
+                for step in &chain.steps {
+                    if step.new.is_some() {
+                        shared
+                            .status
+                            .insert(step.urn.clone(), watch::channel(Status::Pending).0);
+                    }
+                }
+                tokio::spawn(async move {
+                    let r = run_chain(&shared, chain, reservation).await;
+                    if let Some(reply) = reply {
+                        let _ = reply.send(r);
+                    }
+                    let _ = generator.cast(GenMsg::ChainDone);
+                });
+            }
+            ExecMsg::Deletes(groups) => {
+                tokio::spawn(async move {
+                    for group in groups {
+                        if shared.stopped() {
+                            break;
+                        }
+                        let tasks: Vec<_> = group
+                            .into_iter()
+                            .map(|step| {
+                                let shared = shared.clone();
+                                tokio::spawn(async move {
+                                    let reservation = shared.gate.reserve().await;
+                                    let _ = run_steps(&shared, vec![step], reservation).await;
+                                })
+                            })
+                            .collect();
+                        for t in tasks {
+                            let _ = t.await;
+                        }
+                    }
+                    let _ = generator.cast(GenMsg::DeletesDone);
+                });
+            }
+            ExecMsg::Refreshes(steps) => {
+                tokio::spawn(async move {
+                    let tasks: Vec<_> = steps
+                        .into_iter()
+                        .map(|step| {
+                            let shared = shared.clone();
+                            tokio::spawn(async move {
+                                let reservation = shared.gate.reserve().await;
+                                let _ = run_steps(&shared, vec![step], reservation).await;
+                            })
+                        })
+                        .collect();
+                    for t in tasks {
+                        let _ = t.await;
+                    }
+                    let _ = generator.cast(GenMsg::DeletesDone);
+                });
+            }
+            ExecMsg::Outputs {
+                urn,
+                outputs,
+                reply,
+            } => {
+                tokio::spawn(async move {
+                    let _ = reply.send(set_outputs(&shared, urn, outputs).await);
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+async fn wait_for(shared: &ExecShared, urn: &Urn) -> Status {
+    let rx = shared.status.get(urn).map(|tx| tx.subscribe());
+    match rx {
+        None => Status::Done,
+        Some(mut rx) => match rx.wait_for(|s| *s != Status::Pending).await {
+            Ok(s) => *s,
+            Err(_) => Status::Failed,
+        },
+    }
+}
+
+async fn set_outputs(
+    shared: &ExecShared,
+    urn: Urn,
+    outputs: PropertyMap,
+) -> Result<(), RegisterError> {
+    if wait_for(shared, &urn).await != Status::Done {
+        return Err(RegisterError::Stopped);
+    }
+    let state = shared
+        .news
+        .get(&urn)
+        .map(|s| s.clone())
+        .ok_or(RegisterError::Stopped)?;
+    shared
+        .persist(Mutation::Apply(Change::Outputs { state, outputs }))
+        .await
+        .map_err(|e| RegisterError::Persist(e.to_string()))
+}
+
+async fn run_chain(
+    shared: &ExecShared,
+    chain: Chain,
+    reservation: Reservation,
+) -> Result<Registered, RegisterError> {
+    for dep in &chain.waits_for {
+        if wait_for(shared, dep).await == Status::Failed {
+            for step in &chain.steps {
+                shared.set_status(&step.urn, Status::Failed);
+            }
+            return Err(RegisterError::Skipped {
+                dependency: dep.clone(),
+            });
+        }
+    }
+    run_steps(shared, chain.steps, reservation).await
+}
+
+/// Runs steps in order under one reservation and a pool permit.
+async fn run_steps(
+    shared: &ExecShared,
+    steps: Vec<Step>,
+    reservation: Reservation,
+) -> Result<Registered, RegisterError> {
+    let _reservation = reservation;
+    let urns: Vec<Urn> = steps.iter().map(|s| s.urn.clone()).collect();
+    let mark = |s: Status| {
+        for u in &urns {
+            shared.set_status(u, s);
+        }
+    };
+    if shared.stopped() {
+        mark(Status::Failed);
+        return Err(RegisterError::Stopped);
+    }
+    let Ok(_permit) = shared.pool.acquire().await else {
+        mark(Status::Failed);
+        return Err(RegisterError::Stopped);
+    };
+    let mut last = None;
+    for step in steps {
+        let (kind, urn) = (step.kind, step.urn.clone());
+        shared.events.send(EngineEvent::StepStarted {
+            kind,
+            urn: urn.clone(),
+        });
+        let started = Instant::now();
+        let r = execute(shared, step).await;
+        let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        match r {
+            Ok(reg) => {
+                shared.count(kind);
+                shared.events.send(EngineEvent::StepFinished {
+                    kind,
+                    urn: urn.clone(),
+                    duration_ms,
+                    error: None,
+                });
+                if let Some(reg) = reg {
+                    shared.set_status(&urn, Status::Done);
+                    last = Some(reg);
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                shared.events.send(EngineEvent::StepFinished {
+                    kind,
+                    urn: urn.clone(),
+                    duration_ms,
+                    error: Some(message.clone()),
+                });
+                let failure = StepFailure { urn, kind, message };
+                shared.fail(failure.clone());
+                mark(Status::Failed);
+                return Err(RegisterError::Step(failure));
+            }
+        }
+    }
+    mark(Status::Done);
+    last.ok_or(RegisterError::Stopped)
+}
+
+/// Why a step failed.
+#[derive(Debug, thiserror::Error)]
+enum StepError {
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    #[error(transparent)]
+    Persist(#[from] PersistError),
+    #[error("{0}")]
+    Other(String),
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+fn registered(s: &State) -> Registered {
+    Registered {
+        urn: s.urn.clone(),
+        id: s.id.clone(),
+        outputs: s.outputs.clone(),
+    }
+}
+
+/// Writes `new` (superseding `old`) with no provider call.
+async fn write(
+    shared: &ExecShared,
+    old: Option<StateRef>,
+    new: State,
+    mark_old_delete: bool,
+) -> Result<Option<Registered>, StepError> {
+    let reg = registered(&new);
+    let urn = new.urn.clone();
+    let new = share(new);
+    shared
+        .persist(Mutation::Apply(Change::Write {
+            old,
+            new: new.clone(),
+            mark_old_delete,
+        }))
+        .await?;
+    shared.news.insert(urn, new);
+    Ok(Some(reg))
+}
+
+/// Brackets a provider call with `begin` and its end mutation.
+async fn bracket<T>(
+    shared: &ExecShared,
+    kind: OperationType,
+    state: &State,
+    call: impl std::future::Future<Output = Result<T, ProviderError>>,
+) -> Result<(T, u64), StepError> {
+    let op = shared.next_op.fetch_add(1, Ordering::Relaxed);
+    if !shared.config.preview {
+        shared
+            .persist(Mutation::Begin {
+                op,
+                kind,
+                state: Box::new(state.clone()),
+            })
+            .await?;
+    }
+    match call.await {
+        Ok(v) => Ok((v, op)),
+        Err(e) => {
+            if !shared.config.preview {
+                shared.persist(Mutation::Failed { op }).await?;
+            }
+            Err(e.into())
+        }
+    }
+}
+
+async fn end(shared: &ExecShared, op: u64, change: Change) -> Result<(), StepError> {
+    let m = if shared.config.preview {
+        Mutation::Apply(change)
+    } else {
+        Mutation::End { op, change }
+    };
+    shared.persist(m).await?;
+    Ok(())
+}
+
+fn request<'a>(
+    s: &'a State,
+    old: Option<&'a State>,
+    preview: bool,
+    timeout: f64,
+) -> ResourceRequest<'a> {
+    ResourceRequest {
+        urn: &s.urn,
+        ty: &s.ty,
+        id: &s.id,
+        inputs: &s.inputs,
+        old_inputs: old.map(|o| &o.inputs),
+        old_outputs: old.map(|o| &o.outputs),
+        ignore_changes: &s.ignore_changes,
+        replace_on_changes: &s.replace_on_changes,
+        timeout: (timeout > 0.0).then(|| std::time::Duration::from_secs_f64(timeout)),
+        preview,
+    }
+}
+
+/// Executes one step. Returns what the registration learns (for steps
+/// that write a state).
+async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, StepError> {
+    let preview = shared.config.preview;
+    let old_ref = step.old.clone();
+    let old = old_ref.as_ref().map(|o| lock(o).clone());
+    match step.kind {
+        StepKind::Same => {
+            let new = step
+                .new
+                .ok_or_else(|| StepError::Other("same step without a goal".into()))?;
+            write(shared, old_ref, new, false).await
+        }
+        StepKind::Create | StepKind::CreateReplacement | StepKind::Update => {
+            let mut new = step
+                .new
+                .ok_or_else(|| StepError::Other("step without a goal".into()))?;
+            // Create-before-delete keeps the old half, marked for deletion;
+            // a resource already deleted by delete-before-replace is superseded.
+            let mark_old_delete = step.kind == StepKind::CreateReplacement
+                && old.as_ref().is_some_and(|o| !o.pending_replacement);
+            if !new.custom || new.ty.is_provider() {
+                if new.ty.is_provider() {
+                    let r = ProviderRef::new(new.urn.clone(), new.id.clone())
+                        .map_err(|e| StepError::Other(e.to_string()))?;
+                    shared.registry.get(&r).configure(&new.inputs).await?;
+                }
+                return write(shared, old_ref, new, mark_old_delete).await;
+            }
+            let provider = shared.provider_for(&new)?;
+            let stamp = now();
+            if step.kind == StepKind::Update {
+                let (obj, op) = {
+                    let req = request(&new, old.as_ref(), preview, new.custom_timeouts.update.0);
+                    bracket(shared, OperationType::Updating, &new, provider.update(req)).await?
+                };
+                new.outputs = obj.outputs;
+                new.modified = stamp;
+                let reg = registered(&new);
+                let urn = new.urn.clone();
+                let new = share(new);
+                end(
+                    shared,
+                    op,
+                    Change::Write {
+                        old: old_ref,
+                        new: new.clone(),
+                        mark_old_delete: false,
+                    },
+                )
+                .await?;
+                shared.news.insert(urn, new);
+                return Ok(Some(reg));
+            }
+            let (obj, op) = {
+                let req = request(&new, None, preview, new.custom_timeouts.create.0);
+                bracket(shared, OperationType::Creating, &new, provider.create(req)).await?
+            };
+            new.id = obj.id;
+            new.outputs = obj.outputs;
+            if !preview {
+                new.created = stamp.clone();
+                new.modified = stamp;
+            }
+            let reg = registered(&new);
+            let urn = new.urn.clone();
+            let new = share(new);
+            end(
+                shared,
+                op,
+                Change::Write {
+                    old: old_ref,
+                    new: new.clone(),
+                    mark_old_delete,
+                },
+            )
+            .await?;
+            shared.news.insert(urn, new);
+            Ok(Some(reg))
+        }
+        StepKind::Delete | StepKind::DeleteReplaced | StepKind::RemovePendingReplace => {
+            let old_ref =
+                old_ref.ok_or_else(|| StepError::Other("delete without a prior state".into()))?;
+            let old = old.unwrap_or_default();
+            let change = if step.keep_pending {
+                Change::MarkPendingReplacement { old: old_ref }
+            } else {
+                Change::Remove { old: old_ref }
+            };
+            if step.skip_provider || preview {
+                shared.persist(Mutation::Apply(change)).await?;
+                return Ok(None);
+            }
+            let provider = shared.provider_for(&old)?;
+            let ((), op) = {
+                let req = request(&old, Some(&old), preview, old.custom_timeouts.delete.0);
+                bracket(shared, OperationType::Deleting, &old, provider.delete(req)).await?
+            };
+            end(shared, op, change).await?;
+            Ok(None)
+        }
+        StepKind::Read => {
+            let mut new = step
+                .new
+                .ok_or_else(|| StepError::Other("read without a goal".into()))?;
+            let provider = shared.provider_for(&new)?;
+            let (obj, op) = {
+                let req = request(&new, None, preview, 0.0);
+                bracket(shared, OperationType::Reading, &new, provider.read(req)).await?
+            };
+            let Some(obj) = obj else {
+                let _ = shared.persist(Mutation::Failed { op }).await;
+                return Err(ProviderError::NotFound {
+                    urn: new.urn.clone(),
+                    id: new.id.clone(),
+                }
+                .into());
+            };
+            new.inputs = obj.inputs;
+            new.outputs = obj.outputs;
+            let reg = registered(&new);
+            let urn = new.urn.clone();
+            let new = share(new);
+            end(
+                shared,
+                op,
+                Change::Write {
+                    old: old_ref,
+                    new: new.clone(),
+                    mark_old_delete: false,
+                },
+            )
+            .await?;
+            shared.news.insert(urn, new);
+            Ok(Some(reg))
+        }
+        StepKind::Refresh => {
+            let old_ref =
+                old_ref.ok_or_else(|| StepError::Other("refresh without a prior state".into()))?;
+            let old = old.unwrap_or_default();
+            let provider = shared.provider_for(&old)?;
+            let req = request(&old, Some(&old), preview, 0.0);
+            let read = provider.read(req).await?;
+            let new = read.map(|obj| {
+                let mut s = old.clone();
+                s.outputs = obj.outputs;
+                s.inputs = obj.inputs;
+                Box::new(s)
+            });
+            shared
+                .persist(Mutation::Apply(Change::Refresh { old: old_ref, new }))
+                .await?;
+            Ok(None)
+        }
+    }
+}

@@ -1,0 +1,83 @@
+//! The Persister actor: the single writer of state. It folds each mutation
+//! into the [`SnapshotBuilder`] and hands it to the [`Persister`], replying
+//! once the mutation is durable. Blocking persisters run on the runtime's
+//! blocking capacity (`block_in_place`), never stalling other tasks.
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use super::{Mutation, PersistError, Persister, SnapshotBuilder};
+use crate::model::Deployment;
+
+/// Messages to the Persister actor.
+#[derive(Debug)]
+pub enum PersistMsg {
+    /// Make a mutation durable; the reply comes once it is.
+    Mutate(Mutation, RpcReplyPort<Result<(), PersistError>>),
+    /// The current deployment (in memory).
+    Snapshot(RpcReplyPort<Deployment>),
+    /// The operation ended: persist and return the final deployment.
+    Finish(RpcReplyPort<Result<Deployment, PersistError>>),
+}
+
+/// The Persister actor.
+#[derive(Debug, Default)]
+pub struct PersisterActor;
+
+/// The Persister actor's state.
+pub struct PersisterState {
+    builder: SnapshotBuilder,
+    persister: Box<dyn Persister>,
+}
+
+impl std::fmt::Debug for PersisterState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PersisterState").finish_non_exhaustive()
+    }
+}
+
+/// Runs blocking work without stalling the runtime's other tasks.
+fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+impl Actor for PersisterActor {
+    type Msg = PersistMsg;
+    type State = PersisterState;
+    type Arguments = (SnapshotBuilder, Box<dyn Persister>);
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        (builder, persister): Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(PersisterState { builder, persister })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            PersistMsg::Mutate(m, reply) => {
+                state.builder.apply(&m);
+                let PersisterState { builder, persister } = state;
+                let r = blocking(|| persister.persist(&m, builder));
+                let _ = reply.send(r);
+            }
+            PersistMsg::Snapshot(reply) => {
+                let _ = reply.send(state.builder.snapshot());
+            }
+            PersistMsg::Finish(reply) => {
+                let snapshot = state.builder.snapshot();
+                let r = blocking(|| state.persister.finish(&snapshot)).map(|()| snapshot);
+                let _ = reply.send(r);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,317 @@
+//! Persistence: the mutations the executor reports, the snapshot builder
+//! that folds them into the current deployment (deterministic, no I/O), the
+//! [`Persister`] trait, the in-memory implementation, and the Persister
+//! actor that is the single writer of state (`architecture.md` §6).
+
+pub mod actor;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use crate::model::snapshot::{OperationType, PendingOperation};
+use crate::model::{Deployment, IntegrityError, PropertyMap, State};
+use crate::plan::step::{lock, StateRef};
+
+/// Identifies one provider operation within an engine run.
+pub type OpId = u64;
+
+/// A change to the deployment.
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// `new` is written: it supersedes `old` (same, update, replacement of
+    /// a pending one), or appears (create, read). With `mark_old_delete`,
+    /// `old` stays, marked `delete` (the old half of a create-before-delete
+    /// replace).
+    Write {
+        /// The prior state superseded, if any.
+        old: Option<StateRef>,
+        /// The state written.
+        new: StateRef,
+        /// Keep `old`, marked for deletion.
+        mark_old_delete: bool,
+    },
+    /// `old` leaves the deployment (delete).
+    Remove {
+        /// The state removed.
+        old: StateRef,
+    },
+    /// `old` stays, marked `pendingReplacement` (deleted by a
+    /// delete-before-replace, awaiting its replacement).
+    MarkPendingReplacement {
+        /// The state marked.
+        old: StateRef,
+    },
+    /// `old` takes the refreshed fields, or leaves when the object is gone.
+    Refresh {
+        /// The state refreshed.
+        old: StateRef,
+        /// The refreshed state; `None`: the object no longer exists.
+        new: Option<Box<State>>,
+    },
+    /// A state's outputs are set (`RegisterResourceOutputs`).
+    Outputs {
+        /// The state.
+        state: StateRef,
+        /// The outputs.
+        outputs: PropertyMap,
+    },
+}
+
+/// One mutation reported to the persister.
+#[derive(Debug, Clone)]
+pub enum Mutation {
+    /// A provider operation is about to start (it starts only once this is
+    /// durable).
+    Begin {
+        /// The operation.
+        op: OpId,
+        /// What it does.
+        kind: OperationType,
+        /// The resource as it is now (for a create: the goal).
+        state: Box<State>,
+    },
+    /// The operation finished with this change.
+    End {
+        /// The operation.
+        op: OpId,
+        /// Its effect.
+        change: Change,
+    },
+    /// The operation failed; nothing changed.
+    Failed {
+        /// The operation.
+        op: OpId,
+    },
+    /// A change with no provider call.
+    Apply(Change),
+}
+
+/// Folds mutations into the current deployment: the new states in the
+/// order they were written, then the prior states not yet superseded or
+/// removed, in their prior order. Because a registration is planned only
+/// after everything it depends on was written, this order keeps every
+/// reference pointing earlier.
+#[derive(Debug)]
+pub struct SnapshotBuilder {
+    base: Deployment,
+    olds: Vec<StateRef>,
+    old_pos: HashMap<usize, usize>,
+    old_done: Vec<bool>,
+    news: Vec<StateRef>,
+    new_pos: HashMap<usize, usize>,
+    new_done: Vec<bool>,
+    pending: BTreeMap<OpId, PendingOperation>,
+}
+
+fn key(s: &StateRef) -> usize {
+    Arc::as_ptr(s) as usize
+}
+
+impl SnapshotBuilder {
+    /// A builder over `base` (its resources become the prior states, shared
+    /// as `olds`).
+    pub fn new(mut base: Deployment, olds: Vec<StateRef>) -> Self {
+        base.resources.clear();
+        let old_pos = olds.iter().enumerate().map(|(i, s)| (key(s), i)).collect();
+        let old_done = vec![false; olds.len()];
+        Self {
+            base,
+            olds,
+            old_pos,
+            old_done,
+            news: Vec::new(),
+            new_pos: HashMap::new(),
+            new_done: Vec::new(),
+            pending: BTreeMap::new(),
+        }
+    }
+
+    /// Shares a deployment's resources as state references.
+    pub fn share_resources(d: &mut Deployment) -> Vec<StateRef> {
+        std::mem::take(&mut d.resources)
+            .into_iter()
+            .map(crate::plan::step::share)
+            .collect()
+    }
+
+    fn retire(&mut self, s: &StateRef) {
+        let k = key(s);
+        if let Some(&i) = self.old_pos.get(&k) {
+            self.old_done[i] = true;
+        } else if let Some(&i) = self.new_pos.get(&k) {
+            self.new_done[i] = true;
+        }
+    }
+
+    fn apply_change(&mut self, c: &Change) {
+        match c {
+            Change::Write {
+                old,
+                new,
+                mark_old_delete,
+            } => {
+                if let Some(old) = old {
+                    if *mark_old_delete {
+                        lock(old).delete = true;
+                    } else {
+                        self.retire(old);
+                    }
+                }
+                self.new_pos.insert(key(new), self.news.len());
+                self.news.push(new.clone());
+                self.new_done.push(false);
+            }
+            Change::Remove { old } => self.retire(old),
+            Change::MarkPendingReplacement { old } => {
+                let mut s = lock(old);
+                s.pending_replacement = true;
+                s.delete = false;
+            }
+            Change::Refresh { old, new } => match new {
+                Some(n) => *lock(old) = (**n).clone(),
+                None => self.retire(old),
+            },
+            Change::Outputs { state, outputs } => lock(state).outputs = outputs.clone(),
+        }
+    }
+
+    /// Applies one mutation.
+    pub fn apply(&mut self, m: &Mutation) {
+        match m {
+            Mutation::Begin { op, kind, state } => {
+                let p = PendingOperation {
+                    resource: (**state).clone(),
+                    ty: *kind,
+                    ..Default::default()
+                };
+                self.pending.insert(*op, p);
+            }
+            Mutation::End { op, change } => {
+                self.pending.remove(op);
+                self.apply_change(change);
+            }
+            Mutation::Failed { op } => {
+                self.pending.remove(op);
+            }
+            Mutation::Apply(change) => self.apply_change(change),
+        }
+    }
+
+    /// Operations begun and not ended.
+    pub fn pending(&self) -> impl Iterator<Item = &PendingOperation> {
+        self.pending.values()
+    }
+
+    /// The current deployment.
+    pub fn snapshot(&self) -> Deployment {
+        let mut d = self.base.clone();
+        d.resources = self
+            .news
+            .iter()
+            .zip(&self.new_done)
+            .chain(self.olds.iter().zip(&self.old_done))
+            .filter(|(_, done)| !**done)
+            .map(|(s, _)| lock(s).clone())
+            .collect();
+        d.pending_operations.extend(self.pending.values().cloned());
+        d
+    }
+
+    /// The number of resources the current deployment holds.
+    pub fn len(&self) -> usize {
+        self.new_done
+            .iter()
+            .chain(&self.old_done)
+            .filter(|d| !**d)
+            .count()
+    }
+
+    /// True when the current deployment holds no resources.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Why persisting failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PersistError {
+    /// A file could not be written.
+    #[error("cannot write state to {path}: {source}; the last good state is intact")]
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The state to save breaks an integrity rule: the save was refused.
+    #[error("refusing to save a state that breaks an integrity rule: {0}")]
+    Integrity(#[from] IntegrityError),
+    /// A failure injected by a test persister.
+    #[error("injected failure of save #{0}")]
+    Injected(u64),
+    /// The persister actor is gone.
+    #[error("the persister stopped: {0}")]
+    Stopped(String),
+}
+
+/// The result type of persistence.
+pub type Result<T, E = PersistError> = std::result::Result<T, E>;
+
+/// A place state is persisted. Called only from the Persister actor, one
+/// call at a time.
+pub trait Persister: Send + 'static {
+    /// Makes one mutation durable; `current` already reflects it.
+    ///
+    /// # Errors
+    /// [`PersistError`] when the mutation could not be made durable; the
+    /// operation then fails and the last durable state is kept.
+    fn persist(&mut self, m: &Mutation, current: &SnapshotBuilder) -> Result<()>;
+
+    /// The operation ended: make `snapshot` the persisted state.
+    ///
+    /// # Errors
+    /// As [`Persister::persist`].
+    fn finish(&mut self, snapshot: &Deployment) -> Result<()>;
+
+    /// Whether this persister can persist component state migrations.
+    fn supports_migrations(&self) -> bool {
+        true
+    }
+}
+
+/// Keeps nothing but counts (preview, tests). Can fail its Nth save.
+#[derive(Debug, Default)]
+pub struct MemoryPersister {
+    saves: u64,
+    fail_at: Option<u64>,
+}
+
+impl MemoryPersister {
+    /// A persister that never fails.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A persister whose `n`th save (1-based) fails.
+    pub fn failing_at(n: u64) -> Self {
+        Self {
+            saves: 0,
+            fail_at: Some(n),
+        }
+    }
+}
+
+impl Persister for MemoryPersister {
+    fn persist(&mut self, _m: &Mutation, _current: &SnapshotBuilder) -> Result<()> {
+        self.saves += 1;
+        if self.fail_at == Some(self.saves) {
+            return Err(PersistError::Injected(self.saves));
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, snapshot: &Deployment) -> Result<()> {
+        crate::model::integrity::verify(snapshot)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,718 @@
+//! The planner: deterministic step generation with no I/O.
+//!
+//! The StepGenerator actor calls [`Planner::prepare`] when a registration
+//! arrives (URN derivation, prior-state lookup through aliases, provider
+//! resolution), asks the provider to check and diff outside the planner,
+//! then calls [`Planner::decide`] with the answer to get the chain of steps.
+//! At the end of the program, [`Planner::deletes`] yields the deletes as
+//! antichains in reverse dependency order.
+
+use std::collections::{HashMap, HashSet};
+
+use crate::model::urn::{STACK_TYPE, UNKNOWN_ID};
+use crate::model::{ProviderRef, State, TypeToken, Urn, UrnError};
+use crate::provider::{DiffKind, DiffResponse};
+use crate::source::goal::{Alias, AliasParent, Goal, ReadGoal};
+
+use super::graph;
+use super::step::{lock, Chain, StateRef, Step, StepKind};
+
+/// Why planning refused a registration or the deletes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// Two registrations derived the same URN.
+    #[error("duplicate resource URN {urn}: a resource with this URN was already registered in this program; give one of them another name")]
+    DuplicateUrn {
+        /// The URN.
+        urn: Urn,
+    },
+    /// An alias names prior state another registration already took.
+    #[error("resource {urn} has alias {alias}, but that prior state was already claimed by {claimed_by}; remove the alias from one of them")]
+    AliasAlreadyClaimed {
+        /// The registering resource.
+        urn: Urn,
+        /// The alias.
+        alias: Urn,
+        /// Who claimed it first.
+        claimed_by: Urn,
+    },
+    /// A URN could not be built from the registration.
+    #[error("resource `{name}` of type `{ty}`: {source}")]
+    BadUrn {
+        /// The resource's name.
+        name: String,
+        /// Its type.
+        ty: String,
+        /// Why.
+        source: UrnError,
+    },
+    /// A parent or dependency was never registered.
+    #[error("resource {urn} refers to {target} as its {what}, but no resource with that URN was registered before it")]
+    UnknownReference {
+        /// The registering resource.
+        urn: Urn,
+        /// The missing resource.
+        target: Urn,
+        /// `parent`, `dependency`, `deletedWith` or `provider`.
+        what: &'static str,
+    },
+    /// A provider reference is malformed.
+    #[error("resource {urn}: {source}")]
+    BadProvider {
+        /// The resource.
+        urn: Urn,
+        /// Why.
+        source: UrnError,
+    },
+    /// A protected resource would be replaced.
+    #[error("resource {urn} is protected and cannot be replaced (its change requires a replace); remove `protect` first, or undo the change")]
+    ProtectedReplace {
+        /// The resource.
+        urn: Urn,
+    },
+    /// Protected resources would be deleted.
+    #[error("{} protected resource(s) would be deleted: {}; remove `protect` from them first (update the program with protect: false), then retry", .urns.len(), .urns.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    ProtectedDelete {
+        /// The protected resources.
+        urns: Vec<Urn>,
+    },
+}
+
+/// The result type of planning.
+pub type Result<T, E = PlanError> = std::result::Result<T, E>;
+
+/// A registration after URN derivation and prior lookup, waiting for the
+/// provider's check and diff.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The derived URN.
+    pub urn: Urn,
+    /// The prior state found (own URN or alias).
+    pub old: Option<StateRef>,
+    /// The desired state (ID and outputs filled by the executor).
+    pub new: State,
+    /// The resolved provider, for custom non-provider resources.
+    pub provider: Option<ProviderRef>,
+    /// A default provider's chain that must run first (planned on demand).
+    pub provider_chain: Option<Chain>,
+    /// The prior state's position in the prior list.
+    old_index: Option<usize>,
+}
+
+/// Operation-wide planning options.
+#[derive(Debug, Clone, Default)]
+pub struct PlanOptions {
+    /// The stack's name.
+    pub stack: String,
+    /// The project's name.
+    pub project: String,
+    /// A preview: IDs of new providers are unknown.
+    pub preview: bool,
+}
+
+/// The planner's state for one operation.
+#[derive(Debug)]
+pub struct Planner {
+    opts: PlanOptions,
+    olds: Vec<StateRef>,
+    /// Live (not pending-delete) prior states by URN.
+    live: HashMap<Urn, usize>,
+    /// Prior states already claimed (index -> claimer).
+    claimed: HashMap<usize, Urn>,
+    /// Prior states a step has superseded or scheduled (no end-of-program delete).
+    handled: Vec<bool>,
+    /// Prior states a create-before-delete replace left to delete at the end.
+    replaced: HashSet<usize>,
+    /// URNs registered (or read) in this operation.
+    registered: HashSet<Urn>,
+    /// Default provider reference per package, once planned.
+    default_providers: HashMap<String, ProviderRef>,
+    /// The stack resource's URN, once registered.
+    root: Option<Urn>,
+    id_seq: u64,
+}
+
+impl Planner {
+    /// A planner over the prior resource list.
+    pub fn new(opts: PlanOptions, olds: Vec<StateRef>) -> Self {
+        let mut live = HashMap::with_capacity(olds.len());
+        for (i, s) in olds.iter().enumerate() {
+            let s = lock(s);
+            if !s.delete {
+                live.insert(s.urn.clone(), i);
+            }
+        }
+        let handled = vec![false; olds.len()];
+        Self {
+            opts,
+            olds,
+            live,
+            claimed: HashMap::new(),
+            handled,
+            replaced: HashSet::new(),
+            registered: HashSet::new(),
+            default_providers: HashMap::new(),
+            root: None,
+            id_seq: 0,
+        }
+    }
+
+    /// The prior states.
+    pub fn olds(&self) -> &[StateRef] {
+        &self.olds
+    }
+
+    /// The stack resource's URN, once registered.
+    pub fn root(&self) -> Option<&Urn> {
+        self.root.as_ref()
+    }
+
+    /// Derives a URN for a resource with this parent.
+    ///
+    /// # Errors
+    /// [`PlanError::BadUrn`] when the parts do not make a URN.
+    pub fn urn_for(&self, ty: &TypeToken, name: &str, parent: Option<&Urn>) -> Result<Urn> {
+        Urn::new(
+            &self.opts.stack,
+            &self.opts.project,
+            parent.map(Urn::qualified_type),
+            ty,
+            name,
+        )
+        .map_err(|source| PlanError::BadUrn {
+            name: name.into(),
+            ty: ty.to_string(),
+            source,
+        })
+    }
+
+    fn alias_urn(&self, goal: &Goal, parent: Option<&Urn>, alias: &Alias) -> Result<Urn> {
+        match alias {
+            Alias::Urn(u) => Ok(u.clone()),
+            Alias::Spec(spec) => {
+                let name = spec.name.as_deref().unwrap_or(&goal.name);
+                let ty = spec.ty.as_ref().unwrap_or(&goal.ty);
+                let parent = match &spec.parent {
+                    None => parent,
+                    Some(AliasParent::NoParent) => None,
+                    Some(AliasParent::Urn(u)) => Some(u),
+                };
+                Urn::new(
+                    spec.stack.as_deref().unwrap_or(&self.opts.stack),
+                    spec.project.as_deref().unwrap_or(&self.opts.project),
+                    parent.map(Urn::qualified_type),
+                    ty,
+                    name,
+                )
+                .map_err(|source| PlanError::BadUrn {
+                    name: name.into(),
+                    ty: ty.to_string(),
+                    source,
+                })
+            }
+        }
+    }
+
+    fn check_registered(&self, urn: &Urn, target: &Urn, what: &'static str) -> Result<()> {
+        if self.registered.contains(target) {
+            Ok(())
+        } else {
+            Err(PlanError::UnknownReference {
+                urn: urn.clone(),
+                target: target.clone(),
+                what,
+            })
+        }
+    }
+
+    /// Finds the prior state for a registration: its own URN first, then
+    /// each alias in order.
+    fn find_old(&mut self, urn: &Urn, goal: &Goal, parent: Option<&Urn>) -> Result<Option<usize>> {
+        if let Some(&i) = self.live.get(urn) {
+            if !self.claimed.contains_key(&i) {
+                return Ok(Some(i));
+            }
+        }
+        for alias in &goal.options.aliases {
+            let alias_urn = self.alias_urn(goal, parent, alias)?;
+            if let Some(&i) = self.live.get(&alias_urn) {
+                if let Some(by) = self.claimed.get(&i) {
+                    return Err(PlanError::AliasAlreadyClaimed {
+                        urn: urn.clone(),
+                        alias: alias_urn,
+                        claimed_by: by.clone(),
+                    });
+                }
+                return Ok(Some(i));
+            }
+        }
+        Ok(None)
+    }
+
+    fn next_provider_id(&mut self, urn: &Urn) -> String {
+        if self.opts.preview {
+            return UNKNOWN_ID.to_owned();
+        }
+        self.id_seq += 1;
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let h = fnv1a(format!("{urn}#{nanos}#{}", self.id_seq).as_bytes());
+        let l = fnv1a(format!("{h}").as_bytes());
+        format!(
+            "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
+            h >> 32,
+            (h >> 16) & 0xffff,
+            h & 0xfff,
+            l >> 52,
+            l & 0xffff_ffff_ffff
+        )
+    }
+
+    /// Plans the default provider for a package, returning its reference
+    /// and, the first time, the chain that registers it.
+    fn default_provider(&mut self, package: &str) -> Result<(ProviderRef, Option<Chain>)> {
+        if let Some(r) = self.default_providers.get(package) {
+            return Ok((r.clone(), None));
+        }
+        let ty = TypeToken::provider_for(package).map_err(|source| PlanError::BadUrn {
+            name: "default".into(),
+            ty: format!("pulumi:providers:{package}"),
+            source,
+        })?;
+        let urn = self.urn_for(&ty, "default", None)?;
+        if self.registered.contains(&urn) {
+            return Err(PlanError::DuplicateUrn { urn });
+        }
+        let old = self.live.get(&urn).copied();
+        let mut new = State::new(urn.clone(), ty, true);
+        let (kind, old_ref) = match old {
+            Some(i) => {
+                self.handled[i] = true;
+                self.claimed.insert(i, urn.clone());
+                let o = lock(&self.olds[i]).clone();
+                new.id = o.id.clone();
+                new.inputs = o.inputs.clone();
+                new.outputs = o.outputs.clone();
+                new.created = o.created.clone();
+                (StepKind::Same, Some(self.olds[i].clone()))
+            }
+            None => {
+                new.id = self.next_provider_id(&urn);
+                (StepKind::Create, None)
+            }
+        };
+        self.registered.insert(urn.clone());
+        let reference = ProviderRef::new(urn.clone(), new.id.clone()).map_err(|source| {
+            PlanError::BadProvider {
+                urn: urn.clone(),
+                source,
+            }
+        })?;
+        self.default_providers
+            .insert(package.to_owned(), reference.clone());
+        let chain = Chain {
+            steps: vec![Step::new(kind, urn, old_ref, Some(new))],
+            waits_for: Vec::new(),
+        };
+        Ok((reference, Some(chain)))
+    }
+
+    /// Prepares a registration: derives its URN, finds its prior state,
+    /// resolves its provider and builds its desired state.
+    ///
+    /// # Errors
+    /// Duplicate URNs, alias conflicts, unknown parents or dependencies,
+    /// malformed provider references.
+    pub fn prepare(&mut self, goal: &Goal) -> Result<Prepared> {
+        let is_stack = goal.ty.as_str() == STACK_TYPE;
+        let parent = match (&goal.options.parent, is_stack) {
+            (Some(p), _) => Some(p.clone()),
+            (None, false) => self.root.clone(),
+            (None, true) => None,
+        };
+        let urn = self.urn_for(&goal.ty, &goal.name, parent.as_ref())?;
+        if self.registered.contains(&urn) {
+            return Err(PlanError::DuplicateUrn { urn });
+        }
+        if let Some(p) = &parent {
+            self.check_registered(&urn, p, "parent")?;
+        }
+        for d in goal
+            .options
+            .depends_on
+            .iter()
+            .chain(goal.options.property_dependencies.values().flatten())
+        {
+            self.check_registered(&urn, d, "dependency")?;
+        }
+        if let Some(d) = &goal.options.deleted_with {
+            self.check_registered(&urn, d, "deletedWith")?;
+        }
+        let old = self.find_old(&urn, goal, parent.as_ref())?;
+
+        let mut new = State::new(urn.clone(), goal.ty.clone(), goal.custom);
+        new.inputs = goal.inputs.clone();
+        new.parent = parent.unwrap_or_default();
+        let mut deps = goal.options.depends_on.clone();
+        for d in goal.options.property_dependencies.values().flatten() {
+            if !deps.contains(d) {
+                deps.push(d.clone());
+            }
+        }
+        new.dependencies = deps;
+        new.property_dependencies = goal
+            .options
+            .property_dependencies
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .collect();
+        new.protect = goal.options.protect;
+        new.retain_on_delete = goal.options.retain_on_delete;
+        new.deleted_with = goal.options.deleted_with.clone().unwrap_or_default();
+        new.custom_timeouts = goal.options.custom_timeouts.clone().unwrap_or_default();
+        new.ignore_changes = goal.options.ignore_changes.clone();
+        new.replace_on_changes = goal.options.replace_on_changes.clone();
+        new.additional_secret_outputs = goal.options.additional_secret_outputs.clone();
+
+        let mut provider = None;
+        let mut provider_chain = None;
+        if goal.custom && !goal.ty.is_provider() {
+            let reference = match &goal.options.provider {
+                Some(r) => {
+                    let r = ProviderRef::parse(r).map_err(|source| PlanError::BadProvider {
+                        urn: urn.clone(),
+                        source,
+                    })?;
+                    self.check_registered(&urn, r.urn(), "provider")?;
+                    r
+                }
+                None => {
+                    let (r, chain) = self.default_provider(goal.ty.package())?;
+                    provider_chain = chain;
+                    r
+                }
+            };
+            new.provider = reference.to_string();
+            provider = Some(reference);
+        }
+
+        if let Some(i) = old {
+            self.claimed.insert(i, urn.clone());
+            let o = lock(&self.olds[i]);
+            new.created = o.created.clone();
+            new.import_id = o.import_id.clone();
+        }
+        if is_stack {
+            self.root = Some(urn.clone());
+        }
+        self.registered.insert(urn.clone());
+        Ok(Prepared {
+            urn,
+            old: old.map(|i| self.olds[i].clone()),
+            new,
+            provider,
+            provider_chain,
+            old_index: old,
+        })
+    }
+
+    /// Decides the steps of a prepared registration given the provider's
+    /// diff (`None` for components, providers and creates).
+    ///
+    /// # Errors
+    /// [`PlanError::ProtectedReplace`] when a protected resource (or a
+    /// protected dependent of a delete-before-replace) would be replaced.
+    pub fn decide(
+        &mut self,
+        p: Prepared,
+        diff: Option<&DiffResponse>,
+        dbr_option: Option<bool>,
+    ) -> Result<Chain> {
+        let mut waits_for: Vec<Urn> = p.new.references().map(|(_, u)| u.clone()).collect();
+        if let Some(r) = &p.provider {
+            waits_for.push(r.urn().clone());
+        }
+        let Prepared {
+            urn,
+            old,
+            mut new,
+            old_index,
+            ..
+        } = p;
+        let Some(old_ref) = old else {
+            if new.ty.is_provider() && new.id.is_empty() {
+                new.id = self.next_provider_id(&urn);
+            }
+            return Ok(Chain {
+                steps: vec![Step::new(StepKind::Create, urn, None, Some(new))],
+                waits_for,
+            });
+        };
+        if let Some(i) = old_index {
+            self.handled[i] = true;
+        }
+        let old = lock(&old_ref).clone();
+        if old.pending_replacement {
+            // Deleted earlier by a delete-before-replace: create it anew.
+            return Ok(Chain {
+                steps: vec![Step::new(
+                    StepKind::CreateReplacement,
+                    urn,
+                    Some(old_ref),
+                    Some(new),
+                )],
+                waits_for,
+            });
+        }
+        let provider_changed = new.custom
+            && !new.ty.is_provider()
+            && provider_urn(&old.provider) != provider_urn(&new.provider);
+        let kind = if !new.custom || new.ty.is_provider() {
+            if new.inputs == old.inputs {
+                DiffKind::Same
+            } else {
+                DiffKind::Update
+            }
+        } else if provider_changed || old.taint {
+            DiffKind::Replace
+        } else {
+            diff.map_or(DiffKind::Same, |d| d.kind)
+        };
+        new.id = old.id.clone();
+        match kind {
+            DiffKind::Same | DiffKind::Update => {
+                new.outputs = old.outputs.clone();
+                let step = if kind == DiffKind::Same {
+                    StepKind::Same
+                } else {
+                    StepKind::Update
+                };
+                Ok(Chain {
+                    steps: vec![Step::new(step, urn, Some(old_ref), Some(new))],
+                    waits_for,
+                })
+            }
+            DiffKind::Replace => {
+                if old.protect {
+                    return Err(PlanError::ProtectedReplace { urn });
+                }
+                new.id = String::new();
+                let dbr =
+                    dbr_option.unwrap_or_else(|| diff.is_some_and(|d| d.delete_before_replace));
+                if !dbr {
+                    if let Some(i) = old_index {
+                        self.replaced.insert(i);
+                    }
+                    return Ok(Chain {
+                        steps: vec![Step::new(
+                            StepKind::CreateReplacement,
+                            urn,
+                            Some(old_ref),
+                            Some(new),
+                        )],
+                        waits_for,
+                    });
+                }
+                let mut steps = Vec::new();
+                for j in self.unregistered_dependents(old_index) {
+                    let d = lock(&self.olds[j]).clone();
+                    if d.protect {
+                        return Err(PlanError::ProtectedReplace { urn: d.urn });
+                    }
+                    // The dependent stays in state, pending its replacement:
+                    // its registration will create it anew.
+                    let mut step = Step::new(
+                        StepKind::DeleteReplaced,
+                        d.urn.clone(),
+                        Some(self.olds[j].clone()),
+                        None,
+                    );
+                    step.keep_pending = true;
+                    step.skip_provider = d.retain_on_delete || d.external;
+                    steps.push(step);
+                }
+                let mut del = Step::new(
+                    StepKind::DeleteReplaced,
+                    urn.clone(),
+                    Some(old_ref.clone()),
+                    None,
+                );
+                del.keep_pending = true;
+                del.skip_provider = old.retain_on_delete;
+                steps.push(del);
+                steps.push(Step::new(
+                    StepKind::CreateReplacement,
+                    urn,
+                    Some(old_ref),
+                    Some(new),
+                ));
+                Ok(Chain { steps, waits_for })
+            }
+        }
+    }
+
+    /// Prior resources that depend (transitively, through dependencies,
+    /// property dependencies or the provider) on `old`, not yet handled, in
+    /// deletion order (dependents first).
+    fn unregistered_dependents(&self, old: Option<usize>) -> Vec<usize> {
+        let Some(root) = old else { return Vec::new() };
+        let mut set: Vec<usize> = Vec::new();
+        let mut frontier = vec![lock(&self.olds[root]).urn.clone()];
+        let mut seen: HashSet<Urn> = frontier.iter().cloned().collect();
+        while let Some(target) = frontier.pop() {
+            for (j, s) in self.olds.iter().enumerate() {
+                if self.handled[j] || j == root || set.contains(&j) {
+                    continue;
+                }
+                let s = lock(s);
+                if s.delete {
+                    continue;
+                }
+                let depends = s.dependencies.contains(&target)
+                    || s.property_dependencies
+                        .values()
+                        .flatten()
+                        .flatten()
+                        .any(|d| *d == target)
+                    || provider_urn(&s.provider) == Some(target.as_str());
+                if depends {
+                    set.push(j);
+                    if seen.insert(s.urn.clone()) {
+                        frontier.push(s.urn.clone());
+                    }
+                }
+            }
+        }
+        let states: Vec<State> = set.iter().map(|&j| lock(&self.olds[j]).clone()).collect();
+        let refs: Vec<&State> = states.iter().collect();
+        graph::delete_antichains(&refs)
+            .into_iter()
+            .flatten()
+            .map(|k| set[k])
+            .collect()
+    }
+
+    /// Plans a `ReadResource`: the external object is read, never created
+    /// or deleted. Returns the default provider's chain when it is planned
+    /// now (it must be submitted first), and the read's chain.
+    ///
+    /// # Errors
+    /// As [`Planner::prepare`].
+    pub fn read(&mut self, goal: &ReadGoal) -> Result<(Option<Chain>, Chain)> {
+        let as_goal = Goal {
+            ty: goal.ty.clone(),
+            name: goal.name.clone(),
+            custom: true,
+            inputs: goal.inputs.clone(),
+            options: crate::source::goal::ResourceOptions {
+                parent: goal.parent.clone(),
+                depends_on: goal.depends_on.clone(),
+                provider: goal.provider.clone(),
+                ..Default::default()
+            },
+        };
+        let p = self.prepare(&as_goal)?;
+        let mut waits_for: Vec<Urn> = p.new.references().map(|(_, u)| u.clone()).collect();
+        if let Some(r) = &p.provider {
+            waits_for.push(r.urn().clone());
+        }
+        if let Some(i) = p.old_index {
+            self.handled[i] = true;
+        }
+        let mut new = p.new;
+        new.id = goal.id.clone();
+        new.external = true;
+        let steps = vec![Step::new(StepKind::Read, p.urn, p.old, Some(new))];
+        Ok((p.provider_chain, Chain { steps, waits_for }))
+    }
+
+    /// The deletes at the end of the program: prior resources no
+    /// registration claimed, and the old halves of create-before-delete
+    /// replaces, as antichains in reverse dependency order.
+    ///
+    /// # Errors
+    /// [`PlanError::ProtectedDelete`] naming every protected resource that
+    /// would be deleted (nothing is deleted then).
+    pub fn deletes(&mut self) -> Result<Vec<Vec<Step>>> {
+        let mut picked: Vec<(usize, StepKind)> = Vec::new();
+        for (i, s) in self.olds.iter().enumerate() {
+            let s = lock(s);
+            if s.delete || self.replaced.contains(&i) {
+                picked.push((i, StepKind::DeleteReplaced));
+            } else if !self.handled[i] {
+                let kind = if s.pending_replacement {
+                    StepKind::RemovePendingReplace
+                } else {
+                    StepKind::Delete
+                };
+                picked.push((i, kind));
+            }
+        }
+        let states: Vec<State> = picked
+            .iter()
+            .map(|(i, _)| lock(&self.olds[*i]).clone())
+            .collect();
+        let protected: Vec<Urn> = states
+            .iter()
+            .zip(&picked)
+            .filter(|(s, (_, k))| s.protect && *k == StepKind::Delete)
+            .map(|(s, _)| s.urn.clone())
+            .collect();
+        if !protected.is_empty() {
+            return Err(PlanError::ProtectedDelete { urns: protected });
+        }
+        let deleted: HashSet<&Urn> = states.iter().map(|s| &s.urn).collect();
+        let refs: Vec<&State> = states.iter().collect();
+        let groups = graph::delete_antichains(&refs);
+        Ok(groups
+            .into_iter()
+            .map(|g| {
+                g.into_iter()
+                    .map(|k| {
+                        let (i, kind) = picked[k];
+                        let s = &states[k];
+                        let mut step =
+                            Step::new(kind, s.urn.clone(), Some(self.olds[i].clone()), None);
+                        step.skip_provider = kind == StepKind::RemovePendingReplace
+                            || s.retain_on_delete
+                            || s.external
+                            || !s.custom
+                            || s.ty.is_provider()
+                            || (!s.deleted_with.is_empty() && deleted.contains(&s.deleted_with));
+                        step
+                    })
+                    .collect()
+            })
+            .collect())
+    }
+
+    /// Refresh steps: one per prior custom resource (not providers).
+    pub fn refreshes(&mut self) -> Vec<Step> {
+        self.olds
+            .iter()
+            .filter_map(|s| {
+                let st = lock(s);
+                (st.custom && !st.ty.is_provider() && !st.pending_replacement)
+                    .then(|| Step::new(StepKind::Refresh, st.urn.clone(), Some(s.clone()), None))
+            })
+            .collect()
+    }
+}
+
+/// The URN part of a provider reference (`None` when there is none).
+fn provider_urn(reference: &str) -> Option<&str> {
+    if reference.is_empty() {
+        return None;
+    }
+    Some(reference.rsplit_once("::").map_or(reference, |(u, _)| u))
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        h ^= u64::from(*b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h
+}

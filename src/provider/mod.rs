@@ -1,0 +1,161 @@
+//! Providers: the async trait the engine calls for every physical
+//! operation, the registry that resolves provider references, and the
+//! simulated cloud (`architecture.md` §4).
+
+pub mod registry;
+pub mod sim;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::model::{PropertyMap, TypeToken, Urn};
+
+pub use registry::ProviderRegistry;
+pub use sim::{SimCloud, SimConfig, SimProvider};
+
+/// A provider's failure.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProviderError {
+    /// The operation failed in the cloud.
+    #[error("{operation} of {urn} failed: {message}")]
+    Failed {
+        /// `create`, `update`, `delete`, `read`, `check`, `diff`.
+        operation: &'static str,
+        /// The resource.
+        urn: Urn,
+        /// The provider's message.
+        message: String,
+    },
+    /// The inputs are invalid.
+    #[error("invalid inputs for {urn}: {}", .failures.join("; "))]
+    CheckFailed {
+        /// The resource.
+        urn: Urn,
+        /// One message per invalid input.
+        failures: Vec<String>,
+    },
+    /// The object does not exist.
+    #[error("{urn} (id `{id}`) does not exist in the cloud")]
+    NotFound {
+        /// The resource.
+        urn: Urn,
+        /// The ID looked up.
+        id: String,
+    },
+}
+
+/// The result type of provider calls.
+pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
+
+/// What a diff found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiffKind {
+    /// No change.
+    Same,
+    /// An in-place update.
+    Update,
+    /// The object must be replaced.
+    Replace,
+}
+
+/// The answer to a diff.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiffResponse {
+    /// What kind of change.
+    pub kind: DiffKind,
+    /// The input keys that changed.
+    pub changed_keys: BTreeSet<String>,
+    /// The keys that force a replace.
+    pub replace_keys: BTreeSet<String>,
+    /// The provider requires delete-before-replace for this resource.
+    pub delete_before_replace: bool,
+}
+
+/// A request about one resource.
+#[derive(Debug, Clone)]
+pub struct ResourceRequest<'a> {
+    /// The resource's URN.
+    pub urn: &'a Urn,
+    /// Its type.
+    pub ty: &'a TypeToken,
+    /// Its physical ID (empty for a create).
+    pub id: &'a str,
+    /// The inputs to apply (new inputs for create/update; current for delete/read).
+    pub inputs: &'a PropertyMap,
+    /// The prior inputs (update, diff, check).
+    pub old_inputs: Option<&'a PropertyMap>,
+    /// The prior outputs (update, delete, read, diff).
+    pub old_outputs: Option<&'a PropertyMap>,
+    /// Input keys whose changes are ignored (diff).
+    pub ignore_changes: &'a [String],
+    /// Input keys whose changes force a replace (diff).
+    pub replace_on_changes: &'a [String],
+    /// The operation's timeout (`customTimeouts`), if set.
+    pub timeout: Option<Duration>,
+    /// A preview: compute the answer, change nothing.
+    pub preview: bool,
+}
+
+/// The answer to a create, update or read: the object's ID, inputs and
+/// outputs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObjectState {
+    /// The physical ID.
+    pub id: String,
+    /// The inputs as the cloud sees them.
+    pub inputs: PropertyMap,
+    /// The outputs.
+    pub outputs: PropertyMap,
+}
+
+/// A resource provider. All calls are async; implementations must be
+/// cheap to share (`Arc<dyn Provider>`).
+#[async_trait]
+pub trait Provider: Send + Sync + 'static {
+    /// The package this provider serves.
+    fn package(&self) -> &str;
+
+    /// Configures the provider from its resource's inputs.
+    ///
+    /// # Errors
+    /// [`ProviderError`] when the configuration is invalid.
+    async fn configure(&self, inputs: &PropertyMap) -> Result<()>;
+
+    /// Validates inputs, returning them normalized (defaults applied).
+    ///
+    /// # Errors
+    /// [`ProviderError::CheckFailed`] listing invalid inputs.
+    async fn check(&self, req: ResourceRequest<'_>) -> Result<PropertyMap>;
+
+    /// Compares old and new inputs.
+    ///
+    /// # Errors
+    /// [`ProviderError`] when the diff cannot be computed.
+    async fn diff(&self, req: ResourceRequest<'_>) -> Result<DiffResponse>;
+
+    /// Creates the object (in preview: computes the expected outputs).
+    ///
+    /// # Errors
+    /// [`ProviderError::Failed`] when the cloud refuses.
+    async fn create(&self, req: ResourceRequest<'_>) -> Result<ObjectState>;
+
+    /// Reads the object; `None` when it no longer exists.
+    ///
+    /// # Errors
+    /// [`ProviderError::Failed`] when the cloud cannot be asked.
+    async fn read(&self, req: ResourceRequest<'_>) -> Result<Option<ObjectState>>;
+
+    /// Updates the object in place.
+    ///
+    /// # Errors
+    /// [`ProviderError::Failed`] when the cloud refuses.
+    async fn update(&self, req: ResourceRequest<'_>) -> Result<ObjectState>;
+
+    /// Deletes the object.
+    ///
+    /// # Errors
+    /// [`ProviderError::Failed`] when the cloud refuses.
+    async fn delete(&self, req: ResourceRequest<'_>) -> Result<()>;
+}

@@ -1,0 +1,61 @@
+//! The provider registry: resolves provider references to provider
+//! instances. Each provider resource (`pulumi:providers:<pkg>`, default or
+//! explicit) gets its instance from a factory per package; instances are
+//! cached per reference, so every resource of one provider resource shares
+//! one instance.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use crate::model::ProviderRef;
+
+use super::Provider;
+
+/// Makes a provider instance for a package.
+pub type ProviderFactory = Arc<dyn Fn(&str) -> Arc<dyn Provider> + Send + Sync>;
+
+/// Resolves provider references to instances.
+#[derive(Clone)]
+pub struct ProviderRegistry {
+    factory: ProviderFactory,
+    instances: Arc<Mutex<HashMap<String, Arc<dyn Provider>>>>,
+}
+
+impl fmt::Debug for ProviderRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderRegistry").finish_non_exhaustive()
+    }
+}
+
+impl ProviderRegistry {
+    /// A registry whose providers come from `factory`.
+    pub fn new(factory: ProviderFactory) -> Self {
+        Self {
+            factory,
+            instances: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// A registry that serves every package from the simulated cloud.
+    pub fn simulated(cloud: Arc<super::SimCloud>) -> Self {
+        Self::new(Arc::new(move |pkg: &str| cloud.provider(pkg)))
+    }
+
+    /// The instance for a provider reference (made on first use).
+    pub fn get(&self, reference: &ProviderRef) -> Arc<dyn Provider> {
+        // The map key ignores the ID: during a preview a new provider's ID
+        // is unknown, and one provider URN has one instance per operation.
+        let key = reference.urn().as_str();
+        let mut map = self
+            .instances
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(p) = map.get(key) {
+            return p.clone();
+        }
+        let p = (self.factory)(reference.package());
+        map.insert(key.to_owned(), p.clone());
+        p
+    }
+}

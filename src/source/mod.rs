@@ -1,0 +1,277 @@
+//! Sources: the program side of an operation.
+//!
+//! A program (a Rust closure here; program files and the gRPC front end
+//! compile onto the same API) registers resources through a [`Context`].
+//! Each call becomes a [`SourceEvent`] sent to the Source actor, which
+//! forwards it to the step generator unless it is fenced (paused by a
+//! migration), in which case it queues it, losing nothing. The reply comes
+//! back once the resource's steps finished, so a program awaits outputs as
+//! it would with an SDK; registrations that do not wait on each other
+//! proceed concurrently. Destroy uses no program (the null source).
+
+pub mod goal;
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use tokio::sync::oneshot;
+
+use crate::events::StepFailure;
+use crate::model::{PropertyMap, Urn};
+use crate::plan::actor::GenMsg;
+use crate::plan::generator::PlanError;
+use crate::provider::ProviderError;
+
+use goal::{Goal, ReadGoal, Registered};
+
+/// Why a registration did not complete.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RegisterError {
+    /// Planning refused it.
+    #[error(transparent)]
+    Plan(#[from] PlanError),
+    /// The provider's check or diff failed.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    /// Its step failed.
+    #[error("{} of {} failed: {}", .0.kind, .0.urn, .0.message)]
+    Step(StepFailure),
+    /// Skipped because a resource it depends on failed.
+    #[error("skipped: it depends on {dependency}, which failed")]
+    Skipped {
+        /// The failed dependency.
+        dependency: Urn,
+    },
+    /// The operation stopped (an earlier failure) before it ran.
+    #[error("not run: the operation stopped after an earlier failure")]
+    Stopped,
+    /// Persisting it failed.
+    #[error("persisting failed: {0}")]
+    Persist(String),
+}
+
+/// An event from the program.
+#[derive(Debug)]
+pub enum SourceEvent {
+    /// `RegisterResource`.
+    Register(
+        Box<Goal>,
+        oneshot::Sender<Result<Registered, RegisterError>>,
+    ),
+    /// `ReadResource`.
+    Read(
+        Box<ReadGoal>,
+        oneshot::Sender<Result<Registered, RegisterError>>,
+    ),
+    /// `RegisterResourceOutputs`.
+    Outputs(Urn, PropertyMap, oneshot::Sender<Result<(), RegisterError>>),
+    /// The program finished (with its error, if any).
+    Done(Option<String>),
+}
+
+/// Messages to the Source actor.
+#[derive(Debug)]
+pub enum SourceMsg {
+    /// An event from the program.
+    Event(SourceEvent),
+    /// Stop admitting events (they queue); replies when fenced.
+    Fence(RpcReplyPort<()>),
+    /// Admit events again, queued ones first.
+    Unfence,
+}
+
+/// The Source actor.
+#[derive(Debug, Default)]
+pub struct SourceActor;
+
+/// The Source actor's state.
+#[derive(Debug)]
+pub struct SourceState {
+    generator: ActorRef<GenMsg>,
+    fenced: bool,
+    queue: VecDeque<SourceEvent>,
+}
+
+fn forward(generator: &ActorRef<GenMsg>, e: SourceEvent) {
+    let msg = match e {
+        SourceEvent::Register(g, r) => GenMsg::Register(g, r),
+        SourceEvent::Read(g, r) => GenMsg::Read(g, r),
+        SourceEvent::Outputs(u, o, r) => GenMsg::Outputs(u, o, r),
+        SourceEvent::Done(err) => GenMsg::ProgramDone(err),
+    };
+    // A stopped generator drops the reply ports: the program sees an error.
+    let _ = generator.cast(msg);
+}
+
+impl Actor for SourceActor {
+    type Msg = SourceMsg;
+    type State = SourceState;
+    type Arguments = ActorRef<GenMsg>;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        generator: Self::Arguments,
+    ) -> Result<Self::State, ActorProcessingErr> {
+        Ok(SourceState {
+            generator,
+            fenced: false,
+            queue: VecDeque::new(),
+        })
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        msg: Self::Msg,
+        state: &mut Self::State,
+    ) -> Result<(), ActorProcessingErr> {
+        match msg {
+            SourceMsg::Event(e) if state.fenced => state.queue.push_back(e),
+            SourceMsg::Event(e) => forward(&state.generator, e),
+            SourceMsg::Fence(reply) => {
+                state.fenced = true;
+                let _ = reply.send(());
+            }
+            SourceMsg::Unfence => {
+                state.fenced = false;
+                while let Some(e) = state.queue.pop_front() {
+                    forward(&state.generator, e);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The error a program returns (a user-callback boundary).
+pub type ProgramError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A boxed program future.
+pub type ProgramFuture = Pin<Box<dyn Future<Output = Result<(), ProgramError>> + Send>>;
+
+/// A program: registers resources through its context.
+pub trait Program: Send + Sync + 'static {
+    /// Runs the program.
+    fn run(&self, ctx: Context) -> ProgramFuture;
+}
+
+impl<F, Fut> Program for F
+where
+    F: Fn(Context) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<(), ProgramError>> + Send + 'static,
+{
+    fn run(&self, ctx: Context) -> ProgramFuture {
+        Box::pin(self(ctx))
+    }
+}
+
+/// What a program uses to talk to the engine (cheap to clone; clones share
+/// the connection).
+#[derive(Debug, Clone)]
+pub struct Context {
+    source: ActorRef<SourceMsg>,
+    inner: Arc<ContextInfo>,
+}
+
+#[derive(Debug)]
+struct ContextInfo {
+    stack: String,
+    project: String,
+    preview: bool,
+    root: Urn,
+}
+
+impl Context {
+    pub(crate) fn new(
+        source: ActorRef<SourceMsg>,
+        stack: String,
+        project: String,
+        preview: bool,
+        root: Urn,
+    ) -> Self {
+        Self {
+            source,
+            inner: Arc::new(ContextInfo {
+                stack,
+                project,
+                preview,
+                root,
+            }),
+        }
+    }
+
+    /// The stack's name.
+    pub fn stack(&self) -> &str {
+        &self.inner.stack
+    }
+
+    /// The project's name.
+    pub fn project(&self) -> &str {
+        &self.inner.project
+    }
+
+    /// True during a preview (outputs of new resources are unknown).
+    pub fn is_preview(&self) -> bool {
+        self.inner.preview
+    }
+
+    /// The stack resource's URN (the default parent).
+    pub fn root(&self) -> &Urn {
+        &self.inner.root
+    }
+
+    async fn send<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, RegisterError>>) -> SourceEvent,
+    ) -> Result<T, RegisterError> {
+        let (tx, rx) = oneshot::channel();
+        self.source
+            .cast(SourceMsg::Event(make(tx)))
+            .map_err(|_| RegisterError::Stopped)?;
+        rx.await.unwrap_or(Err(RegisterError::Stopped))
+    }
+
+    /// Registers a resource and waits until its steps finished.
+    ///
+    /// # Errors
+    /// [`RegisterError`] when planning refused it, its step failed, or the
+    /// operation stopped.
+    ///
+    /// # Cancel safety
+    /// Dropping the future does not withdraw the registration; it runs and
+    /// its result is discarded.
+    pub async fn register(&self, goal: Goal) -> Result<Registered, RegisterError> {
+        self.send(|tx| SourceEvent::Register(Box::new(goal), tx))
+            .await
+    }
+
+    /// Reads an external resource (`ReadResource`).
+    ///
+    /// # Errors
+    /// As [`Context::register`].
+    pub async fn read(&self, goal: ReadGoal) -> Result<Registered, RegisterError> {
+        self.send(|tx| SourceEvent::Read(Box::new(goal), tx)).await
+    }
+
+    /// Sets a resource's outputs (`RegisterResourceOutputs`), typically a
+    /// component's.
+    ///
+    /// # Errors
+    /// As [`Context::register`].
+    pub async fn register_outputs(
+        &self,
+        urn: &Urn,
+        outputs: PropertyMap,
+    ) -> Result<(), RegisterError> {
+        let urn = urn.clone();
+        self.send(|tx| SourceEvent::Outputs(urn, outputs, tx)).await
+    }
+
+    pub(crate) fn done(&self, err: Option<String>) {
+        let _ = self.source.cast(SourceMsg::Event(SourceEvent::Done(err)));
+    }
+}

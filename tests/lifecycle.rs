@@ -1,0 +1,536 @@
+//! Lifecycle tests through the real actors and the simulated cloud: each
+//! asserts the resulting snapshot, the step kinds emitted and the provider
+//! calls made (from the cloud's counters and call log).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use keel::plan::step::StepKind::{self, *};
+use keel::provider::sim::{SimCallKind, SimCallPhase};
+use keel::provider::SimConfig;
+
+fn steps(o: &keel::engine::Outcome, kind: StepKind) -> usize {
+    o.summary.count(kind)
+}
+
+/// The call log as `(kind, resource name)` for calls that ended.
+fn ended(h: &Harness) -> Vec<(SimCallKind, String)> {
+    h.cloud
+        .call_log()
+        .into_iter()
+        .filter(|c| c.phase == SimCallPhase::End)
+        .map(|c| (c.kind, c.urn.rsplit("::").next().unwrap_or("").to_owned()))
+        .collect()
+}
+
+fn replace_on_name() -> SimConfig {
+    let mut c = SimConfig::default();
+    c.replace_on_change.insert("name".into());
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_same_update_delete() {
+    let mut h = Harness::new(SimConfig::default());
+    let v1 = vec![
+        component("app"),
+        bucket("a", &[("size", "1")]).parent("app"),
+        bucket("b", &[("size", "1")]).parent("app"),
+    ];
+    let o = h.up(v1.clone()).await.unwrap();
+    // Stack, component, default provider, two buckets.
+    assert_eq!(steps(&o, Create), 5, "{:?}", o.summary);
+    assert_eq!(h.cloud.counters().creates, 2);
+    assert_eq!(h.cloud.objects().len(), 2);
+    let provider = h.state_of("default");
+    assert_eq!(provider.ty.as_str(), "pulumi:providers:aws");
+    assert!(h.state_of("a").provider.starts_with(provider.urn.as_str()));
+    assert_eq!(h.state_of("a").parent, h.urn("app"));
+    assert!(h.state_of("a").urn.qualified_type().starts_with(COMP));
+
+    let o = h.up(v1.clone()).await.unwrap();
+    assert_eq!(steps(&o, Same), 5);
+    assert_eq!(
+        o.summary.steps.len(),
+        1,
+        "only same steps: {:?}",
+        o.summary.steps
+    );
+    assert_eq!(h.cloud.counters().creates, 2);
+
+    let mut v2 = v1.clone();
+    v2[1] = bucket("a", &[("size", "2")]).parent("app");
+    let o = h.up(v2.clone()).await.unwrap();
+    assert_eq!(steps(&o, Update), 1);
+    assert_eq!(h.cloud.counters().updates, 1);
+    let id = &h.state_of("a").id;
+    assert_eq!(h.cloud.object(id).unwrap().inputs["size"], "2".into());
+
+    let v3 = vec![
+        component("app"),
+        bucket("a", &[("size", "2")]).parent("app"),
+    ];
+    let o = h.up(v3).await.unwrap();
+    assert_eq!(steps(&o, Delete), 1);
+    assert_eq!(h.cloud.counters().deletes, 1);
+    assert!(!h.names().contains(&"b".to_owned()));
+    assert_eq!(h.cloud.objects().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replace_create_before_delete_by_default() {
+    let mut h = Harness::new(replace_on_name());
+    h.up(vec![bucket("a", &[("name", "x")])]).await.unwrap();
+    let old_id = h.state_of("a").id.clone();
+    h.cloud.clear_call_log();
+    let o = h.up(vec![bucket("a", &[("name", "y")])]).await.unwrap();
+    assert_eq!(
+        (steps(&o, CreateReplacement), steps(&o, DeleteReplaced)),
+        (1, 1)
+    );
+    assert_eq!(
+        ended(&h),
+        vec![
+            (SimCallKind::Create, "a".into()),
+            (SimCallKind::Delete, "a".into())
+        ]
+    );
+    assert_ne!(h.state_of("a").id, old_id);
+    assert!(h.cloud.object(&old_id).is_none());
+    assert_eq!(
+        h.state
+            .resources
+            .iter()
+            .filter(|s| s.urn.name() == "a")
+            .count(),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replace_delete_before_replace_when_asked() {
+    let mut h = Harness::new(replace_on_name());
+    let dbr = |v: &str| bucket("a", &[("name", v)]).with(|o| o.delete_before_replace = Some(true));
+    h.up(vec![dbr("x")]).await.unwrap();
+    h.cloud.clear_call_log();
+    let o = h.up(vec![dbr("y")]).await.unwrap();
+    assert_eq!(
+        (steps(&o, DeleteReplaced), steps(&o, CreateReplacement)),
+        (1, 1)
+    );
+    assert_eq!(
+        ended(&h),
+        vec![
+            (SimCallKind::Delete, "a".into()),
+            (SimCallKind::Create, "a".into())
+        ]
+    );
+    assert!(!h.state_of("a").pending_replacement);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_before_replace_replaces_dependents_in_order() {
+    let mut cfg = replace_on_name();
+    cfg.delete_before_replace_types.insert(BUCKET.into());
+    let mut h = Harness::new(cfg);
+    let prog = |v: &str| {
+        vec![
+            bucket("a", &[("name", v)]),
+            bucket("b", &[("size", "1")]).dep("a"),
+            bucket("c", &[("size", "1")]).dep("b"),
+        ]
+    };
+    h.up(prog("x")).await.unwrap();
+    h.cloud.clear_call_log();
+    let o = h.up(prog("y")).await.unwrap();
+    // Dependents are deleted (c before b) before a, then everything is created again in order.
+    let log = ended(&h);
+    assert_eq!(
+        log,
+        vec![
+            (SimCallKind::Delete, "c".into()),
+            (SimCallKind::Delete, "b".into()),
+            (SimCallKind::Delete, "a".into()),
+            (SimCallKind::Create, "a".into()),
+            (SimCallKind::Create, "b".into()),
+            (SimCallKind::Create, "c".into()),
+        ],
+        "{:?}",
+        o.summary
+    );
+    assert_eq!(h.cloud.objects().len(), 3);
+    assert!(h
+        .state
+        .resources
+        .iter()
+        .all(|s| !s.pending_replacement && !s.delete));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protect_blocks_delete_and_replace() {
+    let mut h = Harness::new(replace_on_name());
+    let p = |v: &str| bucket("a", &[("name", v)]).with(|o| o.protect = true);
+    h.up(vec![p("x"), bucket("b", &[])]).await.unwrap();
+    let before = h.cloud.counters();
+
+    let e = failed(h.up(vec![p("y"), bucket("b", &[])]).await);
+    assert!(
+        e.summary
+            .errors
+            .iter()
+            .any(|m| m.contains("protected") && m.contains("::a")),
+        "{:?}",
+        e.summary
+    );
+    let e = failed(h.up(vec![bucket("b", &[])]).await);
+    assert!(
+        e.summary
+            .errors
+            .iter()
+            .any(|m| m.contains("protected") && m.contains("::a")),
+        "{:?}",
+        e.summary
+    );
+    let e = failed(h.destroy().await);
+    assert!(
+        e.summary.errors.iter().any(|m| m.contains("protected")),
+        "{:?}",
+        e.summary
+    );
+    let after = h.cloud.counters();
+    assert_eq!(
+        (after.creates, after.deletes),
+        (before.creates, before.deletes)
+    );
+    assert_eq!(h.cloud.objects().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn aliases_rename_and_reparent_without_replacing() {
+    let mut h = Harness::new(SimConfig::default());
+    h.up(vec![
+        component("app"),
+        bucket("old", &[("k", "v")]),
+        bucket("top", &[]),
+    ])
+    .await
+    .unwrap();
+    let (old_id, top_id) = (h.state_of("old").id.clone(), h.state_of("top").id.clone());
+    let before = h.cloud.counters();
+    let o = h
+        .up(vec![
+            component("app"),
+            bucket("new", &[("k", "v")]).alias(alias_name("old")),
+            bucket("top", &[]).parent("app").alias(alias_no_parent()),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(steps(&o, Same), 5, "{:?}", o.summary);
+    assert_eq!(steps(&o, Delete) + steps(&o, Create), 0);
+    let after = h.cloud.counters();
+    assert_eq!(
+        (after.creates, after.deletes),
+        (before.creates, before.deletes)
+    );
+    assert_eq!(h.state_of("new").id, old_id);
+    assert_eq!(h.state_of("top").id, top_id);
+    assert_eq!(h.state_of("top").parent, h.urn("app"));
+    assert!(!h.names().contains(&"old".to_owned()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_urns_and_claimed_aliases_are_errors() {
+    let h = Harness::new(SimConfig::default());
+    let twice = |ctx: keel::source::Context| async move {
+        let goal = keel::source::goal::Goal::custom(ty(BUCKET), "a", Default::default());
+        ctx.register(goal.clone()).await?;
+        // The second registration of `a` is refused: the program sees the error.
+        let second = ctx.register(goal).await;
+        assert!(
+            matches!(second, Err(keel::source::RegisterError::Plan(_))),
+            "{second:?}"
+        );
+        second?;
+        Ok(())
+    };
+    let e = failed(
+        h.engine
+            .update(
+                h.state.clone(),
+                twice,
+                Box::new(keel::persist::MemoryPersister::new()),
+            )
+            .await,
+    );
+    let text = format!("{:?}", e.summary);
+    assert!(text.contains("duplicate resource URN"), "{text}");
+
+    let mut h = Harness::new(SimConfig::default());
+    h.up(vec![bucket("a", &[])]).await.unwrap();
+    let e = failed(
+        h.up(vec![
+            bucket("b", &[]).alias(alias_name("a")),
+            bucket("c", &[]).dep("b").alias(alias_name("a")),
+        ])
+        .await,
+    );
+    let text = format!("{:?}", e.summary);
+    assert!(text.contains("already claimed"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleted_with_and_retain_on_delete_skip_provider_deletes() {
+    let mut h = Harness::new(SimConfig::default());
+    h.up(vec![
+        bucket("parent", &[]),
+        bucket("child", &[])
+            .dep("parent")
+            .with(|o| o.deleted_with = None),
+        bucket("kept", &[]).with(|o| o.retain_on_delete = true),
+    ])
+    .await
+    .unwrap();
+    // Set deletedWith to the parent's URN (known after the first run).
+    let parent = h.urn("parent");
+    h.up(vec![
+        bucket("parent", &[]),
+        bucket("child", &[])
+            .dep("parent")
+            .with(move |o| o.deleted_with = Some(parent)),
+        bucket("kept", &[]).with(|o| o.retain_on_delete = true),
+    ])
+    .await
+    .unwrap();
+    let kept_id = h.state_of("kept").id.clone();
+    h.cloud.clear_call_log();
+    let o = h.up(vec![]).await.unwrap();
+    assert_eq!(
+        steps(&o, Delete),
+        4,
+        "parent, child, kept, provider: {:?}",
+        o.summary
+    );
+    let deleted: Vec<String> = ended(&h).into_iter().map(|(_, n)| n).collect();
+    assert_eq!(
+        deleted,
+        vec!["parent".to_owned()],
+        "only the parent's delete reaches the cloud"
+    );
+    assert!(
+        h.cloud.object(&kept_id).is_some(),
+        "retained object stays in the cloud"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destroy_deletes_dependents_before_dependencies() {
+    let mut h = Harness::new(SimConfig {
+        latency: Duration::from_millis(5),
+        ..SimConfig::default()
+    });
+    h.up(vec![
+        bucket("a", &[]),
+        bucket("b", &[]).dep("a"),
+        bucket("c", &[]).dep("b"),
+        bucket("d", &[]).dep("a"),
+    ])
+    .await
+    .unwrap();
+    h.cloud.clear_call_log();
+    let o = h.destroy().await.unwrap();
+    assert_eq!(steps(&o, Delete), 6, "{:?}", o.summary);
+    assert!(h.state.resources.is_empty());
+    assert!(h.cloud.objects().is_empty());
+    // Every dependent's delete ended before its dependency's delete started.
+    let log = h.cloud.call_log();
+    let pos = |name: &str, phase: SimCallPhase| {
+        log.iter()
+            .position(|c| c.urn.ends_with(&format!("::{name}")) && c.phase == phase)
+            .unwrap()
+    };
+    for (dependent, dependency) in [("b", "a"), ("c", "b"), ("d", "a")] {
+        assert!(
+            pos(dependent, SimCallPhase::End) < pos(dependency, SimCallPhase::Start),
+            "{dependent} must be deleted before {dependency}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_stops_new_work_and_keeps_what_was_created() {
+    let mut cfg = SimConfig::default();
+    cfg.fail.insert("bad".into());
+    let mut h = Harness::new(cfg);
+    let e = failed(
+        h.up(vec![
+            bucket("good", &[]),
+            bucket("bad", &[]).dep("good"),
+            bucket("after", &[]).dep("bad"),
+        ])
+        .await,
+    );
+    assert_eq!(e.summary.failures.len(), 1, "{:?}", e.summary);
+    assert!(e.summary.failures[0].urn.as_str().ends_with("::bad"));
+    assert_eq!(e.summary.failures[0].kind, Create);
+    // The created resource is in the state (which passed integrity in `keep`).
+    assert!(h.names().contains(&"good".to_owned()));
+    assert!(!h.names().contains(&"after".to_owned()));
+    assert_eq!(h.cloud.objects().len(), 1);
+    assert!(h.state.pending_operations.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn continue_on_error_skips_only_dependents() {
+    let mut cfg = SimConfig::default();
+    cfg.fail.insert("bad".into());
+    let mut h = Harness::with(cfg, |c| c.continue_on_error = true);
+    let mut prog = vec![bucket("bad", &[])];
+    for i in 0..5 {
+        prog.push(bucket(&format!("ok{i}"), &[]));
+    }
+    prog.push(bucket("dependent", &[]).dep("bad"));
+    let e = failed(h.up(prog).await);
+    assert_eq!(e.summary.failures.len(), 1);
+    assert_eq!(h.cloud.objects().len(), 5);
+    assert!(!h.names().contains(&"dependent".to_owned()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_parallel_bound_holds_and_independent_resources_run_concurrently() {
+    for parallel in [1usize, 4, 16] {
+        let mut h = Harness::with(
+            SimConfig {
+                latency: Duration::from_millis(20),
+                ..SimConfig::default()
+            },
+            |c| c.parallel = parallel,
+        );
+        let prog: Vec<Res> = (0..48).map(|i| bucket(&format!("b{i}"), &[])).collect();
+        h.up(prog).await.unwrap();
+        assert_eq!(
+            h.cloud.counters().max_in_flight,
+            parallel as u64,
+            "parallel = {parallel}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refresh_reconciles_with_the_cloud() {
+    let mut h = Harness::new(SimConfig::default());
+    h.up(vec![bucket("gone", &[]), bucket("drift", &[("k", "v")])])
+        .await
+        .unwrap();
+    let gone = h.state_of("gone").id.clone();
+    let drift = h.state_of("drift").id.clone();
+    assert!(h.cloud.remove_object(&gone));
+    assert!(h.cloud.set_property(&drift, "k", "changed".into()));
+    let o = h.refresh().await.unwrap();
+    assert_eq!(steps(&o, Refresh), 2);
+    assert!(!h.names().contains(&"gone".to_owned()));
+    assert_eq!(h.state_of("drift").outputs["k"], "changed".into());
+    assert_eq!(h.cloud.counters().creates, 2, "refresh creates nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preview_changes_nothing() {
+    let mut h = Harness::new(replace_on_name());
+    h.up(vec![bucket("a", &[("name", "x")]), bucket("b", &[])])
+        .await
+        .unwrap();
+    let before = h.cloud.counters();
+    let state = h.state.clone();
+    let o = h
+        .preview(vec![bucket("a", &[("name", "y")]), bucket("c", &[])])
+        .await
+        .unwrap();
+    assert_eq!(steps(&o, CreateReplacement), 1);
+    assert_eq!(steps(&o, Create), 1);
+    assert_eq!(steps(&o, Delete), 1);
+    let after = h.cloud.counters();
+    assert_eq!(
+        (after.creates, after.updates, after.deletes),
+        (before.creates, before.updates, before.deletes)
+    );
+    assert_eq!(h.state, state);
+    assert_eq!(h.cloud.objects().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_change_forces_replace() {
+    let mut h = Harness::new(SimConfig::default());
+    h.up(vec![bucket("a", &[])]).await.unwrap();
+    let old_id = h.state_of("a").id.clone();
+    // An explicit provider resource replaces the default one.
+    let prog = vec![
+        Res {
+            name: "explicit".into(),
+            ty: "pulumi:providers:aws".into(),
+            custom: true,
+            inputs: props(&[("region", "eu")]),
+            parent: None,
+            deps: vec![],
+            opts: Default::default(),
+            alias_names: vec![],
+        },
+        bucket("a", &[]).dep("explicit"),
+    ];
+    // The bucket must name the explicit provider: build its reference after
+    // the provider is known, in a second step.
+    h.up(prog.clone()).await.unwrap();
+    let p = h.state_of("explicit");
+    let reference = format!("{}::{}", p.urn, p.id);
+    let mut prog2 = prog;
+    prog2[1] = bucket("a", &[])
+        .dep("explicit")
+        .with(move |o| o.provider = Some(reference));
+    let o = h.up(prog2).await.unwrap();
+    assert_eq!(steps(&o, CreateReplacement), 1, "{:?}", o.summary);
+    assert_ne!(h.state_of("a").id, old_id);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_resources_are_never_created_or_deleted() {
+    use keel::provider::sim::SimObject;
+    let mut h = Harness::new(SimConfig::default());
+    h.cloud.insert_object(SimObject {
+        id: "vpc-123".into(),
+        ty: "aws:ec2/vpc:Vpc".into(),
+        name: "default-vpc".into(),
+        urn: String::new(),
+        inputs: props(&[("cidr", "10.0.0.0/16")]),
+        outputs: props(&[("cidr", "10.0.0.0/16")]),
+    });
+    let engine = h.engine.clone();
+    let read = |ctx: keel::source::Context| async move {
+        ctx.read(keel::source::goal::ReadGoal {
+            ty: ty("aws:ec2/vpc:Vpc"),
+            name: "vpc".into(),
+            id: "vpc-123".into(),
+            inputs: Default::default(),
+            parent: None,
+            provider: None,
+            depends_on: vec![],
+        })
+        .await?;
+        Ok(())
+    };
+    let o = engine
+        .update(
+            h.state.clone(),
+            read,
+            Box::new(keel::persist::MemoryPersister::new()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(o.summary.count(Read), 1);
+    h.state = o.snapshot;
+    assert!(h.state_of("vpc").external);
+    assert_eq!(h.state_of("vpc").outputs["cidr"], "10.0.0.0/16".into());
+    h.destroy().await.unwrap();
+    let c = h.cloud.counters();
+    assert_eq!((c.creates, c.deletes), (0, 0));
+    assert!(h.cloud.object("vpc-123").is_some());
+}
