@@ -82,6 +82,8 @@ pub struct EngineConfig {
     pub continue_on_error: bool,
     /// Where events go.
     pub events: EventSink,
+    /// Registrations a program may have in flight at once (backpressure).
+    pub max_in_flight_registrations: usize,
 }
 
 impl Default for EngineConfig {
@@ -93,6 +95,7 @@ impl Default for EngineConfig {
             parallel: 4 * cores,
             continue_on_error: false,
             events: EventSink::default(),
+            max_in_flight_registrations: 4096,
         }
     }
 }
@@ -310,6 +313,7 @@ impl Engine {
             self.config.project.clone(),
             preview,
             root.clone(),
+            self.config.max_in_flight_registrations,
         );
         match program {
             Some(program) => {

@@ -534,3 +534,67 @@ async fn read_resources_are_never_created_or_deleted() {
     assert_eq!((c.creates, c.deletes), (0, 0));
     assert!(h.cloud.object("vpc-123").is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependent_removed_during_delete_before_replace_is_dropped_from_state() {
+    let mut cfg = replace_on_name();
+    cfg.delete_before_replace_types.insert(BUCKET.into());
+    let mut h = Harness::new(cfg);
+    h.up(vec![
+        bucket("a", &[("name", "x")]),
+        bucket("b", &[]).dep("a"),
+    ])
+    .await
+    .unwrap();
+    // `a` is replaced delete-before-replace, which deletes its dependent `b`
+    // first; `b` is no longer in the program, so it is dropped from state
+    // with no second provider delete.
+    let o = h.up(vec![bucket("a", &[("name", "y")])]).await.unwrap();
+    assert_eq!(steps(&o, RemovePendingReplace), 1, "{:?}", o.summary);
+    assert!(!h.names().contains(&"b".to_owned()));
+    assert_eq!(h.cloud.counters().deletes, 2, "a and b, once each");
+    assert_eq!(h.cloud.objects().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_stream_every_step_and_the_summary() {
+    use keel::events::{EngineEvent, EventSink};
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut h = Harness::with(SimConfig::default(), |c| c.events = EventSink::new(tx));
+    h.up(vec![bucket("a", &[]), bucket("b", &[]).dep("a")])
+        .await
+        .unwrap();
+    let mut events = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        events.push(e);
+    }
+    let started = events
+        .iter()
+        .filter(|e| matches!(e, EngineEvent::StepStarted { .. }))
+        .count();
+    let finished: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::StepFinished {
+                kind, urn, error, ..
+            } => Some((*kind, urn.name().to_owned(), error.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started, 4, "stack, provider, a, b");
+    assert_eq!(finished.len(), 4);
+    assert!(finished.iter().all(|(k, _, e)| *k == Create && e.is_none()));
+    let a = finished.iter().position(|(_, n, _)| n == "a").unwrap();
+    let b = finished.iter().position(|(_, n, _)| n == "b").unwrap();
+    assert!(a < b, "b depends on a");
+    match events.last() {
+        Some(EngineEvent::Summary(s)) => {
+            assert_eq!(s.result, "succeeded");
+            assert_eq!(s.count(Create), 4);
+            let json = serde_json::to_value(EngineEvent::Summary(s.clone())).unwrap();
+            assert_eq!(json["event"], "summary");
+            assert_eq!(json["steps"]["create"], 4);
+        }
+        other => panic!("the last event is not the summary: {other:?}"),
+    }
+}

@@ -380,7 +380,8 @@ async fn run_steps(
             urn: urn.clone(),
         });
         let started = Instant::now();
-        let r = execute(shared, step).await;
+        let span = tracing::info_span!("step", kind = kind.as_str(), urn = %urn);
+        let r = tracing::Instrument::instrument(execute(shared, step), span).await;
         let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
         match r {
             Ok(reg) => {

@@ -225,6 +225,19 @@ impl GenState {
     }
 }
 
+fn msg_name(m: &GenMsg) -> &'static str {
+    match m {
+        GenMsg::Wire(_) => "wire",
+        GenMsg::Register(..) => "register",
+        GenMsg::Read(..) => "read",
+        GenMsg::Outputs(..) => "outputs",
+        GenMsg::Checked(..) => "checked",
+        GenMsg::ProgramDone(_) => "program-done",
+        GenMsg::ChainDone => "chain-done",
+        GenMsg::DeletesDone => "deletes-done",
+    }
+}
+
 /// The provider's check, then (when there is prior state) its diff.
 async fn check_and_diff(
     provider: &dyn crate::provider::Provider,
@@ -296,6 +309,7 @@ impl Actor for GeneratorActor {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        let _span = tracing::debug_span!("generator", msg = msg_name(&msg)).entered();
         match msg {
             GenMsg::Wire(exec) => state.executor = Some(exec),
             GenMsg::Register(goal, reply) => state.register(&myself, &goal, reply),

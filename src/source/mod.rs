@@ -183,6 +183,9 @@ struct ContextInfo {
     project: String,
     preview: bool,
     root: Urn,
+    /// Bounds the registrations in flight: the backpressure the source
+    /// applies to the program (actor mailboxes are unbounded).
+    window: tokio::sync::Semaphore,
 }
 
 impl Context {
@@ -192,6 +195,7 @@ impl Context {
         project: String,
         preview: bool,
         root: Urn,
+        window: usize,
     ) -> Self {
         Self {
             source,
@@ -200,6 +204,7 @@ impl Context {
                 project,
                 preview,
                 root,
+                window: tokio::sync::Semaphore::new(window.max(1)),
             }),
         }
     }
@@ -228,6 +233,15 @@ impl Context {
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, RegisterError>>) -> SourceEvent,
     ) -> Result<T, RegisterError> {
+        // Safe from deadlock: a registration only refers to resources
+        // registered before it, so the ones holding permits never wait on
+        // one that waits for a permit.
+        let _permit = self
+            .inner
+            .window
+            .acquire()
+            .await
+            .map_err(|_| RegisterError::Stopped)?;
         let (tx, rx) = oneshot::channel();
         self.source
             .cast(SourceMsg::Event(make(tx)))
