@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::events::{EngineEvent, EventSink, Summary};
 use crate::exec::{ExecConfig, ExecShared, ExecutorActor};
-use crate::model::snapshot::Manifest;
+use crate::model::snapshot::{Manifest, OperationType};
 use crate::model::urn::STACK_TYPE;
 use crate::model::{Deployment, TypeToken, Urn};
 use crate::persist::actor::{PersistMsg, PersisterActor};
@@ -67,6 +67,10 @@ pub struct Outcome {
     /// The deployment after the operation (in a preview: what the update
     /// would leave, in memory only).
     pub snapshot: Deployment,
+    /// Bytes the persister wrote.
+    pub bytes_written: u64,
+    /// Fsyncs the persister issued.
+    pub fsyncs: u64,
 }
 
 /// The engine's configuration.
@@ -233,6 +237,14 @@ impl Engine {
         let started = Instant::now();
         let spawn_err = |e: ractor::SpawnErr| EngineError::Spawn(e.to_string());
         let root = self.root_urn()?;
+        for warning in self.resolve_pending(&mut prior).await {
+            tracing::warn!("{warning}");
+            self.config.events.send(EngineEvent::Diagnostic {
+                severity: "warning".into(),
+                urn: None,
+                message: warning,
+            });
+        }
         let olds = SnapshotBuilder::share_resources(&mut prior);
         prior.manifest = Manifest::keel(
             humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
@@ -369,6 +381,10 @@ impl Engine {
                 )));
             }
         };
+        let (bytes_written, fsyncs) = match persist.call(PersistMsg::Io, None).await {
+            Ok(ractor::rpc::CallResult::Success(io)) => io,
+            _ => (0, 0),
+        };
         stop_all(&[
             source.get_cell(),
             executor.get_cell(),
@@ -393,12 +409,74 @@ impl Engine {
         self.config
             .events
             .send(EngineEvent::Summary(summary.clone()));
-        let outcome = Outcome { summary, snapshot };
+        let outcome = Outcome {
+            summary,
+            snapshot,
+            bytes_written,
+            fsyncs,
+        };
         if outcome.summary.succeeded() {
             Ok(outcome)
         } else {
             Err(EngineError::Failed(Box::new(outcome)))
         }
+    }
+}
+
+impl Engine {
+    /// Resolves the operations an interrupted run left pending: a create
+    /// whose object exists in the cloud is adopted (so the next update does
+    /// not create it twice), a delete whose object is gone removes the
+    /// resource, the rest are cleared. Returns warnings for the user.
+    async fn resolve_pending(&self, prior: &mut Deployment) -> Vec<String> {
+        let mut warnings = Vec::new();
+        for op in std::mem::take(&mut prior.pending_operations) {
+            let s = op.resource;
+            let provider = crate::model::ProviderRef::parse(&s.provider)
+                .ok()
+                .map(|r| self.registry.get(&r));
+            let live = prior
+                .resources
+                .iter()
+                .position(|r| r.urn == s.urn && !r.delete);
+            match (op.ty, provider) {
+                (OperationType::Creating, Some(p)) if live.is_none() => match p.find(&s.urn, &s.ty).await {
+                    Ok(Some(obj)) => {
+                        warnings.push(format!("adopted {} (id {}): its create was interrupted after the object was made", s.urn, obj.id));
+                        let mut adopted = s.clone();
+                        adopted.id = obj.id;
+                        adopted.inputs = obj.inputs;
+                        adopted.outputs = obj.outputs;
+                        prior.resources.push(adopted);
+                    }
+                    Ok(None) => warnings.push(format!("cleared the interrupted create of {}: no object was found in the cloud", s.urn)),
+                    Err(e) => warnings.push(format!("cleared the interrupted create of {}: {e}; if the object exists, import it", s.urn)),
+                },
+                (OperationType::Deleting, Some(p)) => {
+                    let req = crate::provider::ResourceRequest {
+                        urn: &s.urn,
+                        ty: &s.ty,
+                        id: &s.id,
+                        inputs: &s.inputs,
+                        old_inputs: None,
+                        old_outputs: Some(&s.outputs),
+                        ignore_changes: &[],
+                        replace_on_changes: &[],
+                        timeout: None,
+                        preview: false,
+                    };
+                    match p.read(req).await {
+                        Ok(None) => {
+                            prior.resources.retain(|r| !(r.urn == s.urn && r.id == s.id));
+                            warnings.push(format!("removed {}: its delete was interrupted after the object was deleted", s.urn));
+                        }
+                        _ => warnings.push(format!("cleared the interrupted delete of {}: the object still exists", s.urn)),
+                    }
+                }
+                (ty, _) => warnings.push(format!("cleared the interrupted {ty:?} of {}", s.urn)),
+            }
+        }
+        warnings
     }
 }
 

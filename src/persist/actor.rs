@@ -17,6 +17,8 @@ pub enum PersistMsg {
     Snapshot(RpcReplyPort<Deployment>),
     /// The operation ended: persist and return the final deployment.
     Finish(RpcReplyPort<Result<Deployment, PersistError>>),
+    /// Bytes written and fsyncs issued.
+    Io(RpcReplyPort<(u64, u64)>),
 }
 
 /// The Persister actor.
@@ -66,16 +68,21 @@ impl Actor for PersisterActor {
             PersistMsg::Mutate(m, reply) => {
                 state.builder.apply(&m);
                 let PersisterState { builder, persister } = state;
-                let r = blocking(|| persister.persist(&m, builder));
-                let _ = reply.send(r);
+                let ack: super::Ack = Box::new(move |r| {
+                    let _ = reply.send(r);
+                });
+                blocking(|| persister.persist(&m, builder, ack));
             }
             PersistMsg::Snapshot(reply) => {
                 let _ = reply.send(state.builder.snapshot());
             }
             PersistMsg::Finish(reply) => {
-                let snapshot = state.builder.snapshot();
-                let r = blocking(|| state.persister.finish(&snapshot)).map(|()| snapshot);
+                let PersisterState { builder, persister } = state;
+                let r = blocking(|| persister.finish(builder));
                 let _ = reply.send(r);
+            }
+            PersistMsg::Io(reply) => {
+                let _ = reply.send(state.persister.io());
             }
         }
         Ok(())

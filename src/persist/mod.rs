@@ -4,6 +4,11 @@
 //! actor that is the single writer of state (`architecture.md` §6).
 
 pub mod actor;
+pub mod backend;
+pub mod checkpoint_file;
+pub mod fs;
+pub mod journal;
+pub mod journal_file;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -217,6 +222,40 @@ impl SnapshotBuilder {
         d
     }
 
+    /// The deployment without this run's in-flight operations (they are
+    /// re-recorded in the fresh journal after a compaction).
+    pub fn snapshot_committed(&self) -> Deployment {
+        let mut d = self.base.clone();
+        d.resources = self.live().map(|s| lock(s).clone()).collect();
+        d
+    }
+
+    fn live(&self) -> impl Iterator<Item = &StateRef> {
+        self.news
+            .iter()
+            .zip(&self.new_done)
+            .chain(self.olds.iter().zip(&self.old_done))
+            .filter(|(_, done)| !**done)
+            .map(|(s, _)| s)
+    }
+
+    /// Makes the current deployment the base (after a compaction wrote it):
+    /// the live states, same `Arc`s, become the prior list in order.
+    pub fn rebase(&mut self) {
+        let live: Vec<StateRef> = self.live().cloned().collect();
+        self.old_pos = live.iter().enumerate().map(|(i, s)| (key(s), i)).collect();
+        self.old_done = vec![false; live.len()];
+        self.olds = live;
+        self.news.clear();
+        self.new_pos.clear();
+        self.new_done.clear();
+    }
+
+    /// In-flight operations as `(op, kind, state)`, for re-recording.
+    pub fn in_flight(&self) -> impl Iterator<Item = (OpId, &PendingOperation)> {
+        self.pending.iter().map(|(op, p)| (*op, p))
+    }
+
     /// The number of resources the current deployment holds.
     pub fn len(&self) -> usize {
         self.new_done
@@ -257,25 +296,33 @@ pub enum PersistError {
 /// The result type of persistence.
 pub type Result<T, E = PersistError> = std::result::Result<T, E>;
 
-/// A place state is persisted. Called only from the Persister actor, one
-/// call at a time.
-pub trait Persister: Send + 'static {
-    /// Makes one mutation durable; `current` already reflects it.
-    ///
-    /// # Errors
-    /// [`PersistError`] when the mutation could not be made durable; the
-    /// operation then fails and the last durable state is kept.
-    fn persist(&mut self, m: &Mutation, current: &SnapshotBuilder) -> Result<()>;
+/// Called once a mutation is durable (or could not be made durable).
+pub type Ack = Box<dyn FnOnce(Result<()>) + Send>;
 
-    /// The operation ended: make `snapshot` the persisted state.
+/// A place state is persisted. Called only from the Persister actor, one
+/// call at a time; blocking implementations are run off the async workers.
+pub trait Persister: Send + 'static {
+    /// Makes one mutation durable; `current` already reflects it. `ack` is
+    /// called once it is durable, possibly later and from another thread
+    /// (group commit).
+    fn persist(&mut self, m: &Mutation, current: &mut SnapshotBuilder, ack: Ack);
+
+    /// The operation ended: wait for pending writes, make the current
+    /// deployment the persisted state (compaction) and return it.
     ///
     /// # Errors
-    /// As [`Persister::persist`].
-    fn finish(&mut self, snapshot: &Deployment) -> Result<()>;
+    /// [`PersistError`] when it could not be persisted; the last durable
+    /// state is kept.
+    fn finish(&mut self, current: &mut SnapshotBuilder) -> Result<Deployment>;
 
     /// Whether this persister can persist component state migrations.
     fn supports_migrations(&self) -> bool {
         true
+    }
+
+    /// Bytes written and fsyncs issued so far.
+    fn io(&self) -> (u64, u64) {
+        (0, 0)
     }
 }
 
@@ -302,16 +349,17 @@ impl MemoryPersister {
 }
 
 impl Persister for MemoryPersister {
-    fn persist(&mut self, _m: &Mutation, _current: &SnapshotBuilder) -> Result<()> {
+    fn persist(&mut self, _m: &Mutation, _current: &mut SnapshotBuilder, ack: Ack) {
         self.saves += 1;
         if self.fail_at == Some(self.saves) {
-            return Err(PersistError::Injected(self.saves));
+            return ack(Err(PersistError::Injected(self.saves)));
         }
-        Ok(())
+        ack(Ok(()));
     }
 
-    fn finish(&mut self, snapshot: &Deployment) -> Result<()> {
-        crate::model::integrity::verify(snapshot)?;
-        Ok(())
+    fn finish(&mut self, current: &mut SnapshotBuilder) -> Result<Deployment> {
+        let snapshot = current.snapshot();
+        crate::model::integrity::verify(&snapshot)?;
+        Ok(snapshot)
     }
 }

@@ -158,4 +158,15 @@ pub trait Provider: Send + Sync + 'static {
     /// # Errors
     /// [`ProviderError::Failed`] when the cloud refuses.
     async fn delete(&self, req: ResourceRequest<'_>) -> Result<()>;
+
+    /// Finds the object a resource was created as, by its URN, when the
+    /// provider can (used to adopt the result of a create interrupted before
+    /// its ID was recorded). The default cannot: `None`.
+    ///
+    /// # Errors
+    /// [`ProviderError::Failed`] when the cloud cannot be asked.
+    async fn find(&self, urn: &Urn, ty: &TypeToken) -> Result<Option<ObjectState>> {
+        let _ = (urn, ty);
+        Ok(None)
+    }
 }

@@ -216,6 +216,10 @@ pub struct SimCloud {
     rng: Mutex<u64>,
     log: Mutex<CallLog>,
     counters: Counters,
+    autosave: Mutex<Option<std::path::PathBuf>>,
+    /// Serializes saves: two concurrent saves could otherwise rename in the
+    /// opposite order of their snapshots and lose an object.
+    saving: Mutex<()>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -313,7 +317,39 @@ impl SimCloud {
             rng: Mutex::new(seed),
             log: Mutex::new(CallLog::default()),
             counters: Counters::default(),
+            autosave: Mutex::new(None),
+            saving: Mutex::new(()),
         }
+    }
+
+    /// Saves the cloud to `path` after every change (create, update,
+    /// delete), so its objects survive the process being killed: the CLI's
+    /// cloud and crash tests use this.
+    pub fn autosave_to(&self, path: impl Into<std::path::PathBuf>) {
+        *lock(&self.autosave) = Some(path.into());
+    }
+
+    /// Saves now when autosave is on (blocking I/O, off the async workers).
+    fn changed(&self) -> std::io::Result<()> {
+        let path = lock(&self.autosave).clone();
+        match path {
+            Some(p) => match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+                Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+                    tokio::task::block_in_place(|| self.save(&p))
+                }
+                _ => self.save(&p),
+            },
+            None => Ok(()),
+        }
+    }
+
+    /// The object a resource's URN was created as, if any.
+    pub fn find_by_urn(&self, urn: &str) -> Option<SimObject> {
+        lock(&self.state)
+            .objects
+            .values()
+            .find(|o| o.urn == urn)
+            .cloned()
     }
 
     /// A provider serving `package` from this cloud.
@@ -402,6 +438,7 @@ impl SimCloud {
     /// # Errors
     /// Any I/O error.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
+        let _saving = lock(&self.saving);
         let json = {
             let state = lock(&self.state);
             let saved = SavedCloudRef {
@@ -627,6 +664,9 @@ impl Provider for SimProvider {
         cloud.inject("create", req.urn)?;
         let obj = cloud.store_new(req.urn, req.ty.as_str(), req.inputs);
         guard.id.clone_from(&obj.id);
+        cloud
+            .changed()
+            .map_err(|e| cloud_io("create", req.urn, &e))?;
         drop(guard);
         Ok(ObjectState {
             id: obj.id,
@@ -690,6 +730,9 @@ impl Provider for SimProvider {
                 outputs: obj.outputs.clone(),
             }
         };
+        cloud
+            .changed()
+            .map_err(|e| cloud_io("update", req.urn, &e))?;
         drop(guard);
         Ok(updated)
     }
@@ -704,8 +747,27 @@ impl Provider for SimProvider {
         cloud.sleep().await;
         cloud.inject("delete", req.urn)?;
         lock(&cloud.state).objects.remove(req.id);
+        cloud
+            .changed()
+            .map_err(|e| cloud_io("delete", req.urn, &e))?;
         drop(guard);
         Ok(())
+    }
+
+    async fn find(&self, urn: &Urn, _ty: &crate::model::TypeToken) -> Result<Option<ObjectState>> {
+        Ok(self.cloud.find_by_urn(urn.as_str()).map(|o| ObjectState {
+            id: o.id,
+            inputs: o.inputs,
+            outputs: o.outputs,
+        }))
+    }
+}
+
+fn cloud_io(operation: &'static str, urn: &Urn, e: &std::io::Error) -> ProviderError {
+    ProviderError::Failed {
+        operation,
+        urn: urn.clone(),
+        message: format!("the simulated cloud could not save its objects: {e}"),
     }
 }
 

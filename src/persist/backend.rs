@@ -1,0 +1,352 @@
+//! The file backend: a directory of stacks (default `./.keel`). A stack
+//! lives in `stacks/<name>/`: the base checkpoint `checkpoint.json` (the
+//! stack export form, plus the journal watermark `keelJournalSeq`), its
+//! backup `checkpoint.json.bak`, the journal `journal.log`, and `lock`.
+//!
+//! Opening a stack for an operation takes the lock (held until the
+//! operation ends; the kernel releases it if the holder dies), replays the
+//! journal onto the base (cutting a torn tail with a warning, refusing
+//! corruption with its offset), and, when the journal held entries,
+//! compacts them into a new base so the operation starts from a clean
+//! journal. Operations begun and never ended become `pending_operations`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::checkpoint_file::CheckpointPersister;
+use super::fs::{atomic_write, Holder, IoCounters, LockError, StackLock};
+use super::journal::{self, JournalError};
+use super::journal_file::{JournalOptions, JournalPersister};
+use super::{PersistError, Persister, SnapshotBuilder};
+use crate::model::checkpoint::CheckpointError;
+use crate::model::{CheckpointFile, Deployment};
+
+/// The key of the base checkpoint holding the journal watermark.
+pub const WATERMARK_KEY: &str = "keelJournalSeq";
+
+/// Which persister an operation uses.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum PersistenceKind {
+    /// Append-only journal with group commit (default).
+    #[default]
+    Journal,
+    /// Atomic rewrite of the whole checkpoint per mutation.
+    Checkpoint,
+}
+
+impl std::str::FromStr for PersistenceKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "journal" => Ok(Self::Journal),
+            "checkpoint" => Ok(Self::Checkpoint),
+            other => Err(format!(
+                "unknown persistence `{other}` (journal or checkpoint)"
+            )),
+        }
+    }
+}
+
+/// Why a stack could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// Another operation holds the stack.
+    #[error(transparent)]
+    Locked(#[from] LockError),
+    /// The base checkpoint is unreadable or invalid.
+    #[error("stack `{stack}`: {source}")]
+    Checkpoint {
+        /// The stack.
+        stack: String,
+        /// Why.
+        source: CheckpointError,
+    },
+    /// The journal is corrupt or does not replay.
+    #[error("stack `{stack}`: {source}")]
+    Journal {
+        /// The stack.
+        stack: String,
+        /// Why.
+        source: JournalError,
+    },
+    /// A file could not be read or written.
+    #[error("stack `{stack}`: {source}")]
+    Persist {
+        /// The stack.
+        stack: String,
+        /// Why.
+        source: PersistError,
+    },
+}
+
+/// The files of one stack.
+#[derive(Debug, Clone)]
+pub struct StackPaths {
+    /// The stack's directory.
+    pub dir: PathBuf,
+    /// The base checkpoint.
+    pub base: PathBuf,
+    /// The journal.
+    pub journal: PathBuf,
+    /// The lock file.
+    pub lock: PathBuf,
+}
+
+impl StackPaths {
+    fn new(dir: PathBuf) -> Self {
+        Self {
+            base: dir.join("checkpoint.json"),
+            journal: dir.join("journal.log"),
+            lock: dir.join("lock"),
+            dir,
+        }
+    }
+}
+
+/// Writes `d` as the stack's base checkpoint (atomically, keeping a
+/// backup), recording that it includes the journal up to `seq`.
+///
+/// # Errors
+/// [`PersistError::Io`]; the previous base is then intact.
+pub fn write_base(
+    path: &Path,
+    d: &Deployment,
+    seq: u64,
+    counters: &IoCounters,
+) -> Result<(), PersistError> {
+    let mut file = CheckpointFile::export(d.clone());
+    file.extra.insert(WATERMARK_KEY.into(), seq.into());
+    atomic_write(path, &file.to_vec(), true, counters).map_err(|source| PersistError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// A stack's state as read from disk.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    /// The deployment: base plus replayed journal (with pending operations).
+    pub deployment: Deployment,
+    /// The last sequence number included.
+    pub seq: u64,
+    /// How many journal entries were replayed.
+    pub replayed: usize,
+    /// Warnings for the user (a torn tail cut off).
+    pub warnings: Vec<String>,
+    /// The journal's valid length (a torn tail is cut here).
+    valid_len: u64,
+    journal_len: u64,
+}
+
+/// A stack opened for an operation: locked, replayed and compacted.
+#[derive(Debug)]
+pub struct OpenStack {
+    /// The stack's name.
+    pub name: String,
+    /// Its files.
+    pub paths: StackPaths,
+    /// The deployment to start from.
+    pub deployment: Deployment,
+    /// Warnings for the user (torn tail, pending operations).
+    pub warnings: Vec<String>,
+    seq: u64,
+    counters: Arc<IoCounters>,
+    lock: StackLock,
+}
+
+impl OpenStack {
+    /// A persister for this operation.
+    ///
+    /// # Errors
+    /// [`PersistError::Io`] when the journal cannot be opened.
+    pub fn persister(
+        &self,
+        kind: PersistenceKind,
+        options: JournalOptions,
+    ) -> Result<Box<dyn Persister>, PersistError> {
+        Ok(match kind {
+            PersistenceKind::Journal => Box::new(JournalPersister::open(
+                self.paths.clone(),
+                self.seq,
+                options,
+                self.counters.clone(),
+            )?),
+            PersistenceKind::Checkpoint => Box::new(CheckpointPersister::new(
+                self.paths.clone(),
+                self.seq,
+                self.counters.clone(),
+            )),
+        })
+    }
+
+    /// The lock held for this operation.
+    pub fn lock(&self) -> &StackLock {
+        &self.lock
+    }
+
+    /// I/O counters shared with the persisters made here.
+    pub fn counters(&self) -> &Arc<IoCounters> {
+        &self.counters
+    }
+
+    /// The journal watermark of the base.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+}
+
+/// A backend directory.
+#[derive(Debug, Clone)]
+pub struct Backend {
+    root: PathBuf,
+}
+
+impl Backend {
+    /// The backend at `root` (created on first write).
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Self { root: root.into() }
+    }
+
+    /// The backend's directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The files of a stack.
+    pub fn paths(&self, stack: &str) -> StackPaths {
+        StackPaths::new(self.root.join("stacks").join(stack))
+    }
+
+    /// Reads a stack without locking or changing it (for `state show`,
+    /// `stack export`, `state verify`). A missing stack is empty.
+    ///
+    /// # Errors
+    /// [`BackendError`] for an invalid base or a corrupt journal.
+    pub fn load(&self, stack: &str) -> Result<Loaded, BackendError> {
+        let paths = self.paths(stack);
+        let persist = |source| BackendError::Persist {
+            stack: stack.to_owned(),
+            source,
+        };
+        let (mut base, seq) = match std::fs::read(&paths.base) {
+            Ok(bytes) => {
+                let file = CheckpointFile::from_slice_verified(&bytes).map_err(|source| {
+                    BackendError::Checkpoint {
+                        stack: stack.to_owned(),
+                        source,
+                    }
+                })?;
+                let seq = file
+                    .extra
+                    .get(WATERMARK_KEY)
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(0);
+                (file.into_deployment(), seq)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Deployment::default(), 0),
+            Err(source) => {
+                return Err(persist(PersistError::Io {
+                    path: paths.base.clone(),
+                    source,
+                }))
+            }
+        };
+        let journal = match std::fs::read(&paths.journal) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(source) => {
+                return Err(persist(PersistError::Io {
+                    path: paths.journal.clone(),
+                    source,
+                }))
+            }
+        };
+        let decoded = journal::decode(&journal).map_err(|source| BackendError::Journal {
+            stack: stack.to_owned(),
+            source,
+        })?;
+        let mut warnings = Vec::new();
+        if let Some(t) = &decoded.torn {
+            warnings.push(format!("the journal of stack `{stack}` ended in a torn write: {t}; every whole record was kept"));
+        }
+        let olds = SnapshotBuilder::share_resources(&mut base);
+        let mut builder = SnapshotBuilder::new(base, olds);
+        journal::replay(&mut builder, &decoded.records, seq).map_err(|source| {
+            BackendError::Journal {
+                stack: stack.to_owned(),
+                source,
+            }
+        })?;
+        let deployment = builder.snapshot();
+        crate::model::integrity::verify(&deployment).map_err(|e| BackendError::Checkpoint {
+            stack: stack.to_owned(),
+            source: e.into(),
+        })?;
+        let replayed = decoded
+            .records
+            .iter()
+            .filter(|r| r.entry.seq() > seq)
+            .count();
+        let last = decoded
+            .records
+            .last()
+            .map_or(seq, |r| r.entry.seq().max(seq));
+        for p in &deployment.pending_operations {
+            warnings.push(format!(
+                "an interrupted operation left a pending {:?} of {}: run `keel refresh` to resolve it",
+                p.ty, p.resource.urn
+            ));
+        }
+        Ok(Loaded {
+            deployment,
+            seq: last,
+            replayed,
+            warnings,
+            valid_len: decoded.valid_len,
+            journal_len: journal.len() as u64,
+        })
+    }
+
+    /// Opens a stack for an operation running `command`: takes the lock,
+    /// replays, cuts a torn tail and compacts the journal into the base.
+    ///
+    /// # Errors
+    /// [`BackendError::Locked`] at once when another operation holds the
+    /// stack; other variants for unreadable state (nothing is changed then).
+    pub fn open(&self, stack: &str, command: &str) -> Result<OpenStack, BackendError> {
+        let paths = self.paths(stack);
+        let persist = |source| BackendError::Persist {
+            stack: stack.to_owned(),
+            source,
+        };
+        std::fs::create_dir_all(&paths.dir).map_err(|source| {
+            persist(PersistError::Io {
+                path: paths.dir.clone(),
+                source,
+            })
+        })?;
+        let lock = StackLock::acquire(&paths.lock, &Holder::me(command))?;
+        let loaded = self.load(stack)?;
+        let counters = Arc::new(IoCounters::default());
+        if loaded.replayed > 0 || loaded.journal_len > 0 {
+            // Fold the journal into a new base; a torn tail goes with it.
+            let _ = loaded.valid_len;
+            write_base(&paths.base, &loaded.deployment, loaded.seq, &counters).map_err(persist)?;
+            atomic_write(&paths.journal, &[], false, &counters).map_err(|source| {
+                persist(PersistError::Io {
+                    path: paths.journal.clone(),
+                    source,
+                })
+            })?;
+        }
+        Ok(OpenStack {
+            name: stack.to_owned(),
+            paths,
+            deployment: loaded.deployment,
+            warnings: loaded.warnings,
+            seq: loaded.seq,
+            counters,
+            lock,
+        })
+    }
+}

@@ -1,0 +1,195 @@
+//! File primitives for persistence: atomic replacement (temp file, fsync,
+//! rename, fsync of the directory; `tempfile`'s `persist` does not fsync),
+//! the stack lock (an OS file lock the kernel releases when the holder
+//! dies, on a file that records the holder), and I/O counters.
+
+use std::fs::{File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+/// Bytes written and fsyncs issued (read by the scale harness).
+#[derive(Debug, Default)]
+pub struct IoCounters {
+    bytes: AtomicU64,
+    fsyncs: AtomicU64,
+}
+
+impl IoCounters {
+    /// Counts bytes written.
+    pub fn wrote(&self, n: usize) {
+        self.bytes.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Counts one fsync (file or directory).
+    pub fn synced(&self) {
+        self.fsyncs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Bytes written so far.
+    pub fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Fsyncs issued so far.
+    pub fn fsyncs(&self) -> u64 {
+        self.fsyncs.load(Ordering::Relaxed)
+    }
+}
+
+/// Makes a directory entry change (create, rename) durable.
+///
+/// # Errors
+/// The OS error.
+pub fn sync_dir(dir: &Path, counters: &IoCounters) -> std::io::Result<()> {
+    File::open(dir)?.sync_all()?;
+    counters.synced();
+    Ok(())
+}
+
+/// Replaces `path` with `bytes` atomically and durably: a temp file in the
+/// same directory is written and fsynced, renamed over `path`, and the
+/// directory is fsynced. With `backup`, the previous file is first kept as
+/// `<path>.bak` (by a hard link, so `path` itself never goes missing).
+///
+/// # Errors
+/// The OS error; `path` then still holds its previous contents.
+pub fn atomic_write(
+    path: &Path,
+    bytes: &[u8],
+    backup: bool,
+    counters: &IoCounters,
+) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".keel-tmp-")
+        .tempfile_in(dir)?;
+    tmp.write_all(bytes)?;
+    tmp.as_file().sync_all()?;
+    counters.wrote(bytes.len());
+    counters.synced();
+    if backup && path.exists() {
+        let bak = backup_path(path);
+        let _ = std::fs::remove_file(&bak);
+        std::fs::hard_link(path, &bak).or_else(|_| std::fs::copy(path, &bak).map(|_| ()))?;
+    }
+    tmp.persist(path).map_err(|e| e.error)?;
+    sync_dir(dir, counters)
+}
+
+/// The backup of a file: `<path>.bak`.
+pub fn backup_path(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".bak");
+    PathBuf::from(s)
+}
+
+/// Who holds a stack's lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Holder {
+    /// The holder's process ID.
+    pub pid: u32,
+    /// The host it runs on.
+    pub host: String,
+    /// The command it runs.
+    pub command: String,
+    /// When it took the lock (RFC 3339).
+    pub started: String,
+}
+
+impl Holder {
+    /// This process, running `command`.
+    pub fn me(command: &str) -> Self {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+            .map(|s| s.trim().to_owned())
+            .unwrap_or_else(|_| "unknown-host".into());
+        Self {
+            pid: std::process::id(),
+            host,
+            command: command.to_owned(),
+            started: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        }
+    }
+}
+
+/// Why a stack could not be locked.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Another operation holds the lock.
+    #[error("the stack is locked by another operation: `{}` (pid {} on {}, since {}); wait for it to finish (a crashed holder's lock is released by the OS)", .0.command, .0.pid, .0.host, .0.started)]
+    Held(Holder),
+    /// The lock is held by a process that did not say who it is.
+    #[error("the stack is locked by another operation (holder unknown: {0})")]
+    HeldUnknown(String),
+    /// The lock file could not be opened.
+    #[error("cannot open the lock file {path}: {source}")]
+    Io {
+        /// The lock file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// A held stack lock; dropping it releases the lock.
+#[derive(Debug)]
+pub struct StackLock {
+    file: File,
+    path: PathBuf,
+}
+
+impl StackLock {
+    /// Takes the lock at `path` at once (never waits), recording `holder`.
+    ///
+    /// # Errors
+    /// [`LockError::Held`] naming the holder when another process has it.
+    pub fn acquire(path: &Path, holder: &Holder) -> Result<Self, LockError> {
+        let io = |source| LockError::Io {
+            path: path.to_owned(),
+            source,
+        };
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
+            .map_err(io)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                let mut text = String::new();
+                let _ = file.read_to_string(&mut text);
+                return Err(match serde_json::from_str::<Holder>(&text) {
+                    Ok(h) => LockError::Held(h),
+                    Err(_) => LockError::HeldUnknown(text.trim().to_owned()),
+                });
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+        }
+        let text = serde_json::to_vec_pretty(holder).unwrap_or_default();
+        file.set_len(0).map_err(io)?;
+        file.seek(SeekFrom::Start(0)).map_err(io)?;
+        file.write_all(&text).map_err(io)?;
+        file.sync_data().map_err(io)?;
+        Ok(Self {
+            file,
+            path: path.to_owned(),
+        })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for StackLock {
+    fn drop(&mut self) {
+        let _ = self.file.set_len(0);
+        let _ = self.file.unlock();
+    }
+}

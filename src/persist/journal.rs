@@ -1,0 +1,519 @@
+//! keel's journal format (`checkpoint.md` §5): deterministic encoding,
+//! decoding with torn-tail and corruption detection, and replay. No I/O.
+//!
+//! A record is `[length: u32 LE][CRC-32C of payload: u32 LE][payload]`; the
+//! payload is one JSON entry with a `seq` and an `op`. Entries mirror the
+//! engine's mutations. A state an entry acts on is named by a [`Ref`]: its
+//! position in the base checkpoint (`{"base": i}`) or among the states
+//! written by earlier entries of this journal (`{"new": n}`), so replay
+//! folds entries into a [`SnapshotBuilder`] exactly as the live run did.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Change, Mutation, OpId, SnapshotBuilder};
+use crate::model::snapshot::OperationType;
+use crate::model::{PropertyMap, State};
+use crate::plan::step::share;
+
+/// Bytes of a record's header (length and CRC).
+pub const HEADER: usize = 8;
+/// The largest payload keel writes or accepts (a bound on garbage lengths).
+pub const MAX_PAYLOAD: usize = 256 << 20;
+
+/// Names a state: in the base checkpoint, or written by this journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Ref {
+    /// Position in the base checkpoint's resources.
+    Base(usize),
+    /// Position among the states written by earlier entries.
+    New(usize),
+}
+
+/// The effect of a finished operation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ChangeRecord {
+    /// A state is written, superseding `old` (or keeping it, marked delete).
+    Write {
+        /// The superseded state.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        old: Option<Ref>,
+        /// Keep `old`, marked `delete`.
+        #[serde(
+            default,
+            skip_serializing_if = "std::ops::Not::not",
+            rename = "markOldDelete"
+        )]
+        mark_old_delete: bool,
+        /// The state written.
+        state: Box<State>,
+    },
+    /// A state leaves the deployment.
+    Remove {
+        /// The state removed.
+        old: Ref,
+    },
+    /// A state stays, marked `pendingReplacement`.
+    PendingReplacement {
+        /// The state marked.
+        old: Ref,
+    },
+}
+
+/// One journal entry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Entry {
+    /// A provider operation is about to start.
+    Begin {
+        /// Sequence number (strictly increasing).
+        seq: u64,
+        /// The operation.
+        op: OpId,
+        /// What it does.
+        #[serde(rename = "type")]
+        ty: OperationType,
+        /// The resource as it was.
+        state: Box<State>,
+    },
+    /// An operation (or a change with no provider call, `op` 0) finished.
+    Success {
+        /// Sequence number.
+        seq: u64,
+        /// The operation.
+        op: OpId,
+        /// Its effect.
+        change: ChangeRecord,
+    },
+    /// An operation failed; nothing changed.
+    Failure {
+        /// Sequence number.
+        seq: u64,
+        /// The operation.
+        op: OpId,
+    },
+    /// A state was refreshed (or found gone).
+    Refresh {
+        /// Sequence number.
+        seq: u64,
+        /// The operation.
+        op: OpId,
+        /// The state refreshed.
+        old: Ref,
+        /// The refreshed state; absent: the object is gone.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state: Option<Box<State>>,
+    },
+    /// A state's outputs were set.
+    Outputs {
+        /// Sequence number.
+        seq: u64,
+        /// The operation.
+        op: OpId,
+        /// The state.
+        target: Ref,
+        /// The outputs.
+        outputs: PropertyMap,
+    },
+    /// A new base checkpoint was written.
+    Compacted {
+        /// Sequence number.
+        seq: u64,
+        /// The operation.
+        op: OpId,
+    },
+}
+
+impl Entry {
+    /// The entry's sequence number.
+    pub fn seq(&self) -> u64 {
+        match self {
+            Self::Begin { seq, .. }
+            | Self::Success { seq, .. }
+            | Self::Failure { seq, .. }
+            | Self::Refresh { seq, .. }
+            | Self::Outputs { seq, .. }
+            | Self::Compacted { seq, .. } => *seq,
+        }
+    }
+}
+
+/// Why a journal could not be read or replayed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JournalError {
+    /// A bad record is followed by good ones: the journal is damaged.
+    #[error("the journal is corrupt at byte offset {offset}: {reason}; good records follow it, so it was not a torn write. Restore the stack directory from a backup, or move the journal aside to fall back to the base checkpoint (losing the steps it recorded)")]
+    Corrupt {
+        /// Where the bad record starts.
+        offset: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A record's entry does not apply to the state replayed so far.
+    #[error("journal entry seq {seq} at byte offset {offset} cannot be replayed: {reason}")]
+    BadEntry {
+        /// The entry's sequence number.
+        seq: u64,
+        /// Where its record starts.
+        offset: u64,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Encodes one entry as a framed record.
+pub fn encode(entry: &Entry) -> Vec<u8> {
+    // Serializing an entry into memory cannot fail (string keys, finite numbers).
+    let payload = serde_json::to_vec(entry).unwrap_or_default();
+    let mut out = Vec::with_capacity(HEADER + payload.len());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+    out
+}
+
+/// A record read back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Record {
+    /// Where the record starts.
+    pub offset: u64,
+    /// The entry.
+    pub entry: Entry,
+}
+
+/// The records of a journal, and the torn tail cut off, if any.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded {
+    /// The whole records, in file order.
+    pub records: Vec<Record>,
+    /// The length of the valid prefix (the file is cut here on open).
+    pub valid_len: u64,
+    /// Why bytes after `valid_len` were cut off (a torn tail).
+    pub torn: Option<String>,
+}
+
+/// Tries to read a whole, valid record at `at`.
+fn record_at(bytes: &[u8], at: usize) -> Result<(Entry, usize), String> {
+    let rest = &bytes[at..];
+    if rest.len() < HEADER {
+        return Err(format!("{} bytes of a record header", rest.len()));
+    }
+    let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+    let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
+    if len > MAX_PAYLOAD || len > rest.len() - HEADER {
+        return Err(format!(
+            "a record of {len} bytes with {} left",
+            rest.len() - HEADER
+        ));
+    }
+    let payload = &rest[HEADER..HEADER + len];
+    if crc32c::crc32c(payload) != crc {
+        return Err("CRC mismatch".into());
+    }
+    let entry: Entry = serde_json::from_slice(payload).map_err(|e| format!("bad entry: {e}"))?;
+    Ok((entry, HEADER + len))
+}
+
+/// Decodes a journal. A bad record at the end (short header, short payload,
+/// CRC mismatch) is a torn tail: it is reported and cut. A bad record
+/// followed by any good record is corruption, refused with its offset.
+///
+/// # Errors
+/// [`JournalError::Corrupt`] for damage in the middle.
+pub fn decode(bytes: &[u8]) -> Result<Decoded, JournalError> {
+    let mut records = Vec::new();
+    let mut at = 0;
+    let mut last_seq = 0;
+    while at < bytes.len() {
+        match record_at(bytes, at) {
+            Ok((entry, used)) if entry.seq() > last_seq => {
+                last_seq = entry.seq();
+                records.push(Record {
+                    offset: at as u64,
+                    entry,
+                });
+                at += used;
+            }
+            Ok((entry, _)) => {
+                return Err(JournalError::Corrupt {
+                    offset: at as u64,
+                    reason: format!("seq {} does not follow seq {last_seq}", entry.seq()),
+                })
+            }
+            Err(reason) => {
+                // Torn tail, unless a valid record with a later seq starts
+                // anywhere after the bad one.
+                let later = (at + 1..bytes.len().saturating_sub(HEADER - 1))
+                    .any(|y| matches!(record_at(bytes, y), Ok((e, _)) if e.seq() > last_seq));
+                if later {
+                    return Err(JournalError::Corrupt {
+                        offset: at as u64,
+                        reason,
+                    });
+                }
+                return Ok(Decoded {
+                    records,
+                    valid_len: at as u64,
+                    torn: Some(format!(
+                        "cut {} bytes of a torn record at byte offset {at} ({reason})",
+                        bytes.len() - at
+                    )),
+                });
+            }
+        }
+    }
+    Ok(Decoded {
+        records,
+        valid_len: at as u64,
+        torn: None,
+    })
+}
+
+impl SnapshotBuilder {
+    /// Names a state for the journal.
+    pub fn locate(&self, s: &crate::plan::step::StateRef) -> Option<Ref> {
+        let k = std::sync::Arc::as_ptr(s) as usize;
+        self.old_pos
+            .get(&k)
+            .map(|&i| Ref::Base(i))
+            .or_else(|| self.new_pos.get(&k).map(|&i| Ref::New(i)))
+    }
+
+    /// The state a journal reference names.
+    pub fn resolve(&self, r: Ref) -> Option<crate::plan::step::StateRef> {
+        match r {
+            Ref::Base(i) => self.olds.get(i).cloned(),
+            Ref::New(i) => self.news.get(i).cloned(),
+        }
+    }
+
+    fn record_change(&self, c: &Change) -> Option<ChangeRecord> {
+        Some(match c {
+            Change::Write {
+                old,
+                new,
+                mark_old_delete,
+            } => ChangeRecord::Write {
+                old: match old {
+                    Some(o) => Some(self.locate(o)?),
+                    None => None,
+                },
+                mark_old_delete: *mark_old_delete,
+                state: Box::new(crate::plan::step::lock(new).clone()),
+            },
+            Change::Remove { old } => ChangeRecord::Remove {
+                old: self.locate(old)?,
+            },
+            Change::MarkPendingReplacement { old } => ChangeRecord::PendingReplacement {
+                old: self.locate(old)?,
+            },
+            Change::Refresh { .. } | Change::Outputs { .. } => return None,
+        })
+    }
+
+    /// The journal entry for a mutation already applied to this builder.
+    /// `None` when a state it names is unknown here (a bug: reported by the
+    /// caller as a persistence error).
+    pub fn entry_for(&self, seq: u64, m: &Mutation) -> Option<Entry> {
+        Some(match m {
+            Mutation::Begin { op, kind, state } => Entry::Begin {
+                seq,
+                op: *op,
+                ty: *kind,
+                state: state.clone(),
+            },
+            Mutation::Failed { op } => Entry::Failure { seq, op: *op },
+            Mutation::End { change, .. } | Mutation::Apply(change) => match change {
+                Change::Refresh { old, new } => Entry::Refresh {
+                    seq,
+                    op: mutation_op(m),
+                    old: self.locate(old)?,
+                    state: new.clone(),
+                },
+                Change::Outputs { state, outputs } => Entry::Outputs {
+                    seq,
+                    op: mutation_op(m),
+                    target: self.locate(state)?,
+                    outputs: outputs.clone(),
+                },
+                other => Entry::Success {
+                    seq,
+                    op: mutation_op(m),
+                    change: self.record_change(other)?,
+                },
+            },
+        })
+    }
+
+    /// Replays one entry (the inverse of [`SnapshotBuilder::entry_for`]).
+    ///
+    /// # Errors
+    /// A message when the entry names a state that does not exist.
+    pub fn replay(&mut self, entry: &Entry) -> Result<(), String> {
+        let find = |b: &Self, r: Ref| {
+            b.resolve(r)
+                .ok_or_else(|| format!("it names {r:?}, which does not exist"))
+        };
+        let m = match entry {
+            Entry::Begin { op, ty, state, .. } => Mutation::Begin {
+                op: *op,
+                kind: *ty,
+                state: state.clone(),
+            },
+            Entry::Failure { op, .. } => Mutation::Failed { op: *op },
+            Entry::Compacted { .. } => return Ok(()),
+            Entry::Success { op, change, .. } => {
+                let change = match change {
+                    ChangeRecord::Write {
+                        old,
+                        mark_old_delete,
+                        state,
+                    } => Change::Write {
+                        old: match old {
+                            Some(r) => Some(find(self, *r)?),
+                            None => None,
+                        },
+                        new: share((**state).clone()),
+                        mark_old_delete: *mark_old_delete,
+                    },
+                    ChangeRecord::Remove { old } => Change::Remove {
+                        old: find(self, *old)?,
+                    },
+                    ChangeRecord::PendingReplacement { old } => Change::MarkPendingReplacement {
+                        old: find(self, *old)?,
+                    },
+                };
+                end_or_apply(*op, change)
+            }
+            Entry::Refresh { op, old, state, .. } => end_or_apply(
+                *op,
+                Change::Refresh {
+                    old: find(self, *old)?,
+                    new: state.clone(),
+                },
+            ),
+            Entry::Outputs {
+                op,
+                target,
+                outputs,
+                ..
+            } => end_or_apply(
+                *op,
+                Change::Outputs {
+                    state: find(self, *target)?,
+                    outputs: outputs.clone(),
+                },
+            ),
+        };
+        self.apply(&m);
+        Ok(())
+    }
+}
+
+fn mutation_op(m: &Mutation) -> OpId {
+    match m {
+        Mutation::Begin { op, .. } | Mutation::End { op, .. } | Mutation::Failed { op } => *op,
+        Mutation::Apply(_) => 0,
+    }
+}
+
+fn end_or_apply(op: OpId, change: Change) -> Mutation {
+    if op == 0 {
+        Mutation::Apply(change)
+    } else {
+        Mutation::End { op, change }
+    }
+}
+
+/// Replays records onto a builder over the base checkpoint, skipping those
+/// the base already includes (`seq <= base_seq`).
+///
+/// # Errors
+/// [`JournalError::BadEntry`] for an entry that does not apply; the builder
+/// is then partially replayed and must be discarded.
+pub fn replay(
+    builder: &mut SnapshotBuilder,
+    records: &[Record],
+    base_seq: u64,
+) -> Result<(), JournalError> {
+    for r in records.iter().filter(|r| r.entry.seq() > base_seq) {
+        builder
+            .replay(&r.entry)
+            .map_err(|reason| JournalError::BadEntry {
+                seq: r.entry.seq(),
+                offset: r.offset,
+                reason,
+            })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(seq: u64) -> Entry {
+        Entry::Failure { seq, op: seq }
+    }
+
+    fn journal(n: u64) -> (Vec<u8>, Vec<usize>) {
+        let mut bytes = Vec::new();
+        let mut starts = Vec::new();
+        for seq in 1..=n {
+            starts.push(bytes.len());
+            bytes.extend(encode(&entry(seq)));
+        }
+        (bytes, starts)
+    }
+
+    #[test]
+    fn whole_records_decode() {
+        let (bytes, _) = journal(5);
+        let d = decode(&bytes).unwrap();
+        assert_eq!(d.records.len(), 5);
+        assert_eq!(d.valid_len, bytes.len() as u64);
+        assert!(d.torn.is_none());
+    }
+
+    #[test]
+    fn torn_tails_are_cut_without_losing_whole_records() {
+        let (bytes, starts) = journal(5);
+        let half = encode(&entry(6));
+        for tail in [
+            &half[..3],
+            &half[..HEADER + 2],
+            &b"garbage!!"[..],
+            &[0xff; 40][..],
+        ] {
+            let mut b = bytes.clone();
+            b.extend_from_slice(tail);
+            let d = decode(&b).unwrap();
+            assert_eq!(d.records.len(), 5, "tail {tail:?}");
+            assert_eq!(d.valid_len, bytes.len() as u64);
+            assert!(d.torn.is_some());
+        }
+        // A flipped byte in the last record is a torn tail too.
+        let mut b = bytes.clone();
+        let last = b.len() - 2;
+        b[last] ^= 0x40;
+        let d = decode(&b).unwrap();
+        assert_eq!(d.records.len(), 4);
+        assert_eq!(d.valid_len, starts[4] as u64);
+    }
+
+    #[test]
+    fn damage_in_the_middle_is_refused_with_its_offset() {
+        let (bytes, starts) = journal(6);
+        for at in [starts[2] + 1, starts[2] + 5, starts[2] + HEADER + 3] {
+            let mut b = bytes.clone();
+            b[at] ^= 0x20;
+            match decode(&b) {
+                Err(JournalError::Corrupt { offset, .. }) => {
+                    assert_eq!(offset, starts[2] as u64, "flip at {at}")
+                }
+                other => panic!("flip at {at}: {other:?}"),
+            }
+        }
+    }
+}

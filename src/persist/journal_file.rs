@@ -1,0 +1,322 @@
+//! The journal persister (the default): appends one framed record per
+//! mutation to `journal.log` on a writer thread that group-commits — every
+//! record queued while the previous fsync ran shares the next one (a batch
+//! also closes at a configurable size, or after an optional time bound) —
+//! and acknowledges each mutation once its record is durable. Compaction
+//! writes the current deployment as the new base checkpoint and starts an
+//! empty journal, at the end of every operation and whenever the journal
+//! passes a size bound.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::mpsc::{self, Receiver, Sender, TryRecvError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::backend::{write_base, StackPaths};
+use super::fs::IoCounters;
+use super::journal::{encode, Entry};
+use super::{Ack, Mutation, PersistError, Persister, Result, SnapshotBuilder};
+use crate::model::Deployment;
+
+/// Tuning of the journal.
+#[derive(Debug, Clone)]
+pub struct JournalOptions {
+    /// The most records one fsync covers.
+    pub batch_max: usize,
+    /// How long a batch waits for more records (zero: only those already
+    /// queued).
+    pub batch_time: Duration,
+    /// Compact when the journal passes this many bytes.
+    pub compact_bytes: u64,
+}
+
+impl Default for JournalOptions {
+    fn default() -> Self {
+        Self {
+            batch_max: 4096,
+            batch_time: Duration::ZERO,
+            compact_bytes: 64 << 20,
+        }
+    }
+}
+
+enum WriterMsg {
+    Append(Vec<u8>, Ack),
+    /// Replies once everything before it is durable.
+    Flush(Sender<std::result::Result<(), String>>),
+    /// Continue in another file (after a compaction).
+    Swap(File),
+}
+
+/// The journal persister.
+pub struct JournalPersister {
+    paths: StackPaths,
+    seq: u64,
+    tx: Option<Sender<WriterMsg>>,
+    thread: Option<JoinHandle<()>>,
+    counters: Arc<IoCounters>,
+    journal_bytes: u64,
+    options: JournalOptions,
+    saves: u64,
+    fail_at: Option<u64>,
+    broken: Option<String>,
+}
+
+impl std::fmt::Debug for JournalPersister {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JournalPersister")
+            .field("journal", &self.paths.journal)
+            .field("seq", &self.seq)
+            .finish_non_exhaustive()
+    }
+}
+
+fn io_err(path: &std::path::Path, message: impl Into<String>) -> PersistError {
+    PersistError::Io {
+        path: path.to_owned(),
+        source: std::io::Error::other(message.into()),
+    }
+}
+
+fn open_append(path: &std::path::Path) -> std::io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+fn writer_loop(
+    mut file: File,
+    path: PathBuf,
+    rx: Receiver<WriterMsg>,
+    counters: Arc<IoCounters>,
+    options: JournalOptions,
+) {
+    let mut failed: Option<String> = None;
+    let mut pending: Option<WriterMsg> = None;
+    loop {
+        let first = match pending.take() {
+            Some(m) => m,
+            None => match rx.recv() {
+                Ok(m) => m,
+                Err(_) => return,
+            },
+        };
+        let mut batch: Vec<(Vec<u8>, Ack)> = Vec::new();
+        let mut control = None;
+        match first {
+            WriterMsg::Append(b, a) => batch.push((b, a)),
+            other => control = Some(other),
+        }
+        let deadline = Instant::now() + options.batch_time;
+        while control.is_none() && batch.len() < options.batch_max {
+            let next = match rx.try_recv() {
+                Ok(m) => Some(m),
+                Err(TryRecvError::Disconnected) => None,
+                Err(TryRecvError::Empty) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        None
+                    } else {
+                        rx.recv_timeout(deadline - now).ok()
+                    }
+                }
+            };
+            match next {
+                Some(WriterMsg::Append(b, a)) => batch.push((b, a)),
+                Some(other) => control = Some(other),
+                None => break,
+            }
+        }
+        if !batch.is_empty() {
+            let result = match &failed {
+                Some(f) => Err(f.clone()),
+                None => {
+                    let mut bytes = Vec::with_capacity(batch.iter().map(|(b, _)| b.len()).sum());
+                    for (b, _) in &batch {
+                        bytes.extend_from_slice(b);
+                    }
+                    let r = file.write_all(&bytes).and_then(|()| file.sync_data());
+                    match r {
+                        Ok(()) => {
+                            counters.wrote(bytes.len());
+                            counters.synced();
+                            Ok(())
+                        }
+                        Err(e) => {
+                            let msg = e.to_string();
+                            failed = Some(msg.clone());
+                            Err(msg)
+                        }
+                    }
+                }
+            };
+            for (_, ack) in batch {
+                ack(result.clone().map_err(|m| io_err(&path, m)));
+            }
+        }
+        match control {
+            Some(WriterMsg::Flush(reply)) => {
+                let _ = reply.send(failed.clone().map_or(Ok(()), Err));
+            }
+            Some(WriterMsg::Swap(f)) => {
+                file = f;
+                failed = None;
+            }
+            Some(m @ WriterMsg::Append(..)) => pending = Some(m),
+            None => {}
+        }
+    }
+}
+
+impl JournalPersister {
+    /// A journal persister appending to the stack's journal after `seq`
+    /// (the last sequence number its base or journal holds).
+    ///
+    /// # Errors
+    /// [`PersistError::Io`] when the journal cannot be opened.
+    pub fn open(
+        paths: StackPaths,
+        seq: u64,
+        options: JournalOptions,
+        counters: Arc<IoCounters>,
+    ) -> Result<Self> {
+        let file = open_append(&paths.journal).map_err(|source| PersistError::Io {
+            path: paths.journal.clone(),
+            source,
+        })?;
+        let journal_bytes = file.metadata().map(|m| m.len()).unwrap_or(0);
+        let (tx, rx) = mpsc::channel();
+        let (c, p, o) = (counters.clone(), paths.journal.clone(), options.clone());
+        let thread = std::thread::Builder::new()
+            .name("keel-journal".into())
+            .spawn(move || writer_loop(file, p, rx, c, o))
+            .map_err(|source| PersistError::Io {
+                path: paths.journal.clone(),
+                source,
+            })?;
+        Ok(Self {
+            paths,
+            seq,
+            tx: Some(tx),
+            thread: Some(thread),
+            counters,
+            journal_bytes,
+            options,
+            saves: 0,
+            fail_at: None,
+            broken: None,
+        })
+    }
+
+    /// Fails the `n`th save (1-based) and every save after it, as a failing
+    /// disk would (tests).
+    pub fn fail_at(mut self, n: u64) -> Self {
+        self.fail_at = Some(n);
+        self
+    }
+
+    fn send(&self, m: WriterMsg) -> Result<()> {
+        match &self.tx {
+            Some(tx) => tx
+                .send(m)
+                .map_err(|_| io_err(&self.paths.journal, "the journal writer stopped")),
+            None => Err(io_err(&self.paths.journal, "the journal is closed")),
+        }
+    }
+
+    fn flush(&self) -> Result<()> {
+        let (tx, rx) = mpsc::channel();
+        self.send(WriterMsg::Flush(tx))?;
+        rx.recv()
+            .map_err(|_| io_err(&self.paths.journal, "the journal writer stopped"))?
+            .map_err(|m| io_err(&self.paths.journal, m))
+    }
+
+    /// Writes the current deployment as the new base and starts a fresh
+    /// journal holding only the operations still in flight.
+    fn compact(&mut self, current: &mut SnapshotBuilder) -> Result<Deployment> {
+        self.flush()?;
+        let committed = current.snapshot_committed();
+        crate::model::integrity::verify(&committed)?;
+        write_base(&self.paths.base, &committed, self.seq, &self.counters)?;
+        // The fresh journal: in-flight operations' begin entries, so their
+        // ends still replay after this compaction.
+        let mut bytes = Vec::new();
+        let mut seq = self.seq;
+        for (op, p) in current.in_flight() {
+            seq += 1;
+            bytes.extend(encode(&Entry::Begin {
+                seq,
+                op,
+                ty: p.ty,
+                state: Box::new(p.resource.clone()),
+            }));
+        }
+        super::fs::atomic_write(&self.paths.journal, &bytes, false, &self.counters).map_err(
+            |source| PersistError::Io {
+                path: self.paths.journal.clone(),
+                source,
+            },
+        )?;
+        self.seq = seq;
+        self.journal_bytes = bytes.len() as u64;
+        let file = open_append(&self.paths.journal).map_err(|source| PersistError::Io {
+            path: self.paths.journal.clone(),
+            source,
+        })?;
+        self.send(WriterMsg::Swap(file))?;
+        current.rebase();
+        Ok(current.snapshot())
+    }
+}
+
+impl Persister for JournalPersister {
+    fn persist(&mut self, m: &Mutation, current: &mut SnapshotBuilder, ack: Ack) {
+        self.saves += 1;
+        if self.fail_at == Some(self.saves) {
+            self.broken = Some(format!("injected failure of save #{}", self.saves));
+        }
+        if let Some(b) = &self.broken {
+            return ack(Err(io_err(&self.paths.journal, b.clone())));
+        }
+        let Some(entry) = current.entry_for(self.seq + 1, m) else {
+            return ack(Err(io_err(
+                &self.paths.journal,
+                "a mutation names a state the journal does not know (a bug in keel)",
+            )));
+        };
+        self.seq += 1;
+        let bytes = encode(&entry);
+        self.journal_bytes += bytes.len() as u64;
+        if let Err(e) = self.send(WriterMsg::Append(bytes, ack)) {
+            self.broken = Some(e.to_string());
+            return;
+        }
+        if self.journal_bytes > self.options.compact_bytes {
+            if let Err(e) = self.compact(current) {
+                self.broken = Some(e.to_string());
+            }
+        }
+    }
+
+    fn finish(&mut self, current: &mut SnapshotBuilder) -> Result<Deployment> {
+        if let Some(b) = &self.broken {
+            return Err(io_err(&self.paths.journal, b.clone()));
+        }
+        self.compact(current)
+    }
+
+    fn io(&self) -> (u64, u64) {
+        (self.counters.bytes(), self.counters.fsyncs())
+    }
+}
+
+impl Drop for JournalPersister {
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

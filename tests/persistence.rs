@@ -1,0 +1,412 @@
+//! Crash-safe persistence: journal and full-checkpoint round trips through
+//! the real engine, torn tails and corruption, injected write failures,
+//! the stack lock, and `kill -9` at 20 seeded moments.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use keel::engine::{Engine, EngineConfig, EngineError, Outcome};
+use keel::model::integrity::verify;
+use keel::model::snapshot::OperationType;
+use keel::model::{Deployment, State};
+use keel::persist::backend::{Backend, BackendError, PersistenceKind};
+use keel::persist::checkpoint_file::CheckpointPersister;
+use keel::persist::fs::LockError;
+use keel::persist::journal::JournalError;
+use keel::persist::journal_file::{JournalOptions, JournalPersister};
+use keel::persist::{Change, Mutation, Persister, SnapshotBuilder};
+use keel::plan::step::share;
+use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
+
+const STACK: &str = "dev";
+
+fn engine(cloud: &Arc<SimCloud>) -> Engine {
+    Engine::new(
+        EngineConfig {
+            project: "proj".into(),
+            parallel: 8,
+            ..EngineConfig::default()
+        },
+        ProviderRegistry::simulated(cloud.clone()),
+    )
+}
+
+fn many(n: usize) -> Vec<Res> {
+    (0..n)
+        .map(|i| {
+            let r = bucket(&format!("b{i}"), &[("size", "1")]);
+            if i % 3 == 2 {
+                r.dep(&format!("b{}", i - 1))
+            } else {
+                r
+            }
+        })
+        .collect()
+}
+
+/// Runs an update on the stack in `backend` with the given persister kind,
+/// optionally failing the persister's `fail_at`th save.
+async fn up(
+    backend: &Backend,
+    cloud: &Arc<SimCloud>,
+    resources: Vec<Res>,
+    kind: PersistenceKind,
+    fail_at: Option<u64>,
+) -> Result<Outcome, EngineError> {
+    let open = backend.open(STACK, "keel up").unwrap();
+    let persister: Box<dyn Persister> = match (kind, fail_at) {
+        (k, None) => open.persister(k, JournalOptions::default()).unwrap(),
+        (PersistenceKind::Journal, Some(n)) => Box::new(
+            JournalPersister::open(
+                open.paths.clone(),
+                open.seq(),
+                JournalOptions::default(),
+                open.counters().clone(),
+            )
+            .unwrap()
+            .fail_at(n),
+        ),
+        (PersistenceKind::Checkpoint, Some(n)) => Box::new(
+            CheckpointPersister::new(open.paths.clone(), open.seq(), open.counters().clone())
+                .fail_at(n),
+        ),
+    };
+    engine(cloud)
+        .update(open.deployment.clone(), program(resources), persister)
+        .await
+}
+
+fn json(resources: &[State]) -> serde_json::Value {
+    serde_json::to_value(resources).unwrap()
+}
+
+fn names(d: &Deployment) -> Vec<String> {
+    let mut v: Vec<String> = d.resources.iter().map(|s| s.urn.to_string()).collect();
+    v.sort();
+    v
+}
+
+/// Every object in the cloud is in the state or listed as pending.
+fn nothing_forgotten(d: &Deployment, cloud: &SimCloud) {
+    for obj in cloud.objects() {
+        let known = d
+            .resources
+            .iter()
+            .any(|s| s.urn.as_str() == obj.urn && s.id == obj.id)
+            || d.pending_operations
+                .iter()
+                .any(|p| p.resource.urn.as_str() == obj.urn);
+        assert!(
+            known,
+            "object {} ({}) is in the cloud but neither in the state nor pending",
+            obj.id, obj.urn
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_persisters_round_trip_through_reopen() {
+    for kind in [PersistenceKind::Journal, PersistenceKind::Checkpoint] {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Backend::new(dir.path());
+        let cloud = SimCloud::new(SimConfig::default());
+        let o = up(&backend, &cloud, many(20), kind, None).await.unwrap();
+        assert!(
+            o.fsyncs > 0 && o.bytes_written > 0,
+            "{kind:?}: {} fsyncs",
+            o.fsyncs
+        );
+        let loaded = backend.load(STACK).unwrap();
+        assert!(
+            json(&loaded.deployment.resources) == json(&o.snapshot.resources),
+            "{kind:?}"
+        );
+        assert_eq!(
+            names(&loaded.deployment).len(),
+            22,
+            "stack, provider, 20 buckets"
+        );
+        // The journal was compacted into the base.
+        let journal = std::fs::metadata(backend.paths(STACK).journal)
+            .map(|m| m.len())
+            .unwrap_or(0);
+        assert_eq!(journal, 0, "{kind:?}");
+        // A second run changes some and deletes some.
+        let mut v2 = many(10);
+        v2[0] = bucket("b0", &[("size", "2")]);
+        let o2 = up(&backend, &cloud, v2, kind, None).await.unwrap();
+        assert_eq!(o2.summary.count(keel::plan::step::StepKind::Update), 1);
+        let loaded = backend.load(STACK).unwrap();
+        assert!(
+            json(&loaded.deployment.resources) == json(&o2.snapshot.resources),
+            "{kind:?}"
+        );
+        assert!(
+            backend
+                .paths(STACK)
+                .base
+                .with_extension("json.bak")
+                .exists(),
+            "{kind:?}: backup kept"
+        );
+    }
+}
+
+/// Writes `n` creates to the stack's journal through the real persister,
+/// without the final compaction (as a killed process leaves it).
+fn journal_with_creates(backend: &Backend, n: usize) -> Vec<State> {
+    let open = backend.open(STACK, "test").unwrap();
+    let mut base = open.deployment.clone();
+    let olds = SnapshotBuilder::share_resources(&mut base);
+    let mut builder = SnapshotBuilder::new(base, olds);
+    let mut p = JournalPersister::open(
+        open.paths.clone(),
+        open.seq(),
+        JournalOptions::default(),
+        open.counters().clone(),
+    )
+    .unwrap();
+    let mut states = Vec::new();
+    for i in 0..n {
+        let s = State::new(
+            keel::model::Urn::parse(&format!("urn:pulumi:dev::proj::{COMP}::c{i}")).unwrap(),
+            ty(COMP),
+            false,
+        );
+        states.push(s.clone());
+        let m = Mutation::Apply(Change::Write {
+            old: None,
+            new: share(s),
+            mark_old_delete: false,
+        });
+        builder.apply(&m);
+        let (tx, rx) = std::sync::mpsc::channel();
+        p.persist(&m, &mut builder, Box::new(move |r| tx.send(r).unwrap()));
+        rx.recv().unwrap().unwrap();
+    }
+    states
+}
+
+fn record_starts(bytes: &[u8]) -> Vec<usize> {
+    let mut at = 0;
+    let mut starts = Vec::new();
+    while at + 8 <= bytes.len() {
+        starts.push(at);
+        at += 8 + u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+    }
+    starts
+}
+
+#[test]
+fn torn_tails_are_cut_and_middle_corruption_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path());
+    let states = journal_with_creates(&backend, 6);
+    let journal = backend.paths(STACK).journal;
+    let good = std::fs::read(&journal).unwrap();
+    let starts = record_starts(&good);
+    assert_eq!(starts.len(), 6);
+
+    for tail in [&good[starts[1]..starts[1] + 11], &b"\x00garbage\xff"[..]] {
+        std::fs::write(&journal, [&good[..], tail].concat()).unwrap();
+        let loaded = backend.load(STACK).unwrap();
+        assert!(
+            json(&loaded.deployment.resources) == json(&states),
+            "every whole record is kept"
+        );
+        assert!(
+            loaded.warnings.iter().any(|w| w.contains("torn")),
+            "{:?}",
+            loaded.warnings
+        );
+    }
+    // Opening for an operation cuts the tail for good.
+    drop(backend.open(STACK, "test").unwrap());
+    assert!(json(&backend.load(STACK).unwrap().deployment.resources) == json(&states));
+
+    let mut bad = good.clone();
+    bad[starts[2] + 20] ^= 0x01;
+    std::fs::write(&journal, &bad).unwrap();
+    match backend.load(STACK) {
+        Err(BackendError::Journal {
+            source: JournalError::Corrupt { offset, .. },
+            ..
+        }) => assert_eq!(offset, starts[2] as u64),
+        other => panic!("expected corruption at {}, got {other:?}", starts[2]),
+    }
+    let e = backend.load(STACK).unwrap_err().to_string();
+    assert!(e.contains(&format!("offset {}", starts[2])), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_injected_write_failure_fails_the_operation_and_keeps_the_last_good_state() {
+    for kind in [PersistenceKind::Journal, PersistenceKind::Checkpoint] {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Backend::new(dir.path());
+        let cloud = SimCloud::new(SimConfig::default());
+        let v1 = up(&backend, &cloud, many(5), kind, None).await.unwrap();
+        let e = match up(&backend, &cloud, many(12), kind, Some(4)).await {
+            Err(EngineError::Failed(o)) => o,
+            other => panic!("{kind:?}: expected a failure, got {other:?}"),
+        };
+        let text = format!("{:?}", e.summary);
+        assert!(text.contains("injected failure"), "{kind:?}: {text}");
+        let loaded = backend.load(STACK).unwrap();
+        verify(&loaded.deployment).unwrap();
+        for s in &v1.snapshot.resources {
+            assert!(
+                loaded.deployment.resources.iter().any(|r| r.urn == s.urn),
+                "{kind:?}: lost {}",
+                s.urn
+            );
+        }
+        nothing_forgotten(&loaded.deployment, &cloud);
+        // The next update converges.
+        up(&backend, &cloud, many(12), kind, None).await.unwrap();
+        assert_eq!(cloud.objects().len(), 12, "{kind:?}");
+    }
+}
+
+#[test]
+fn a_second_operation_fails_at_once_naming_the_holder() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path());
+    let first = backend.open(STACK, "keel up --program a.yaml").unwrap();
+    let started = Instant::now();
+    match backend.open(STACK, "keel up") {
+        Err(BackendError::Locked(LockError::Held(h))) => {
+            assert_eq!(h.pid, std::process::id());
+            assert_eq!(h.command, "keel up --program a.yaml");
+            let e = BackendError::Locked(LockError::Held(h)).to_string();
+            assert!(
+                e.contains("locked") && e.contains("pid") && e.contains("a.yaml"),
+                "{e}"
+            );
+        }
+        other => panic!("expected the lock error, got {other:?}"),
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "it must not wait for the lock"
+    );
+    drop(first);
+    backend.open(STACK, "keel up").unwrap();
+}
+
+const CRASH_RESOURCES: usize = 240;
+
+/// The child side of the crash test: runs one update and is killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_child() {
+    let Some(dir) = std::env::var_os("KEEL_CRASH_DIR").map(PathBuf::from) else {
+        return;
+    };
+    let backend = Backend::new(&dir);
+    let cloud = SimCloud::load(&dir.join("cloud.json"), sim_config()).unwrap();
+    cloud.autosave_to(dir.join("cloud.json"));
+    std::fs::write(dir.join("started"), b"").unwrap();
+    let _ = up(
+        &backend,
+        &cloud,
+        many(CRASH_RESOURCES),
+        PersistenceKind::Journal,
+        None,
+    )
+    .await;
+    std::fs::write(dir.join("finished"), b"").unwrap();
+}
+
+fn sim_config() -> SimConfig {
+    SimConfig {
+        latency: Duration::from_millis(3),
+        record_calls: false,
+        ..SimConfig::default()
+    }
+}
+
+fn wait_for(path: &Path, limit: Duration) {
+    let start = Instant::now();
+    while !path.exists() {
+        assert!(start.elapsed() < limit, "{} never appeared", path.display());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_at_any_instant_forgets_nothing() {
+    let exe = std::env::current_exe().unwrap();
+    let mut rng: u64 = 0x5eed_1234_abcd_0001;
+    let mut killed_mid_run = 0;
+    for round in 0..20 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let delay = Duration::from_micros(rng % 160_000);
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new(&exe)
+            .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
+            .env("KEEL_CRASH_DIR", dir.path())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_for(&dir.path().join("started"), Duration::from_secs(60));
+        std::thread::sleep(delay);
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        if !dir.path().join("finished").exists() {
+            killed_mid_run += 1;
+        }
+
+        let backend = Backend::new(dir.path());
+        let loaded = backend.load(STACK).unwrap_or_else(|e| {
+            panic!("round {round} (killed after {delay:?}): reopening failed: {e}")
+        });
+        verify(&loaded.deployment).unwrap();
+        let cloud = SimCloud::load(&dir.path().join("cloud.json"), sim_config()).unwrap();
+        nothing_forgotten(&loaded.deployment, &cloud);
+        for p in &loaded.deployment.pending_operations {
+            assert!(matches!(
+                p.ty,
+                OperationType::Creating | OperationType::Updating | OperationType::Deleting
+            ));
+        }
+
+        // The next update converges with no duplicate objects.
+        cloud.autosave_to(dir.path().join("cloud.json"));
+        up(
+            &backend,
+            &cloud,
+            many(CRASH_RESOURCES),
+            PersistenceKind::Journal,
+            None,
+        )
+        .await
+        .unwrap_or_else(|e| panic!("round {round}: the next update failed: {e}"));
+        let objects = cloud.objects();
+        assert_eq!(
+            objects.len(),
+            CRASH_RESOURCES,
+            "round {round}: duplicates or losses in the cloud"
+        );
+        let mut urns: Vec<&str> = objects.iter().map(|o| o.urn.as_str()).collect();
+        urns.sort_unstable();
+        urns.dedup();
+        assert_eq!(
+            urns.len(),
+            CRASH_RESOURCES,
+            "round {round}: two objects for one resource"
+        );
+        let state = backend.load(STACK).unwrap().deployment;
+        assert!(state.pending_operations.is_empty());
+        nothing_forgotten(&state, &cloud);
+    }
+    assert!(
+        killed_mid_run >= 5,
+        "only {killed_mid_run} of 20 kills landed mid-run: widen the window"
+    );
+}
