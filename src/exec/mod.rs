@@ -53,7 +53,6 @@ pub struct ExecConfig {
 }
 
 /// State shared by the executor's tasks.
-#[derive(Debug)]
 pub struct ExecShared {
     config: ExecConfig,
     gate: Gate,
@@ -61,12 +60,23 @@ pub struct ExecShared {
     status: DashMap<Urn, watch::Sender<Status>>,
     news: DashMap<Urn, StateRef>,
     registry: ProviderRegistry,
+    /// Provider instances by reference text (no parse per step).
+    providers: DashMap<String, Arc<dyn Provider>>,
     persister: ActorRef<PersistMsg>,
     events: EventSink,
     stopped: AtomicBool,
     failures: Mutex<Vec<StepFailure>>,
     counts: Mutex<BTreeMap<StepKind, usize>>,
     next_op: AtomicU64,
+}
+
+impl std::fmt::Debug for ExecShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecShared")
+            .field("config", &self.config)
+            .field("stopped", &self.stopped)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ExecShared {
@@ -85,6 +95,7 @@ impl ExecShared {
             status: DashMap::new(),
             news: DashMap::new(),
             registry,
+            providers: DashMap::new(),
             persister,
             events,
             stopped: AtomicBool::new(false),
@@ -163,8 +174,13 @@ impl ExecShared {
     }
 
     fn provider_for(&self, s: &State) -> Result<Arc<dyn Provider>, StepError> {
+        if let Some(p) = self.providers.get(&s.provider) {
+            return Ok(p.clone());
+        }
         let r = ProviderRef::parse(&s.provider).map_err(|e| StepError::Other(e.to_string()))?;
-        Ok(self.registry.get(&r))
+        let p = self.registry.get(&r);
+        self.providers.insert(s.provider.clone(), p.clone());
+        Ok(p)
     }
 }
 
@@ -241,7 +257,7 @@ impl Actor for ExecutorActor {
                     }
                 }
                 tokio::spawn(async move {
-                    let r = run_chain(&shared, chain, reservation).await;
+                    let r = Box::pin(run_chain(&shared, chain, reservation)).await;
                     if let Some(reply) = reply {
                         let _ = reply.send(r);
                     }
@@ -260,7 +276,8 @@ impl Actor for ExecutorActor {
                                 let shared = shared.clone();
                                 tokio::spawn(async move {
                                     let reservation = shared.gate.reserve().await;
-                                    let _ = run_steps(&shared, vec![step], reservation).await;
+                                    let _ =
+                                        Box::pin(run_steps(&shared, vec![step], reservation)).await;
                                 })
                             })
                             .collect();
@@ -279,7 +296,7 @@ impl Actor for ExecutorActor {
                             let shared = shared.clone();
                             tokio::spawn(async move {
                                 let reservation = shared.gate.reserve().await;
-                                let _ = run_steps(&shared, vec![step], reservation).await;
+                                let _ = Box::pin(run_steps(&shared, vec![step], reservation)).await;
                             })
                         })
                         .collect();
@@ -381,7 +398,9 @@ async fn run_steps(
         });
         let started = Instant::now();
         let span = tracing::info_span!("step", kind = kind.as_str(), urn = %urn);
-        let r = tracing::Instrument::instrument(execute(shared, step), span).await;
+        // Boxed: a step's future holds whole states across awaits; keeping it
+        // off the chain's future keeps spawned tasks small (cheap to move).
+        let r = tracing::Instrument::instrument(Box::pin(execute(shared, step)), span).await;
         let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
         match r {
             Ok(reg) => {

@@ -328,6 +328,80 @@ impl Urn {
         Ok(urn)
     }
 
+    /// Builds a URN under an (already valid) parent URN, or at the top when
+    /// `parent` is `None` or the stack resource, without re-validating the
+    /// parent's type chain: the planner's fast path.
+    ///
+    /// # Errors
+    /// As [`Urn::new`].
+    pub fn derive(
+        stack: &str,
+        project: &str,
+        parent: Option<&Urn>,
+        ty: &TypeToken,
+        name: &str,
+    ) -> Result<Self> {
+        let bad_part = |part| {
+            Err(UrnError::EmptyPart {
+                urn: format!("{URN_PREFIX}{stack}::{project}::{ty}::{name}"),
+                part,
+            })
+        };
+        if ty.is_empty() {
+            return Err(UrnError::BadType {
+                token: String::new(),
+                reason: "it is empty",
+            });
+        }
+        // A `::` inside, or a trailing `:`, would shift the parts.
+        let ok = |p: &str| !p.is_empty() && !p.contains(URN_SEPARATOR) && !p.ends_with(':');
+        if !ok(stack) {
+            return bad_part("stack (non-empty, no `::`, no trailing `:`)");
+        }
+        if !ok(project) {
+            return bad_part("project (non-empty, no `::`, no trailing `:`)");
+        }
+        if name.is_empty() {
+            return bad_part("name");
+        }
+        let parent_q = parent
+            .map(Urn::qualified_type)
+            .filter(|q| !q.is_empty() && *q != STACK_TYPE);
+        let mut text = String::with_capacity(
+            URN_PREFIX.len()
+                + stack.len()
+                + project.len()
+                + ty.as_str().len()
+                + name.len()
+                + parent_q.map_or(0, |q| q.len() + 1)
+                + 6,
+        );
+        text.push_str(URN_PREFIX);
+        text.push_str(stack);
+        let stack_end = text.len();
+        text.push_str(URN_SEPARATOR);
+        text.push_str(project);
+        let project_end = text.len();
+        text.push_str(URN_SEPARATOR);
+        if let Some(q) = parent_q {
+            text.push_str(q);
+            text.push(TYPE_SEPARATOR);
+        }
+        text.push_str(ty.as_str());
+        let type_end = text.len();
+        text.push_str(URN_SEPARATOR);
+        text.push_str(name);
+        if u32::try_from(text.len()).is_err() {
+            return Err(UrnError::TooLong(text.len()));
+        }
+        Ok(Self {
+            text: Arc::from(text),
+            stack_end: stack_end as u32,
+            project_end: project_end as u32,
+            type_end: type_end as u32,
+        })
+    }
+
     /// Derives a child's URN from its parent's URN (the type chain of the
     /// parent, extended with `ty`), as the step generator does.
     ///

@@ -23,6 +23,10 @@ use crate::model::{CheckpointFile, Deployment};
 
 /// The key of the base checkpoint holding the journal watermark.
 pub const WATERMARK_KEY: &str = "keelJournalSeq";
+/// The key of the base checkpoint holding how many leading resources the
+/// operation in flight wrote (non-zero only after a mid-operation
+/// compaction; replay keeps later writes after them).
+pub const SPLIT_KEY: &str = "keelJournalSplit";
 
 /// Which persister an operation uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -112,10 +116,14 @@ pub fn write_base(
     path: &Path,
     d: &Deployment,
     seq: u64,
+    split: usize,
     counters: &IoCounters,
 ) -> Result<(), PersistError> {
     let mut file = CheckpointFile::export(d.clone());
     file.extra.insert(WATERMARK_KEY.into(), seq.into());
+    if split > 0 {
+        file.extra.insert(SPLIT_KEY.into(), split.into());
+    }
     atomic_write(path, &file.to_vec(), true, counters).map_err(|source| PersistError::Io {
         path: path.to_owned(),
         source,
@@ -228,7 +236,7 @@ impl Backend {
             stack: stack.to_owned(),
             source,
         };
-        let (mut base, seq) = match std::fs::read(&paths.base) {
+        let (mut base, seq, split) = match std::fs::read(&paths.base) {
             Ok(bytes) => {
                 let file = CheckpointFile::from_slice_verified(&bytes).map_err(|source| {
                     BackendError::Checkpoint {
@@ -241,9 +249,14 @@ impl Backend {
                     .get(WATERMARK_KEY)
                     .and_then(serde_json::Value::as_u64)
                     .unwrap_or(0);
-                (file.into_deployment(), seq)
+                let split = file
+                    .extra
+                    .get(SPLIT_KEY)
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(0);
+                (file.into_deployment(), seq, split as usize)
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Deployment::default(), 0),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Deployment::default(), 0, 0),
             Err(source) => {
                 return Err(persist(PersistError::Io {
                     path: paths.base.clone(),
@@ -270,7 +283,7 @@ impl Backend {
             warnings.push(format!("the journal of stack `{stack}` ended in a torn write: {t}; every whole record was kept"));
         }
         let olds = SnapshotBuilder::share_resources(&mut base);
-        let mut builder = SnapshotBuilder::new(base, olds);
+        let mut builder = SnapshotBuilder::new(base, olds).with_split(split);
         journal::replay(&mut builder, &decoded.records, seq).map_err(|source| {
             BackendError::Journal {
                 stack: stack.to_owned(),
@@ -331,7 +344,8 @@ impl Backend {
         if loaded.replayed > 0 || loaded.journal_len > 0 {
             // Fold the journal into a new base; a torn tail goes with it.
             let _ = loaded.valid_len;
-            write_base(&paths.base, &loaded.deployment, loaded.seq, &counters).map_err(persist)?;
+            write_base(&paths.base, &loaded.deployment, loaded.seq, 0, &counters)
+                .map_err(persist)?;
             atomic_write(&paths.journal, &[], false, &counters).map_err(|source| {
                 persist(PersistError::Io {
                     path: paths.journal.clone(),

@@ -54,7 +54,7 @@ impl CheckpointPersister {
         }
         // An integrity failure refuses the save; the previous file stays.
         crate::model::integrity::verify(d)?;
-        write_base(&self.paths.base, d, self.seq, &self.counters)
+        write_base(&self.paths.base, d, self.seq, 0, &self.counters)
     }
 }
 

@@ -239,7 +239,13 @@ impl JournalPersister {
         self.flush()?;
         let committed = current.snapshot_committed();
         crate::model::integrity::verify(&committed)?;
-        write_base(&self.paths.base, &committed, self.seq, &self.counters)?;
+        write_base(
+            &self.paths.base,
+            &committed,
+            self.seq,
+            current.written_live(),
+            &self.counters,
+        )?;
         // The fresh journal: in-flight operations' begin entries, so their
         // ends still replay after this compaction.
         let mut bytes = Vec::new();

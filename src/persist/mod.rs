@@ -95,7 +95,10 @@ pub enum Mutation {
 /// order they were written, then the prior states not yet superseded or
 /// removed, in their prior order. Because a registration is planned only
 /// after everything it depends on was written, this order keeps every
-/// reference pointing earlier.
+/// reference pointing earlier. After a compaction in the middle of an
+/// operation ([`SnapshotBuilder::rebase`]), the states this operation wrote
+/// so far lead the prior list (`olds[..split]`) and stay ahead of the
+/// states written after it.
 #[derive(Debug)]
 pub struct SnapshotBuilder {
     base: Deployment,
@@ -106,6 +109,8 @@ pub struct SnapshotBuilder {
     new_pos: HashMap<usize, usize>,
     new_done: Vec<bool>,
     pending: BTreeMap<OpId, PendingOperation>,
+    /// The leading prior states written by this operation (before news).
+    split: usize,
 }
 
 fn key(s: &StateRef) -> usize {
@@ -128,7 +133,20 @@ impl SnapshotBuilder {
             new_pos: HashMap::new(),
             new_done: Vec::new(),
             pending: BTreeMap::new(),
+            split: 0,
         }
+    }
+
+    /// Marks the first `split` prior states as written by the operation in
+    /// flight (replay after a mid-operation compaction).
+    pub fn with_split(mut self, split: usize) -> Self {
+        self.split = split.min(self.olds.len());
+        self
+    }
+
+    /// How many leading prior states this operation wrote.
+    pub fn split(&self) -> usize {
+        self.split
     }
 
     /// Shares a deployment's resources as state references.
@@ -231,18 +249,29 @@ impl SnapshotBuilder {
     }
 
     fn live(&self) -> impl Iterator<Item = &StateRef> {
-        self.news
+        let (olds, old_done) = (&self.olds, &self.old_done);
+        let split = self.split;
+        olds[..split]
             .iter()
-            .zip(&self.new_done)
-            .chain(self.olds.iter().zip(&self.old_done))
+            .zip(&old_done[..split])
+            .chain(self.news.iter().zip(&self.new_done))
+            .chain(olds[split..].iter().zip(&old_done[split..]))
             .filter(|(_, done)| !**done)
             .map(|(s, _)| s)
+    }
+
+    /// How many live states this operation wrote (the split a rebase sets).
+    pub fn written_live(&self) -> usize {
+        let lead = self.old_done[..self.split].iter().filter(|d| !**d).count();
+        lead + self.new_done.iter().filter(|d| !**d).count()
     }
 
     /// Makes the current deployment the base (after a compaction wrote it):
     /// the live states, same `Arc`s, become the prior list in order.
     pub fn rebase(&mut self) {
+        let split = self.written_live();
         let live: Vec<StateRef> = self.live().cloned().collect();
+        self.split = split;
         self.old_pos = live.iter().enumerate().map(|(i, s)| (key(s), i)).collect();
         self.old_done = vec![false; live.len()];
         self.olds = live;

@@ -172,17 +172,12 @@ impl Planner {
     /// # Errors
     /// [`PlanError::BadUrn`] when the parts do not make a URN.
     pub fn urn_for(&self, ty: &TypeToken, name: &str, parent: Option<&Urn>) -> Result<Urn> {
-        Urn::new(
-            &self.opts.stack,
-            &self.opts.project,
-            parent.map(Urn::qualified_type),
-            ty,
-            name,
-        )
-        .map_err(|source| PlanError::BadUrn {
-            name: name.into(),
-            ty: ty.to_string(),
-            source,
+        Urn::derive(&self.opts.stack, &self.opts.project, parent, ty, name).map_err(|source| {
+            PlanError::BadUrn {
+                name: name.into(),
+                ty: ty.to_string(),
+                source,
+            }
         })
     }
 
