@@ -21,7 +21,7 @@ use crate::model::{Deployment, TypeToken, Urn};
 use crate::persist::actor::{PersistMsg, PersisterActor};
 use crate::persist::{MemoryPersister, PersistError, Persister, SnapshotBuilder};
 use crate::plan::actor::{GenArgs, GenMsg, GeneratorActor, Mode};
-use crate::plan::generator::{PlanOptions, Planner};
+use crate::plan::generator::{PlanOptions, Planner, UpdateOptions};
 use crate::provider::ProviderRegistry;
 use crate::source::goal::Goal;
 use crate::source::{Context, Program, SourceActor};
@@ -88,6 +88,8 @@ pub struct EngineConfig {
     pub events: EventSink,
     /// Registrations a program may have in flight at once (backpressure).
     pub max_in_flight_registrations: usize,
+    /// The operator's controls (targets, excludes, replaces, plans).
+    pub update: UpdateOptions,
 }
 
 impl Default for EngineConfig {
@@ -100,6 +102,7 @@ impl Default for EngineConfig {
             continue_on_error: false,
             events: EventSink::default(),
             max_in_flight_registrations: 4096,
+            update: UpdateOptions::default(),
         }
     }
 }
@@ -146,6 +149,14 @@ impl Engine {
     /// An engine with its configuration and providers.
     pub fn new(config: EngineConfig, registry: ProviderRegistry) -> Self {
         Self { config, registry }
+    }
+
+    /// The same engine with other operator controls (targets, excludes,
+    /// replaces, plans) for the next operation.
+    pub fn with_options(&self, update: UpdateOptions) -> Self {
+        let mut e = self.clone();
+        e.config.update = update;
+        e
     }
 
     /// The configuration.
@@ -280,6 +291,7 @@ impl Engine {
                 stack: self.config.stack.clone(),
                 project: self.config.project.clone(),
                 preview,
+                update: self.config.update.clone(),
             },
             olds,
         );

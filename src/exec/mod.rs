@@ -544,6 +544,14 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
     let old_ref = step.old.clone();
     let old = old_ref.as_ref().map(|o| lock(o).clone());
     match step.kind {
+        StepKind::Same if step.skipped => {
+            // Outside the targets and new: the program learns its goal;
+            // nothing is created or written.
+            let new = step
+                .new
+                .ok_or_else(|| StepError::Other("same step without a goal".into()))?;
+            Ok(Some(registered(&new)))
+        }
         StepKind::Same => {
             let new = step
                 .new

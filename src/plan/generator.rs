@@ -70,6 +70,14 @@ pub enum PlanError {
         /// The resource.
         urn: Urn,
     },
+    /// A targeted resource depends on an untargeted one that does not exist.
+    #[error("resource {urn} is targeted, but it depends on {dependency}, which is not targeted and has no prior state (its create was skipped); add `--target {dependency}` too, or `--target-dependents` on it")]
+    UntargetedDependency {
+        /// The targeted resource.
+        urn: Urn,
+        /// The untargeted dependency.
+        dependency: Urn,
+    },
     /// Protected resources would be deleted.
     #[error("{} protected resource(s) would be deleted: {}; remove `protect` from them first (update the program with protect: false), then retry", .urns.len(), .urns.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
     ProtectedDelete {
@@ -97,6 +105,40 @@ pub struct Prepared {
     pub provider_chain: Option<Chain>,
     /// The prior state's position in the prior list.
     old_index: Option<usize>,
+    /// Inside `--target` / outside `--exclude`.
+    in_scope: bool,
+}
+
+/// The operator's controls for one update or preview (`cli.md` §1): the one
+/// value the step generator (and the migration checks) consult.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct UpdateOptions {
+    /// `--target`: only these resources change (plus providers and the stack).
+    pub targets: Vec<Urn>,
+    /// `--target-dependents`: also what depends on a target.
+    pub target_dependents: bool,
+    /// `--exclude`: these resources do not change.
+    pub excludes: Vec<Urn>,
+    /// `--exclude-dependents`: nor what depends on them.
+    pub exclude_dependents: bool,
+    /// `--replace`: force these resources to be replaced.
+    pub replaces: Vec<Urn>,
+    /// `--target-snippet`: snippet-scoped targeting (restricts migrations).
+    pub target_snippets: Vec<String>,
+    /// `preview --save-plan`: the preview generates a saved plan.
+    pub generate_plan: bool,
+    /// `up --plan`: the update applies a saved plan.
+    pub apply_plan: bool,
+}
+
+impl UpdateOptions {
+    /// True when the update is restricted to part of the stack.
+    pub fn is_targeted(&self) -> bool {
+        !self.targets.is_empty()
+            || !self.excludes.is_empty()
+            || !self.replaces.is_empty()
+            || !self.target_snippets.is_empty()
+    }
 }
 
 /// Operation-wide planning options.
@@ -108,6 +150,8 @@ pub struct PlanOptions {
     pub project: String,
     /// A preview: IDs of new providers are unknown.
     pub preview: bool,
+    /// The operator's controls.
+    pub update: UpdateOptions,
 }
 
 /// The planner's state for one operation.
@@ -130,6 +174,12 @@ pub struct Planner {
     /// The stack resource's URN, once registered.
     root: Option<Urn>,
     id_seq: u64,
+    /// Registered resources inside the targets (for `--target-dependents`).
+    targeted: HashSet<Urn>,
+    /// Registered resources excluded (for `--exclude-dependents`).
+    excluded: HashSet<Urn>,
+    /// Untargeted new resources whose create was skipped.
+    skipped: HashSet<Urn>,
 }
 
 impl Planner {
@@ -154,7 +204,49 @@ impl Planner {
             default_providers: HashMap::new(),
             root: None,
             id_seq: 0,
+            targeted: HashSet::new(),
+            excluded: HashSet::new(),
+            skipped: HashSet::new(),
         }
+    }
+
+    /// The operator's controls.
+    pub fn options(&self) -> &UpdateOptions {
+        &self.opts.update
+    }
+
+    /// Whether a resource is inside the operation's scope (`--target`,
+    /// `--exclude`); providers and the stack resource always are. Records
+    /// the answer for its dependents.
+    fn in_scope<'a>(
+        &mut self,
+        urn: &Urn,
+        ty: &TypeToken,
+        refs: impl Iterator<Item = &'a Urn>,
+    ) -> bool {
+        if ty.is_provider() || ty.is_stack() {
+            return true;
+        }
+        let o = &self.opts.update;
+        if !o.targets.is_empty() {
+            let refs: Vec<&Urn> = refs.collect();
+            let hit = o.targets.contains(urn)
+                || (o.target_dependents && refs.iter().any(|d| self.targeted.contains(*d)));
+            if hit {
+                self.targeted.insert(urn.clone());
+            }
+            return hit;
+        }
+        if !o.excludes.is_empty() {
+            let refs: Vec<&Urn> = refs.collect();
+            let out = o.excludes.contains(urn)
+                || (o.exclude_dependents && refs.iter().any(|d| self.excluded.contains(*d)));
+            if out {
+                self.excluded.insert(urn.clone());
+            }
+            return !out;
+        }
+        true
     }
 
     /// The prior states.
@@ -392,6 +484,16 @@ impl Planner {
             provider = Some(reference);
         }
 
+        let refs: Vec<Urn> = new.references().map(|(_, u)| u.clone()).collect();
+        let in_scope = self.in_scope(&urn, &goal.ty, refs.iter());
+        if in_scope {
+            if let Some(d) = refs.iter().find(|d| self.skipped.contains(*d)) {
+                return Err(PlanError::UntargetedDependency {
+                    urn,
+                    dependency: d.clone(),
+                });
+            }
+        }
         if let Some(i) = old {
             self.claimed.insert(i, urn.clone());
             let o = lock(&self.olds[i]);
@@ -409,6 +511,7 @@ impl Planner {
             provider,
             provider_chain,
             old_index: old,
+            in_scope,
         })
     }
 
@@ -433,8 +536,32 @@ impl Planner {
             old,
             mut new,
             old_index,
+            in_scope,
             ..
         } = p;
+        if !in_scope {
+            // Outside the targets: keep the prior state (same step), or skip
+            // the create of a resource that has none.
+            let step = match old {
+                Some(old_ref) => {
+                    if let Some(i) = old_index {
+                        self.handled[i] = true;
+                    }
+                    let kept = lock(&old_ref).clone();
+                    Step::new(StepKind::Same, urn, Some(old_ref), Some(kept))
+                }
+                None => {
+                    self.skipped.insert(urn.clone());
+                    let mut s = Step::new(StepKind::Same, urn, None, Some(new));
+                    s.skipped = true;
+                    s
+                }
+            };
+            return Ok(Chain {
+                steps: vec![step],
+                waits_for,
+            });
+        }
         let Some(old_ref) = old else {
             if new.ty.is_provider() && new.id.is_empty() {
                 new.id = self.next_provider_id(&urn);
@@ -469,7 +596,7 @@ impl Planner {
             } else {
                 DiffKind::Update
             }
-        } else if provider_changed || old.taint {
+        } else if provider_changed || old.taint || self.opts.update.replaces.contains(&urn) {
             DiffKind::Replace
         } else {
             diff.map_or(DiffKind::Same, |d| d.kind)
@@ -635,7 +762,7 @@ impl Planner {
             let s = lock(s);
             if s.delete || self.replaced.contains(&i) {
                 picked.push((i, StepKind::DeleteReplaced));
-            } else if !self.handled[i] {
+            } else if !self.handled[i] && self.delete_in_scope(&s) {
                 let kind = if s.pending_replacement {
                     StepKind::RemovePendingReplace
                 } else {
@@ -680,6 +807,25 @@ impl Planner {
                     .collect()
             })
             .collect())
+    }
+
+    /// Whether an unclaimed prior state is inside the operation's scope for
+    /// deletion (`--target`, `--exclude`).
+    fn delete_in_scope(&self, s: &State) -> bool {
+        let o = &self.opts.update;
+        if !o.targets.is_empty() {
+            return o.targets.contains(&s.urn)
+                || (o.target_dependents
+                    && graph::edges(s)
+                        .any(|d| o.targets.contains(&d) || self.targeted.contains(&d)));
+        }
+        if !o.excludes.is_empty() {
+            return !(o.excludes.contains(&s.urn)
+                || (o.exclude_dependents
+                    && graph::edges(s)
+                        .any(|d| o.excludes.contains(&d) || self.excluded.contains(&d))));
+        }
+        true
     }
 
     /// Refresh steps: one per prior custom resource (not providers).

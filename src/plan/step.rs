@@ -96,6 +96,9 @@ pub struct Step {
     /// For a delete-replaced of a delete-before-replace: keep the state,
     /// marked `pendingReplacement`, instead of removing it.
     pub keep_pending: bool,
+    /// A create skipped because the resource is outside `--target` (or in
+    /// `--exclude`): the registration learns its goal, nothing is written.
+    pub skipped: bool,
 }
 
 impl Step {
@@ -108,6 +111,7 @@ impl Step {
             new,
             skip_provider: false,
             keep_pending: false,
+            skipped: false,
         }
     }
 }
