@@ -192,3 +192,142 @@ async fn replace_forces_a_replace() {
     assert_ne!(h.state_of("c").id, old);
     assert!(h.cloud.object(&old).is_none());
 }
+
+fn existing_object(h: &Harness, id: &str, size: &str) {
+    h.cloud.insert_object(keel::provider::sim::SimObject {
+        id: id.into(),
+        ty: BUCKET.into(),
+        name: "legacy".into(),
+        urn: String::new(),
+        inputs: props(&[("size", size)]),
+        outputs: props(&[("size", size), ("arn", "arn:legacy")]),
+    });
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn import_adopts_an_existing_object_and_never_creates_it() {
+    let mut h = Harness::new(SimConfig::default());
+    existing_object(&h, "legacy-1", "9");
+    let imp = |size: &str| {
+        bucket("legacy", &[("size", size)]).with(|o| o.import = Some("legacy-1".into()))
+    };
+    let o = h.up(vec![imp("9")]).await.unwrap();
+    assert_eq!(o.summary.count(Import), 1, "{:?}", o.summary);
+    let c = h.cloud.counters();
+    assert_eq!((c.creates, c.deletes), (0, 0));
+    let s = h.state_of("legacy");
+    assert_eq!(
+        (s.id.as_str(), s.import_id.as_str()),
+        ("legacy-1", "legacy-1")
+    );
+    assert_eq!(s.outputs["arn"], "arn:legacy".into());
+    // The next update is a same step.
+    let o = h.up(vec![imp("9")]).await.unwrap();
+    assert_eq!(o.summary.count(Same), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_import_whose_inputs_differ_is_an_error() {
+    let mut h = Harness::new(SimConfig::default());
+    existing_object(&h, "legacy-1", "9");
+    let e = failed(
+        h.up(vec![
+            bucket("legacy", &[("size", "1")]).with(|o| o.import = Some("legacy-1".into()))
+        ])
+        .await,
+    );
+    let f = &e.summary.failures[0];
+    assert_eq!(f.kind, Import);
+    assert!(
+        f.message
+            .contains("`size` is \"9\" in the cloud, \"1\" in the program"),
+        "{}",
+        f.message
+    );
+    assert_eq!(h.cloud.counters().creates, 0);
+    assert!(!h.names().contains(&"legacy".to_owned()));
+    assert!(h.cloud.object("legacy-1").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_run_in_order() {
+    use keel::source::hooks::{HookArgs, HookPoint, ResourceHooks};
+    use std::sync::{Arc, Mutex};
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let rec = |tag: &'static str, log: &Arc<Mutex<Vec<String>>>| {
+        let log = log.clone();
+        Arc::new(move |a: &HookArgs<'_>| {
+            log.lock().unwrap().push(format!("{tag} {}", a.urn.name()));
+            Ok(())
+        }) as keel::source::hooks::Hook
+    };
+    let mut hooks = ResourceHooks::default();
+    hooks.before_create = vec![rec("before-create-1", &log), rec("before-create-2", &log)];
+    hooks.after_create = vec![rec("after-create", &log)];
+    hooks.before_update = vec![rec("before-update", &log)];
+    hooks.after_update = vec![rec("after-update", &log)];
+    let retries = log.clone();
+    hooks.on_error = vec![Arc::new(move |a: &HookArgs<'_>| {
+        retries
+            .lock()
+            .unwrap()
+            .push(format!("error {:?} attempt {}", a.point, a.attempt));
+        a.attempt < 3
+    })];
+    let hooks = Arc::new(hooks);
+
+    let mut h = Harness::new(SimConfig::default());
+    let res = |size: &str| {
+        let hooks = hooks.clone();
+        bucket("a", &[("size", size)]).with(move |o| o.hooks = hooks)
+    };
+    h.up(vec![res("1")]).await.unwrap();
+    h.up(vec![res("2")]).await.unwrap();
+    let got = log.lock().unwrap().clone();
+    assert_eq!(
+        got,
+        vec![
+            "before-create-1 a",
+            "before-create-2 a",
+            "after-create a",
+            "before-update a",
+            "after-update a"
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_hook_asking_for_a_retry_retries() {
+    use keel::source::hooks::{HookArgs, ResourceHooks};
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::Arc;
+    // Every create of `flaky` fails; the error hook asks for a retry until
+    // the fourth attempt.
+    let mut cfg = SimConfig::default();
+    cfg.fail.insert("flaky".into());
+    let attempts = Arc::new(AtomicU32::new(0));
+    let seen = attempts.clone();
+    let mut hooks = ResourceHooks::default();
+    hooks.on_error = vec![Arc::new(move |a: &HookArgs<'_>| {
+        seen.store(a.attempt, Ordering::SeqCst);
+        a.attempt < 4
+    })];
+    let hooks = Arc::new(hooks);
+    let mut h = Harness::new(cfg);
+    let e = failed(
+        h.up(vec![bucket("flaky", &[]).with(move |o| o.hooks = hooks)])
+            .await,
+    );
+    assert_eq!(
+        attempts.load(Ordering::SeqCst),
+        4,
+        "retried until the hook said stop"
+    );
+    assert_eq!(
+        h.cloud.counters().creates,
+        4,
+        "four create attempts reached the cloud"
+    );
+    assert!(e.summary.failures[0].message.contains("injected failure"));
+    assert!(h.state.pending_operations.is_empty(), "every attempt ended");
+}

@@ -27,6 +27,7 @@ use crate::plan::actor::GenMsg;
 use crate::plan::step::{lock, share, Chain, StateRef, Step, StepKind};
 use crate::provider::{Provider, ProviderError, ProviderRegistry, ResourceRequest};
 use crate::source::goal::Registered;
+use crate::source::hooks::{HookArgs, HookPoint, ResourceHooks};
 use crate::source::RegisterError;
 use crate::sync::gate::{Gate, Reservation};
 
@@ -537,6 +538,73 @@ fn request<'a>(
     }
 }
 
+/// Runs a point's hooks.
+fn hook(
+    hooks: Option<&ResourceHooks>,
+    point: HookPoint,
+    s: &State,
+    outputs: Option<&PropertyMap>,
+) -> Result<(), StepError> {
+    let Some(h) = hooks else { return Ok(()) };
+    h.run(&HookArgs {
+        point,
+        urn: &s.urn,
+        ty: &s.ty,
+        inputs: &s.inputs,
+        outputs,
+        error: None,
+        attempt: 0,
+    })
+    .map_err(StepError::Other)
+}
+
+/// Asks the error hooks whether to retry a failed operation.
+fn retry(
+    hooks: Option<&ResourceHooks>,
+    point: HookPoint,
+    s: &State,
+    e: &StepError,
+    attempt: u32,
+) -> bool {
+    let Some(h) = hooks else { return false };
+    // Only provider failures are retried: a persistence failure is final.
+    if !matches!(e, StepError::Provider(_)) {
+        return false;
+    }
+    let message = e.to_string();
+    h.retry(&HookArgs {
+        point,
+        urn: &s.urn,
+        ty: &s.ty,
+        inputs: &s.inputs,
+        outputs: None,
+        error: Some(&message),
+        attempt,
+    })
+}
+
+/// Describes how a program's inputs differ from an object to import
+/// (`None`: they match).
+fn import_mismatch(goal: &State, obj: &crate::provider::ObjectState) -> Option<String> {
+    let diffs: Vec<String> = goal
+        .inputs
+        .iter()
+        .filter(|(k, v)| obj.inputs.get(*k) != Some(*v))
+        .map(|(k, v)| match obj.inputs.get(k) {
+            Some(found) => format!(
+                "`{k}` is {} in the cloud, {} in the program",
+                found.to_json(),
+                v.to_json()
+            ),
+            None => format!(
+                "`{k}` is absent in the cloud, {} in the program",
+                v.to_json()
+            ),
+        })
+        .collect();
+    (!diffs.is_empty()).then(|| diffs.join("; "))
+}
+
 /// Executes one step. Returns what the registration learns (for steps
 /// that write a state).
 async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, StepError> {
@@ -576,10 +644,22 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             }
             let provider = shared.provider_for(&new)?;
             let stamp = now();
+            let hooks = step.hooks.as_deref().filter(|_| !preview);
             if step.kind == StepKind::Update {
-                let (obj, op) = {
+                let prior_outputs = old.as_ref().map(|o| &o.outputs);
+                hook(hooks, HookPoint::BeforeUpdate, &new, prior_outputs)?;
+                let mut attempt = 0;
+                let (obj, op) = loop {
+                    attempt += 1;
                     let req = request(&new, old.as_ref(), preview, new.custom_timeouts.update.0);
-                    bracket(shared, OperationType::Updating, &new, provider.update(req)).await?
+                    match bracket(shared, OperationType::Updating, &new, provider.update(req)).await
+                    {
+                        Ok(v) => break v,
+                        Err(e) if retry(hooks, HookPoint::BeforeUpdate, &new, &e, attempt) => {
+                            continue
+                        }
+                        Err(e) => return Err(e),
+                    }
                 };
                 new.outputs = obj.outputs;
                 new.modified = stamp;
@@ -596,12 +676,26 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                     },
                 )
                 .await?;
+                // After hooks run once the result is durable.
+                hook(
+                    hooks,
+                    HookPoint::AfterUpdate,
+                    &lock(&new),
+                    Some(&reg.outputs),
+                )?;
                 shared.news.insert(urn, new);
                 return Ok(Some(reg));
             }
-            let (obj, op) = {
+            hook(hooks, HookPoint::BeforeCreate, &new, None)?;
+            let mut attempt = 0;
+            let (obj, op) = loop {
+                attempt += 1;
                 let req = request(&new, None, preview, new.custom_timeouts.create.0);
-                bracket(shared, OperationType::Creating, &new, provider.create(req)).await?
+                match bracket(shared, OperationType::Creating, &new, provider.create(req)).await {
+                    Ok(v) => break v,
+                    Err(e) if retry(hooks, HookPoint::BeforeCreate, &new, &e, attempt) => continue,
+                    Err(e) => return Err(e),
+                }
             };
             new.id = obj.id;
             new.outputs = obj.outputs;
@@ -622,6 +716,12 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 },
             )
             .await?;
+            hook(
+                hooks,
+                HookPoint::AfterCreate,
+                &lock(&new),
+                Some(&reg.outputs),
+            )?;
             shared.news.insert(urn, new);
             Ok(Some(reg))
         }
@@ -639,12 +739,69 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 return Ok(None);
             }
             let provider = shared.provider_for(&old)?;
-            let ((), op) = {
+            let hooks = step.hooks.as_deref();
+            hook(hooks, HookPoint::BeforeDelete, &old, Some(&old.outputs))?;
+            let mut attempt = 0;
+            let ((), op) = loop {
+                attempt += 1;
                 let req = request(&old, Some(&old), preview, old.custom_timeouts.delete.0);
-                bracket(shared, OperationType::Deleting, &old, provider.delete(req)).await?
+                match bracket(shared, OperationType::Deleting, &old, provider.delete(req)).await {
+                    Ok(v) => break v,
+                    Err(e) if retry(hooks, HookPoint::BeforeDelete, &old, &e, attempt) => continue,
+                    Err(e) => return Err(e),
+                }
             };
             end(shared, op, change).await?;
+            hook(hooks, HookPoint::AfterDelete, &old, None)?;
             Ok(None)
+        }
+        StepKind::Import => {
+            let mut new = step
+                .new
+                .ok_or_else(|| StepError::Other("import without a goal".into()))?;
+            let provider = shared.provider_for(&new)?;
+            let (obj, op) = {
+                let req = request(&new, None, preview, 0.0);
+                bracket(shared, OperationType::Importing, &new, provider.read(req)).await?
+            };
+            let mismatch = obj.as_ref().map(|o| import_mismatch(&new, o));
+            let obj = match (obj, mismatch) {
+                (Some(o), Some(None)) => o,
+                (found, mismatch) => {
+                    if !preview {
+                        shared.persist(Mutation::Failed { op }).await?;
+                    }
+                    return Err(match (found, mismatch) {
+                        (None, _) => ProviderError::NotFound {
+                            urn: new.urn.clone(),
+                            id: new.id.clone(),
+                        }
+                        .into(),
+                        (_, Some(Some(diff))) => StepError::Other(format!(
+                            "cannot import {} (id `{}`): the program's inputs differ from the object in the cloud: {diff}; change the program to match, or drop `import`",
+                            new.urn, new.id
+                        )),
+                        _ => StepError::Other("import failed".into()),
+                    });
+                }
+            };
+            new.id = obj.id;
+            new.outputs = obj.outputs;
+            let reg = registered(&new);
+            let urn = new.urn.clone();
+            let new = share(new);
+            end(
+                shared,
+                op,
+                Change::Write {
+                    old: old_ref,
+                    new: new.clone(),
+                    mark_old_delete: false,
+                },
+            )
+            .await?;
+            shared.news.insert(urn, new);
+            Ok(Some(reg))
         }
         StepKind::Read => {
             let mut new = step

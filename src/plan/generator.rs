@@ -107,6 +107,8 @@ pub struct Prepared {
     old_index: Option<usize>,
     /// Inside `--target` / outside `--exclude`.
     in_scope: bool,
+    /// The registration's hooks, when it has any.
+    hooks: Option<std::sync::Arc<crate::source::hooks::ResourceHooks>>,
 }
 
 /// The operator's controls for one update or preview (`cli.md` §1): the one
@@ -461,6 +463,9 @@ impl Planner {
         new.ignore_changes = goal.options.ignore_changes.clone();
         new.replace_on_changes = goal.options.replace_on_changes.clone();
         new.additional_secret_outputs = goal.options.additional_secret_outputs.clone();
+        if let Some(id) = &goal.options.import {
+            new.import_id = id.clone();
+        }
 
         let mut provider = None;
         let mut provider_chain = None;
@@ -512,6 +517,7 @@ impl Planner {
             provider_chain,
             old_index: old,
             in_scope,
+            hooks: (!goal.options.hooks.is_empty()).then(|| goal.options.hooks.clone()),
         })
     }
 
@@ -522,6 +528,22 @@ impl Planner {
     /// [`PlanError::ProtectedReplace`] when a protected resource (or a
     /// protected dependent of a delete-before-replace) would be replaced.
     pub fn decide(
+        &mut self,
+        p: Prepared,
+        diff: Option<&DiffResponse>,
+        dbr_option: Option<bool>,
+    ) -> Result<Chain> {
+        let (urn, hooks) = (p.urn.clone(), p.hooks.clone());
+        let mut chain = self.decide_steps(p, diff, dbr_option)?;
+        if hooks.is_some() {
+            for step in chain.steps.iter_mut().filter(|s| s.urn == urn) {
+                step.hooks.clone_from(&hooks);
+            }
+        }
+        Ok(chain)
+    }
+
+    fn decide_steps(
         &mut self,
         p: Prepared,
         diff: Option<&DiffResponse>,
@@ -566,8 +588,14 @@ impl Planner {
             if new.ty.is_provider() && new.id.is_empty() {
                 new.id = self.next_provider_id(&urn);
             }
+            let kind = if new.custom && !new.import_id.is_empty() {
+                new.id = new.import_id.clone();
+                StepKind::Import
+            } else {
+                StepKind::Create
+            };
             return Ok(Chain {
-                steps: vec![Step::new(StepKind::Create, urn, None, Some(new))],
+                steps: vec![Step::new(kind, urn, None, Some(new))],
                 waits_for,
             });
         };

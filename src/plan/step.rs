@@ -43,6 +43,8 @@ pub enum StepKind {
     Read,
     /// State reconciled with the cloud.
     Refresh,
+    /// An existing object adopted (`import`): read, never created.
+    Import,
     /// A resource already deleted by a delete-before-replace, dropped from
     /// state because the program no longer has it.
     RemovePendingReplace,
@@ -60,13 +62,14 @@ impl StepKind {
             Self::Delete => "delete",
             Self::Read => "read",
             Self::Refresh => "refresh",
+            Self::Import => "import",
             Self::RemovePendingReplace => "remove-pending-replace",
         }
     }
 
     /// True for steps that change the cloud.
     pub fn is_mutation(self) -> bool {
-        !matches!(self, Self::Same | Self::Read | Self::Refresh)
+        !matches!(self, Self::Same | Self::Read | Self::Refresh | Self::Import)
     }
 }
 
@@ -99,6 +102,8 @@ pub struct Step {
     /// A create skipped because the resource is outside `--target` (or in
     /// `--exclude`): the registration learns its goal, nothing is written.
     pub skipped: bool,
+    /// The registration's hooks (none for deletes planned at the end).
+    pub hooks: Option<std::sync::Arc<crate::source::hooks::ResourceHooks>>,
 }
 
 impl Step {
@@ -112,6 +117,7 @@ impl Step {
             skip_provider: false,
             keep_pending: false,
             skipped: false,
+            hooks: None,
         }
     }
 }

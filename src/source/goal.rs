@@ -72,6 +72,11 @@ pub struct ResourceOptions {
     pub replace_on_changes: Vec<String>,
     /// Output keys to treat as secret.
     pub additional_secret_outputs: Vec<String>,
+    /// Adopt the existing object with this ID instead of creating one
+    /// (`import`): it is read, compared with the inputs, never created.
+    pub import: Option<String>,
+    /// Hooks around the resource's provider operations.
+    pub hooks: std::sync::Arc<super::hooks::ResourceHooks>,
 }
 
 /// A `RegisterResource` request: the desired state of one resource.

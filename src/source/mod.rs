@@ -10,6 +10,7 @@
 //! proceed concurrently. Destroy uses no program (the null source).
 
 pub mod goal;
+pub mod hooks;
 
 use std::collections::VecDeque;
 use std::future::Future;
