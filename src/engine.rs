@@ -71,6 +71,8 @@ pub struct Outcome {
     pub bytes_written: u64,
     /// Fsyncs the persister issued.
     pub fsyncs: u64,
+    /// The plan a preview recorded (`generate_plan`).
+    pub plan: Option<crate::plan::saved::SavedPlan>,
 }
 
 /// The engine's configuration.
@@ -371,9 +373,11 @@ impl Engine {
                 return Err(EngineError::ActorFailed(msg));
             }
         };
-        let mut errors = gen_outcome
-            .map(|o| o.errors)
-            .unwrap_or_else(|| vec!["the step generator stopped".into()]);
+        let (gen_errors, plan) = match gen_outcome {
+            Some(o) => (Some(o.errors), o.plan),
+            None => (None, None),
+        };
+        let mut errors = gen_errors.unwrap_or_else(|| vec!["the step generator stopped".into()]);
         let snapshot = match persist.call(PersistMsg::Finish, None).await {
             Ok(ractor::rpc::CallResult::Success(Ok(s))) => s,
             Ok(ractor::rpc::CallResult::Success(Err(e))) => {
@@ -426,6 +430,7 @@ impl Engine {
             snapshot,
             bytes_written,
             fsyncs,
+            plan,
         };
         if outcome.summary.succeeded() {
             Ok(outcome)

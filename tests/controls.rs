@@ -251,7 +251,7 @@ async fn an_import_whose_inputs_differ_is_an_error() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hooks_run_in_order() {
-    use keel::source::hooks::{HookArgs, HookPoint, ResourceHooks};
+    use keel::source::hooks::{HookArgs, ResourceHooks};
     use std::sync::{Arc, Mutex};
     let log: Arc<Mutex<Vec<String>>> = Arc::default();
     let rec = |tag: &'static str, log: &Arc<Mutex<Vec<String>>>| {
@@ -261,20 +261,13 @@ async fn hooks_run_in_order() {
             Ok(())
         }) as keel::source::hooks::Hook
     };
-    let mut hooks = ResourceHooks::default();
-    hooks.before_create = vec![rec("before-create-1", &log), rec("before-create-2", &log)];
-    hooks.after_create = vec![rec("after-create", &log)];
-    hooks.before_update = vec![rec("before-update", &log)];
-    hooks.after_update = vec![rec("after-update", &log)];
-    let retries = log.clone();
-    hooks.on_error = vec![Arc::new(move |a: &HookArgs<'_>| {
-        retries
-            .lock()
-            .unwrap()
-            .push(format!("error {:?} attempt {}", a.point, a.attempt));
-        a.attempt < 3
-    })];
-    let hooks = Arc::new(hooks);
+    let hooks = Arc::new(ResourceHooks {
+        before_create: vec![rec("before-create-1", &log), rec("before-create-2", &log)],
+        after_create: vec![rec("after-create", &log)],
+        before_update: vec![rec("before-update", &log)],
+        after_update: vec![rec("after-update", &log)],
+        ..ResourceHooks::default()
+    });
 
     let mut h = Harness::new(SimConfig::default());
     let res = |size: &str| {
@@ -307,12 +300,13 @@ async fn an_error_hook_asking_for_a_retry_retries() {
     cfg.fail.insert("flaky".into());
     let attempts = Arc::new(AtomicU32::new(0));
     let seen = attempts.clone();
-    let mut hooks = ResourceHooks::default();
-    hooks.on_error = vec![Arc::new(move |a: &HookArgs<'_>| {
-        seen.store(a.attempt, Ordering::SeqCst);
-        a.attempt < 4
-    })];
-    let hooks = Arc::new(hooks);
+    let hooks = Arc::new(ResourceHooks {
+        on_error: vec![Arc::new(move |a: &HookArgs<'_>| {
+            seen.store(a.attempt, Ordering::SeqCst);
+            a.attempt < 4
+        })],
+        ..ResourceHooks::default()
+    });
     let mut h = Harness::new(cfg);
     let e = failed(
         h.up(vec![bucket("flaky", &[]).with(move |o| o.hooks = hooks)])
@@ -330,4 +324,97 @@ async fn an_error_hook_asking_for_a_retry_retries() {
     );
     assert!(e.summary.failures[0].message.contains("injected failure"));
     assert!(h.state.pending_operations.is_empty(), "every attempt ended");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_saved_plan_runs_when_followed_and_stops_a_deviating_program() {
+    use std::sync::Arc;
+    let mut h = Harness::new(SimConfig::default());
+    h.up(prog("1")).await.unwrap();
+    let saved = h.engine.clone();
+    // Preview the change and save the plan.
+    h.engine = saved.with_options(UpdateOptions {
+        generate_plan: true,
+        ..Default::default()
+    });
+    let preview = h
+        .preview(vec![
+            bucket("a", &[("size", "2")]),
+            bucket("b", &[("size", "1")]).dep("a"),
+        ])
+        .await
+        .unwrap();
+    let plan = Arc::new(preview.plan.expect("the preview recorded a plan"));
+    assert!(plan.deletes.iter().any(|u| u.name() == "c"), "{plan:?}");
+    let text = String::from_utf8(plan.to_vec_pretty()).unwrap();
+    let plan = Arc::new(keel::plan::saved::SavedPlan::from_slice(text.as_bytes()).unwrap());
+    let apply = UpdateOptions {
+        apply_plan: true,
+        plan: Some(plan),
+        ..Default::default()
+    };
+
+    // A program that deviates (another size for `a`) fails before any
+    // provider change for `a`.
+    h.engine = saved.with_options(apply.clone());
+    let before = h.cloud.counters();
+    let e = failed(
+        h.up(vec![
+            bucket("a", &[("size", "3")]),
+            bucket("b", &[("size", "1")]).dep("a"),
+        ])
+        .await,
+    );
+    let text = format!("{:?}", e.summary);
+    assert!(
+        text.contains("deviates from the plan") && text.contains("`size`"),
+        "{text}"
+    );
+    let after = h.cloud.counters();
+    assert_eq!(
+        (after.updates, after.deletes),
+        (before.updates, before.deletes)
+    );
+
+    // The previewed program runs under the plan.
+    let o = h
+        .up(vec![
+            bucket("a", &[("size", "2")]),
+            bucket("b", &[("size", "1")]).dep("a"),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(
+        (o.summary.count(Update), o.summary.count(Delete)),
+        (1, 1),
+        "{:?}",
+        o.summary
+    );
+    h.engine = saved;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_get_stack_builtin_answers_and_unknown_functions_fail() {
+    let h = Harness::new(SimConfig::default());
+    let program = |ctx: keel::source::Context| async move {
+        let out = ctx
+            .invoke("pulumi:pulumi:getStack", Default::default())
+            .await?;
+        assert_eq!(out["stack"], "dev".into());
+        assert_eq!(out["project"], "proj".into());
+        let unknown = ctx.invoke("aws:index:getRegion", Default::default()).await;
+        assert!(unknown
+            .unwrap_err()
+            .to_string()
+            .contains("unknown function `aws:index:getRegion`"));
+        Ok(())
+    };
+    h.engine
+        .update(
+            h.state.clone(),
+            program,
+            Box::new(keel::persist::MemoryPersister::new()),
+        )
+        .await
+        .unwrap();
 }

@@ -30,6 +30,12 @@ pub enum GenMsg {
     Read(Box<ReadGoal>, RegisterReply),
     /// A `RegisterResourceOutputs`.
     Outputs(Urn, PropertyMap, oneshot::Sender<Result<(), RegisterError>>),
+    /// An `Invoke`.
+    Invoke(
+        String,
+        PropertyMap,
+        oneshot::Sender<Result<PropertyMap, RegisterError>>,
+    ),
     /// A provider check/diff came back.
     Checked(
         Box<Prepared>,
@@ -61,6 +67,8 @@ pub enum Mode {
 pub struct GenOutcome {
     /// Planning errors (each fails the operation).
     pub errors: Vec<String>,
+    /// The plan recorded by a preview with `generate_plan`.
+    pub plan: Option<super::saved::SavedPlan>,
 }
 
 /// The StepGenerator actor.
@@ -161,6 +169,7 @@ impl GenState {
         if let Some(done) = self.done.take() {
             let _ = done.send(GenOutcome {
                 errors: std::mem::take(&mut self.errors),
+                plan: self.planner.take_saved_plan(),
             });
         }
     }
@@ -231,6 +240,7 @@ fn msg_name(m: &GenMsg) -> &'static str {
         GenMsg::Register(..) => "register",
         GenMsg::Read(..) => "read",
         GenMsg::Outputs(..) => "outputs",
+        GenMsg::Invoke(..) => "invoke",
         GenMsg::Checked(..) => "checked",
         GenMsg::ProgramDone(_) => "program-done",
         GenMsg::ChainDone => "chain-done",
@@ -339,6 +349,16 @@ impl Actor for GeneratorActor {
                         reply,
                     });
                 }
+            }
+            GenMsg::Invoke(token, args, reply) => {
+                let ctx = crate::provider::builtins::BuiltinContext {
+                    stack: state.planner.stack().to_owned(),
+                    project: state.planner.project().to_owned(),
+                };
+                let _ = reply.send(
+                    crate::provider::builtins::invoke(&token, &args, &ctx)
+                        .map_err(RegisterError::from),
+                );
             }
             GenMsg::Checked(prepared, diff, dbr, reply) => {
                 state.outstanding -= 1;

@@ -78,6 +78,14 @@ pub enum PlanError {
         /// The untargeted dependency.
         dependency: Urn,
     },
+    /// The program deviates from the saved plan being applied.
+    #[error("resource {urn} deviates from the plan: {difference}; run `keel preview --save-plan` again, or change the program back")]
+    PlanDeviation {
+        /// The resource.
+        urn: Urn,
+        /// How it deviates.
+        difference: String,
+    },
     /// Protected resources would be deleted.
     #[error("{} protected resource(s) would be deleted: {}; remove `protect` from them first (update the program with protect: false), then retry", .urns.len(), .urns.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
     ProtectedDelete {
@@ -113,7 +121,7 @@ pub struct Prepared {
 
 /// The operator's controls for one update or preview (`cli.md` §1): the one
 /// value the step generator (and the migration checks) consult.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct UpdateOptions {
     /// `--target`: only these resources change (plus providers and the stack).
     pub targets: Vec<Urn>,
@@ -131,6 +139,8 @@ pub struct UpdateOptions {
     pub generate_plan: bool,
     /// `up --plan`: the update applies a saved plan.
     pub apply_plan: bool,
+    /// The saved plan to follow (with `apply_plan`).
+    pub plan: Option<std::sync::Arc<super::saved::SavedPlan>>,
 }
 
 impl UpdateOptions {
@@ -182,6 +192,8 @@ pub struct Planner {
     excluded: HashSet<Urn>,
     /// Untargeted new resources whose create was skipped.
     skipped: HashSet<Urn>,
+    /// The plan being recorded (`preview --save-plan`).
+    recording: Option<super::saved::SavedPlan>,
 }
 
 impl Planner {
@@ -209,7 +221,39 @@ impl Planner {
             targeted: HashSet::new(),
             excluded: HashSet::new(),
             skipped: HashSet::new(),
+            recording: None,
         }
+        .recording_if_asked()
+    }
+
+    fn recording_if_asked(mut self) -> Self {
+        if self.opts.update.generate_plan {
+            self.recording = Some(super::saved::SavedPlan::new());
+        }
+        self
+    }
+
+    /// The plan recorded by a preview with `generate_plan`.
+    pub fn take_saved_plan(&mut self) -> Option<super::saved::SavedPlan> {
+        self.recording.take()
+    }
+
+    fn applied_plan(&self) -> Option<&super::saved::SavedPlan> {
+        self.opts
+            .update
+            .plan
+            .as_deref()
+            .filter(|_| self.opts.update.apply_plan)
+    }
+
+    /// The stack's name.
+    pub fn stack(&self) -> &str {
+        &self.opts.stack
+    }
+
+    /// The project's name.
+    pub fn project(&self) -> &str {
+        &self.opts.project
     }
 
     /// The operator's controls.
@@ -489,6 +533,17 @@ impl Planner {
             provider = Some(reference);
         }
 
+        if let Some(plan) = self.applied_plan() {
+            // The goal is checked now, before the provider is asked anything.
+            let planned = plan
+                .resources
+                .get(&urn)
+                .map(|r| r.steps.clone())
+                .unwrap_or_default();
+            if let Some(difference) = plan.deviation(&new, &planned) {
+                return Err(PlanError::PlanDeviation { urn, difference });
+            }
+        }
         let refs: Vec<Urn> = new.references().map(|(_, u)| u.clone()).collect();
         let in_scope = self.in_scope(&urn, &goal.ty, refs.iter());
         if in_scope {
@@ -535,6 +590,26 @@ impl Planner {
     ) -> Result<Chain> {
         let (urn, hooks) = (p.urn.clone(), p.hooks.clone());
         let mut chain = self.decide_steps(p, diff, dbr_option)?;
+        let kinds: Vec<StepKind> = chain
+            .steps
+            .iter()
+            .filter(|s| s.urn == urn)
+            .map(|s| s.kind)
+            .collect();
+        let goal = chain
+            .steps
+            .iter()
+            .rev()
+            .find(|s| s.urn == urn)
+            .and_then(|s| s.new.as_ref());
+        if let (Some(plan), Some(goal)) = (self.applied_plan(), goal) {
+            if let Some(difference) = plan.deviation(goal, &kinds) {
+                return Err(PlanError::PlanDeviation { urn, difference });
+            }
+        }
+        if let (Some(rec), Some(goal)) = (self.recording.as_mut(), goal) {
+            rec.record(goal, kinds);
+        }
         if hooks.is_some() {
             for step in chain.steps.iter_mut().filter(|s| s.urn == urn) {
                 step.hooks.clone_from(&hooks);
@@ -811,6 +886,23 @@ impl Planner {
             .collect();
         if !protected.is_empty() {
             return Err(PlanError::ProtectedDelete { urns: protected });
+        }
+        for (s, (_, kind)) in states.iter().zip(&picked) {
+            if *kind != StepKind::Delete {
+                continue;
+            }
+            if let Some(plan) = self.applied_plan() {
+                if !plan.deletes.contains(&s.urn) {
+                    return Err(PlanError::PlanDeviation {
+                        urn: s.urn.clone(),
+                        difference: "the program no longer has it, but the plan does not delete it"
+                            .into(),
+                    });
+                }
+            }
+            if let Some(rec) = self.recording.as_mut() {
+                rec.deletes.insert(s.urn.clone());
+            }
         }
         let deleted: HashSet<&Urn> = states.iter().map(|s| &s.urn).collect();
         let refs: Vec<&State> = states.iter().collect();

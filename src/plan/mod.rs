@@ -4,4 +4,5 @@
 pub mod actor;
 pub mod generator;
 pub mod graph;
+pub mod saved;
 pub mod step;

@@ -2,6 +2,7 @@
 //! operation, the registry that resolves provider references, and the
 //! simulated cloud (`architecture.md` §4).
 
+pub mod builtins;
 pub mod registry;
 pub mod sim;
 

@@ -52,6 +52,9 @@ pub enum RegisterError {
     /// Persisting it failed.
     #[error("persisting failed: {0}")]
     Persist(String),
+    /// An invoke failed.
+    #[error(transparent)]
+    Invoke(#[from] crate::provider::builtins::InvokeError),
 }
 
 /// An event from the program.
@@ -69,6 +72,12 @@ pub enum SourceEvent {
     ),
     /// `RegisterResourceOutputs`.
     Outputs(Urn, PropertyMap, oneshot::Sender<Result<(), RegisterError>>),
+    /// `Invoke` of a function (built-ins).
+    Invoke(
+        String,
+        PropertyMap,
+        oneshot::Sender<Result<PropertyMap, RegisterError>>,
+    ),
     /// The program finished (with its error, if any).
     Done(Option<String>),
 }
@@ -101,6 +110,7 @@ fn forward(generator: &ActorRef<GenMsg>, e: SourceEvent) {
         SourceEvent::Register(g, r) => GenMsg::Register(g, r),
         SourceEvent::Read(g, r) => GenMsg::Read(g, r),
         SourceEvent::Outputs(u, o, r) => GenMsg::Outputs(u, o, r),
+        SourceEvent::Invoke(t, a, r) => GenMsg::Invoke(t, a, r),
         SourceEvent::Done(err) => GenMsg::ProgramDone(err),
     };
     // A stopped generator drops the reply ports: the program sees an error.
@@ -284,6 +294,20 @@ impl Context {
     ) -> Result<(), RegisterError> {
         let urn = urn.clone();
         self.send(|tx| SourceEvent::Outputs(urn, outputs, tx)).await
+    }
+
+    /// Calls a function (`Invoke`): the built-ins such as
+    /// `pulumi:pulumi:getStack`.
+    ///
+    /// # Errors
+    /// [`RegisterError::Invoke`] for an unknown function.
+    pub async fn invoke(
+        &self,
+        token: &str,
+        args: PropertyMap,
+    ) -> Result<PropertyMap, RegisterError> {
+        let token = token.to_owned();
+        self.send(|tx| SourceEvent::Invoke(token, args, tx)).await
     }
 
     pub(crate) fn done(&self, err: Option<String>) {
