@@ -418,3 +418,38 @@ async fn the_get_stack_builtin_answers_and_unknown_functions_fail() {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ignore_changes_replace_on_changes_and_custom_timeouts() {
+    let mut h = Harness::new(SimConfig {
+        latency: std::time::Duration::from_millis(30),
+        ..SimConfig::default()
+    });
+    let r = |tag: &str, name: &str| {
+        bucket("a", &[("tag", tag), ("name", name)]).with(|o| {
+            o.ignore_changes = vec!["tag".into()];
+            o.replace_on_changes = vec!["name".into()];
+        })
+    };
+    h.up(vec![r("x", "n1")]).await.unwrap();
+    // A change of an ignored key is no change.
+    let o = h.up(vec![r("y", "n1")]).await.unwrap();
+    assert_eq!(o.summary.count(Same), 3, "{:?}", o.summary);
+    assert_eq!(h.cloud.counters().updates, 0);
+    // A change of a replace-on-change key replaces.
+    let o = h.up(vec![r("y", "n2")]).await.unwrap();
+    assert_eq!(o.summary.count(CreateReplacement), 1, "{:?}", o.summary);
+
+    // customTimeouts reach the provider: a create slower than its timeout fails.
+    let slow = bucket("slow", &[]).with(|o| {
+        let mut t = keel::model::state::CustomTimeouts::default();
+        t.create = keel::model::state::Seconds(0.005);
+        o.custom_timeouts = Some(t);
+    });
+    let e = failed(h.up(vec![r("y", "n2"), slow]).await);
+    assert!(
+        e.summary.failures[0].message.contains("timed out"),
+        "{:?}",
+        e.summary
+    );
+}

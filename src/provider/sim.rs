@@ -507,6 +507,32 @@ impl SimCloud {
         }
     }
 
+    /// Sleeps the operation's latency, honoring the resource's
+    /// `customTimeouts`: an operation slower than its timeout fails after
+    /// the timeout, as a real provider's would.
+    async fn sleep_within(
+        &self,
+        operation: &'static str,
+        urn: &Urn,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<()> {
+        match timeout {
+            Some(t) if self.config.latency > t => {
+                tokio::time::sleep(t).await;
+                self.counters.failures.fetch_add(1, Ordering::SeqCst);
+                Err(ProviderError::Failed {
+                    operation,
+                    urn: urn.clone(),
+                    message: format!("timed out after {:?} (customTimeouts)", t),
+                })
+            }
+            _ => {
+                self.sleep().await;
+                Ok(())
+            }
+        }
+    }
+
     /// The next draw in [0, 1) of the seeded xorshift64* generator.
     fn draw(&self) -> f64 {
         let mut x = lock(&self.rng);
@@ -660,7 +686,7 @@ impl Provider for SimProvider {
         }
         cloud.counters.creates.fetch_add(1, Ordering::SeqCst);
         let mut guard = OpGuard::start(cloud, SimCallKind::Create, req.urn, "");
-        cloud.sleep().await;
+        cloud.sleep_within("create", req.urn, req.timeout).await?;
         cloud.inject("create", req.urn)?;
         let obj = cloud.store_new(req.urn, req.ty.as_str(), req.inputs);
         guard.id.clone_from(&obj.id);
@@ -712,7 +738,7 @@ impl Provider for SimProvider {
         }
         cloud.counters.updates.fetch_add(1, Ordering::SeqCst);
         let guard = OpGuard::start(cloud, SimCallKind::Update, req.urn, req.id);
-        cloud.sleep().await;
+        cloud.sleep_within("update", req.urn, req.timeout).await?;
         cloud.inject("update", req.urn)?;
         let updated = {
             let mut state = lock(&cloud.state);
@@ -744,7 +770,7 @@ impl Provider for SimProvider {
         }
         cloud.counters.deletes.fetch_add(1, Ordering::SeqCst);
         let guard = OpGuard::start(cloud, SimCallKind::Delete, req.urn, req.id);
-        cloud.sleep().await;
+        cloud.sleep_within("delete", req.urn, req.timeout).await?;
         cloud.inject("delete", req.urn)?;
         lock(&cloud.state).objects.remove(req.id);
         cloud
