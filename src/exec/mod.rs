@@ -4,10 +4,11 @@
 //! when it is submitted and holds it until its last step finished, so a
 //! quiescing migration waits for every chain submitted before it and no
 //! chain submitted after it starts until resume. A chain first waits for
-//! the chains of what it depends on, then for a pool permit (default 4 x
-//! cores), then runs its steps in order, each step's provider call
-//! bracketed by a `begin` and an end mutation that the persister makes
-//! durable. Deletes run as antichains, each in parallel, in order.
+//! the chains of what it depends on, then runs its steps in order. Each
+//! provider call is bracketed by a `begin` and an end mutation that the
+//! persister makes durable, and holds a pool permit (default 4 x cores)
+//! only while the call itself runs, so waits for durability share group
+//! commits. Deletes run as antichains, each in parallel, in order.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -369,7 +370,8 @@ async fn run_chain(
     run_steps(shared, chain.steps, reservation).await
 }
 
-/// Runs steps in order under one reservation and a pool permit.
+/// Runs steps in order under one reservation (provider calls take pool
+/// permits).
 async fn run_steps(
     shared: &ExecShared,
     steps: Vec<Step>,
@@ -386,10 +388,6 @@ async fn run_steps(
         mark(Status::Failed);
         return Err(RegisterError::Stopped);
     }
-    let Ok(_permit) = shared.pool.acquire().await else {
-        mark(Status::Failed);
-        return Err(RegisterError::Stopped);
-    };
     let mut last = None;
     for step in steps {
         let (kind, urn) = (step.kind, step.urn.clone());
@@ -497,7 +495,14 @@ async fn bracket<T>(
             })
             .await?;
     }
-    match call.await {
+    // The pool bounds provider operations, not waits for durability: the
+    // permit is held only around the call, so chains waiting for their
+    // records to be durable share group commits instead of idling slots.
+    let result = match shared.pool.acquire().await {
+        Ok(_permit) => call.await,
+        Err(_) => return Err(StepError::Other("the executor stopped".into())),
+    };
+    match result {
         Ok(v) => Ok((v, op)),
         Err(e) => {
             if !shared.config.preview {
@@ -844,7 +849,10 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             let old = old.unwrap_or_default();
             let provider = shared.provider_for(&old)?;
             let req = request(&old, Some(&old), preview, 0.0);
-            let read = provider.read(req).await?;
+            let read = match shared.pool.acquire().await {
+                Ok(_permit) => provider.read(req).await?,
+                Err(_) => return Err(StepError::Other("the executor stopped".into())),
+            };
             let new = read.map(|obj| {
                 let mut s = old.clone();
                 s.outputs = obj.outputs;

@@ -196,11 +196,22 @@ impl GenState {
         match (needs_provider, prepared.provider.clone()) {
             (true, Some(reference)) => {
                 let provider = self.registry.get(&reference);
-                let me = myself.clone();
                 let preview = self.preview;
+                let mut continuation = Box::pin(async move {
+                    let result = check_and_diff(provider.as_ref(), &mut prepared, preview).await;
+                    (prepared, result)
+                });
+                // A provider that answers at once (no I/O) is decided
+                // inline; otherwise the answer comes back as a message.
+                if let Some((prepared, result)) =
+                    futures::FutureExt::now_or_never(&mut continuation)
+                {
+                    return self.decide(prepared, result, dbr, reply);
+                }
+                let me = myself.clone();
                 self.outstanding += 1;
                 tokio::spawn(async move {
-                    let result = check_and_diff(provider.as_ref(), &mut prepared, preview).await;
+                    let (prepared, result) = continuation.await;
                     let _ = me.cast(GenMsg::Checked(Box::new(prepared), result, dbr, reply));
                 });
             }
