@@ -15,17 +15,19 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::events::{EngineEvent, EventSink, Summary};
 use crate::exec::{ExecConfig, ExecShared, ExecutorActor};
+use crate::migrate::coordinator::{CoordArgs, CoordinatorActor};
 use crate::model::snapshot::{Manifest, OperationType};
 use crate::model::urn::STACK_TYPE;
 use crate::model::{Deployment, TypeToken, Urn};
 use crate::persist::actor::{PersistMsg, PersisterActor};
 use crate::persist::{MemoryPersister, PersistError, Persister, SnapshotBuilder};
-use crate::plan::actor::{GenArgs, GenMsg, GeneratorActor, Mode};
+use crate::plan::actor::{GenArgs, GenMsg, GeneratorActor, MigrationEnv, MigrationReport, Mode};
 use crate::plan::generator::{PlanOptions, Planner, UpdateOptions};
 use crate::provider::ProviderRegistry;
 use crate::source::goal::Goal;
 use crate::source::{Context, Program, SourceActor};
 use crate::sync::gate::Gate;
+use crate::sync::shim::ArcSwap;
 
 /// Why an operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +75,8 @@ pub struct Outcome {
     pub fsyncs: u64,
     /// The plan a preview recorded (`generate_plan`).
     pub plan: Option<crate::plan::saved::SavedPlan>,
+    /// What each registration's component migration did.
+    pub migrations: Vec<MigrationReport>,
 }
 
 /// The engine's configuration.
@@ -259,12 +263,24 @@ impl Engine {
             });
         }
         let olds = SnapshotBuilder::share_resources(&mut prior);
+        let prior_pending = prior.pending_operations.clone();
+        let snippets = prior.snippets.clone();
+        let extensions = prior.extensions.clone();
         prior.manifest = Manifest::keel(
             humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         );
         let builder = SnapshotBuilder::new(prior, olds.clone());
 
         let (fail_tx, mut fail_rx) = mpsc::unbounded_channel();
+        let supported = persister.supports_migrations();
+        let migration_env = MigrationEnv {
+            prior: Arc::new(ArcSwap::from_pointee(olds.clone())),
+            supported,
+            pending_operations: !prior_pending.is_empty(),
+            snippets: snippets.clone(),
+            extensions: extensions.clone(),
+        };
+        let published = migration_env.prior.clone();
         let (sup, sup_handle) = Actor::spawn(None, Supervisor, fail_tx)
             .await
             .map_err(spawn_err)?;
@@ -277,13 +293,14 @@ impl Engine {
         )
         .await
         .map_err(spawn_err)?;
+        let gate = Gate::new();
         let shared = ExecShared::new(
             ExecConfig {
                 parallel: self.config.parallel,
                 continue_on_error: self.config.continue_on_error,
                 preview,
             },
-            Gate::new(),
+            gate.clone(),
             self.registry.clone(),
             persist.clone(),
             self.config.events.clone(),
@@ -308,6 +325,7 @@ impl Engine {
                 shared: shared.clone(),
                 done: done_tx,
                 preview,
+                migration: migration_env,
             },
             cell.clone(),
         )
@@ -321,9 +339,6 @@ impl Engine {
         )
         .await
         .map_err(spawn_err)?;
-        generator
-            .cast(GenMsg::Wire(executor.clone()))
-            .map_err(|e| EngineError::Spawn(e.to_string()))?;
         let (source, _) = Actor::spawn_linked(
             Some(actor_name("source")),
             SourceActor,
@@ -332,6 +347,23 @@ impl Engine {
         )
         .await
         .map_err(spawn_err)?;
+        let (coordinator, _) = Actor::spawn_linked(
+            Some(actor_name("coordinator")),
+            CoordinatorActor,
+            CoordArgs {
+                source: source.clone(),
+                gate,
+                prior: published,
+                persister: persist.clone(),
+                events: self.config.events.clone(),
+            },
+            cell.clone(),
+        )
+        .await
+        .map_err(spawn_err)?;
+        generator
+            .cast(GenMsg::Wire(executor.clone(), coordinator.clone()))
+            .map_err(|e| EngineError::Spawn(e.to_string()))?;
 
         let ctx = Context::new(
             source.clone(),
@@ -368,14 +400,14 @@ impl Engine {
             outcome = done_rx => outcome.ok(),
             failure = fail_rx.recv() => {
                 let msg = failure.unwrap_or_else(|| "the supervisor stopped".into());
-                stop_all(&[source.get_cell(), executor.get_cell(), generator.get_cell(), persist.get_cell()]);
+                stop_all(&[source.get_cell(), executor.get_cell(), generator.get_cell(), persist.get_cell(), coordinator.get_cell()]);
                 sup.stop(None);
                 return Err(EngineError::ActorFailed(msg));
             }
         };
-        let (gen_errors, plan) = match gen_outcome {
-            Some(o) => (Some(o.errors), o.plan),
-            None => (None, None),
+        let (gen_errors, plan, migrations, rules) = match gen_outcome {
+            Some(o) => (Some(o.errors), o.plan, o.migrations, o.rules),
+            None => (None, None, Vec::new(), Vec::new()),
         };
         let mut errors = gen_errors.unwrap_or_else(|| vec!["the step generator stopped".into()]);
         let snapshot = match persist.call(PersistMsg::Finish, None).await {
@@ -406,6 +438,7 @@ impl Engine {
             executor.get_cell(),
             generator.get_cell(),
             persist.get_cell(),
+            coordinator.get_cell(),
         ]);
         sup.stop(None);
         let _ = sup_handle.await;
@@ -420,6 +453,7 @@ impl Engine {
             steps: shared.counts(),
             failures,
             errors,
+            rules,
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         };
         self.config
@@ -431,6 +465,7 @@ impl Engine {
             bytes_written,
             fsyncs,
             plan,
+            migrations,
         };
         if outcome.summary.succeeded() {
             Ok(outcome)

@@ -44,6 +44,15 @@ pub enum EngineEvent {
         /// The message.
         message: String,
     },
+    /// A component migration was committed (in a preview: in memory).
+    Migration {
+        /// The registration that carried the callbacks.
+        urn: Urn,
+        /// URNs in the result that were not in the prior subtree.
+        added: Vec<Urn>,
+        /// The committed successor map (original -> final).
+        successors: BTreeMap<Urn, Urn>,
+    },
     /// The operation ended.
     Summary(Summary),
 }
@@ -70,6 +79,9 @@ pub struct Summary {
     pub failures: Vec<StepFailure>,
     /// Errors not tied to a step (planning, program, persistence).
     pub errors: Vec<String>,
+    /// Rule ids of rejected component migrations (`migrations.md`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<String>,
     /// Wall time in milliseconds.
     #[serde(rename = "durationMs")]
     pub duration_ms: f64,

@@ -23,9 +23,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod cli;
 pub mod engine;
 pub mod events;
 pub mod exec;
+pub mod migrate;
 pub mod model;
 pub mod persist;
 pub mod plan;

@@ -1,3 +1,5 @@
-//! The `keel` command line (placeholder until the CLI issue lands).
+//! The `keel` command line: see [`keel::cli`] and `cli.md`.
 
-fn main() {}
+fn main() -> std::process::ExitCode {
+    keel::cli::main()
+}

@@ -123,6 +123,11 @@ impl ExecShared {
             .clone()
     }
 
+    /// The states written so far in this operation.
+    pub fn written(&self) -> Vec<StateRef> {
+        self.news.iter().map(|e| e.value().clone()).collect()
+    }
+
     /// Stops new work (a failure that fails the operation).
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Release);

@@ -230,7 +230,11 @@ mod tests {
         move |u: &Urn| {
             (u.name() == "new").then(|| Identity {
                 custom,
-                id: if custom { "id-new".into() } else { String::new() },
+                id: if custom {
+                    "id-new".into()
+                } else {
+                    String::new()
+                },
             })
         }
     }
@@ -281,7 +285,10 @@ mod tests {
             json!({"a": [new], "b": null, "c": [urn("keep").as_str()]})
         );
         assert_eq!(j["replaceWith"], json!([new]));
-        assert_eq!(j["provider"], json!("urn:pulumi:s::p::pulumi:providers:a::prov::pid"));
+        assert_eq!(
+            j["provider"],
+            json!("urn:pulumi:s::p::pulumi:providers:a::prov::pid")
+        );
         assert_eq!(
             j["inputs"]["ref"],
             json!({sig: "5cf8f73096256a8f31e491e813e4eb8e", "urn": new, "id": "id-new"})

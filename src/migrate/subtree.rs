@@ -8,8 +8,7 @@
 //! callbacks, and a changing migration is refused while they exist:
 //! `pending-delete`).
 
-use std::collections::HashSet;
-
+use super::fasthash::FastSet;
 use crate::model::{State, Urn};
 
 /// Where the prior root of a registration was found.
@@ -77,7 +76,7 @@ impl Subtree {
     /// # Panics
     /// When `root` is out of bounds.
     pub fn collect(prior: &[State], root: usize) -> Self {
-        let mut urns: HashSet<&str> = HashSet::new();
+        let mut urns: FastSet<&str> = FastSet::default();
         urns.insert(prior[root].urn.as_str());
         let mut members = vec![root];
         let mut pending = Vec::new();

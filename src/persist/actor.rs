@@ -65,6 +65,25 @@ impl Actor for PersisterActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
+            PersistMsg::Mutate(m @ super::Mutation::Migration(_), reply) => {
+                // A migration is written first and applied only once durable:
+                // a failed write leaves the state exactly as it was.
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                let PersisterState { builder, persister } = state;
+                let ack: super::Ack = Box::new(move |r| {
+                    let _ = tx.send(r);
+                });
+                blocking(|| persister.persist(&m, builder, ack));
+                let r = rx.await.unwrap_or_else(|_| {
+                    Err(PersistError::Stopped(
+                        "the persister dropped a write".into(),
+                    ))
+                });
+                if r.is_ok() {
+                    state.builder.apply(&m);
+                }
+                let _ = reply.send(r);
+            }
             PersistMsg::Mutate(m, reply) => {
                 state.builder.apply(&m);
                 let PersisterState { builder, persister } = state;

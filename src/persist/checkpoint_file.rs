@@ -59,8 +59,12 @@ impl CheckpointPersister {
 }
 
 impl Persister for CheckpointPersister {
-    fn persist(&mut self, _m: &Mutation, current: &mut SnapshotBuilder, ack: Ack) {
-        let snapshot = current.snapshot();
+    fn persist(&mut self, m: &Mutation, current: &mut SnapshotBuilder, ack: Ack) {
+        let snapshot = match m {
+            // Written as it will be once committed (it is applied after).
+            Mutation::Migration(mm) => current.snapshot_after(mm),
+            _ => current.snapshot(),
+        };
         ack(self.save(&snapshot));
     }
 

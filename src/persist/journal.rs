@@ -116,6 +116,16 @@ pub enum Entry {
         /// The outputs.
         outputs: PropertyMap,
     },
+    /// A component migration was committed (`migrations.md` §10).
+    StateMigration {
+        /// Sequence number.
+        seq: u64,
+        /// The operation (0: not a provider operation).
+        op: OpId,
+        /// The new base order, result states and patches.
+        #[serde(flatten)]
+        record: Box<super::migration::MigrationRecord>,
+    },
     /// A new base checkpoint was written.
     Compacted {
         /// Sequence number.
@@ -134,6 +144,7 @@ impl Entry {
             | Self::Failure { seq, .. }
             | Self::Refresh { seq, .. }
             | Self::Outputs { seq, .. }
+            | Self::StateMigration { seq, .. }
             | Self::Compacted { seq, .. } => *seq,
         }
     }
@@ -324,6 +335,11 @@ impl SnapshotBuilder {
                 state: state.clone(),
             },
             Mutation::Failed { op } => Entry::Failure { seq, op: *op },
+            Mutation::Migration(m) => Entry::StateMigration {
+                seq,
+                op: 0,
+                record: Box::new(self.migration_record(m).ok()?),
+            },
             Mutation::End { change, .. } | Mutation::Apply(change) => match change {
                 Change::Refresh { old, new } => Entry::Refresh {
                     seq,
@@ -363,6 +379,7 @@ impl SnapshotBuilder {
             },
             Entry::Failure { op, .. } => Mutation::Failed { op: *op },
             Entry::Compacted { .. } => return Ok(()),
+            Entry::StateMigration { record, .. } => return self.replay_migration(record),
             Entry::Success { op, change, .. } => {
                 let change = match change {
                     ChangeRecord::Write {
@@ -414,7 +431,7 @@ impl SnapshotBuilder {
 fn mutation_op(m: &Mutation) -> OpId {
     match m {
         Mutation::Begin { op, .. } | Mutation::End { op, .. } | Mutation::Failed { op } => *op,
-        Mutation::Apply(_) => 0,
+        Mutation::Apply(_) | Mutation::Migration(_) => 0,
     }
 }
 

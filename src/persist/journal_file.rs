@@ -62,6 +62,7 @@ pub struct JournalPersister {
     options: JournalOptions,
     saves: u64,
     fail_at: Option<u64>,
+    fail_migrations: bool,
     broken: Option<String>,
 }
 
@@ -205,6 +206,7 @@ impl JournalPersister {
             options,
             saves: 0,
             fail_at: None,
+            fail_migrations: false,
             broken: None,
         })
     }
@@ -213,6 +215,13 @@ impl JournalPersister {
     /// disk would (tests).
     pub fn fail_at(mut self, n: u64) -> Self {
         self.fail_at = Some(n);
+        self
+    }
+
+    /// Fails every write of a `state-migration` entry, and only those
+    /// (tests: the `failing` persistence of the conformance vectors).
+    pub fn fail_migrations(mut self) -> Self {
+        self.fail_migrations = true;
         self
     }
 
@@ -235,7 +244,14 @@ impl JournalPersister {
 
     /// Writes the current deployment as the new base and starts a fresh
     /// journal holding only the operations still in flight.
-    fn compact(&mut self, current: &mut SnapshotBuilder) -> Result<Deployment> {
+    /// `mid_operation`: more writes of this operation follow, so the base
+    /// records how many leading states it wrote (they stay ahead of later
+    /// writes on replay); at the end of an operation there are none.
+    fn compact(
+        &mut self,
+        current: &mut SnapshotBuilder,
+        mid_operation: bool,
+    ) -> Result<Deployment> {
         self.flush()?;
         let committed = current.snapshot_committed();
         crate::model::integrity::verify(&committed)?;
@@ -243,7 +259,11 @@ impl JournalPersister {
             &self.paths.base,
             &committed,
             self.seq,
-            current.written_live(),
+            if mid_operation {
+                current.written_live()
+            } else {
+                0
+            },
             &self.counters,
         )?;
         // The fresh journal: in-flight operations' begin entries, so their
@@ -286,6 +306,12 @@ impl Persister for JournalPersister {
         if let Some(b) = &self.broken {
             return ack(Err(io_err(&self.paths.journal, b.clone())));
         }
+        if self.fail_migrations && matches!(m, Mutation::Migration(_)) {
+            return ack(Err(io_err(
+                &self.paths.journal,
+                "injected failure of the state-migration write",
+            )));
+        }
         let Some(entry) = current.entry_for(self.seq + 1, m) else {
             return ack(Err(io_err(
                 &self.paths.journal,
@@ -300,7 +326,7 @@ impl Persister for JournalPersister {
             return;
         }
         if self.journal_bytes > self.options.compact_bytes {
-            if let Err(e) = self.compact(current) {
+            if let Err(e) = self.compact(current, true) {
                 self.broken = Some(e.to_string());
             }
         }
@@ -310,7 +336,7 @@ impl Persister for JournalPersister {
         if let Some(b) = &self.broken {
             return Err(io_err(&self.paths.journal, b.clone()));
         }
-        self.compact(current)
+        self.compact(current, false)
     }
 
     fn io(&self) -> (u64, u64) {

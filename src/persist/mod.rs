@@ -9,6 +9,7 @@ pub mod checkpoint_file;
 pub mod fs;
 pub mod journal;
 pub mod journal_file;
+pub mod migration;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -89,6 +90,8 @@ pub enum Mutation {
     },
     /// A change with no provider call.
     Apply(Change),
+    /// A component migration (applied to the builder once durable).
+    Migration(Box<migration::MigrationMutation>),
 }
 
 /// Folds mutations into the current deployment: the new states in the
@@ -217,6 +220,7 @@ impl SnapshotBuilder {
                 self.pending.remove(op);
             }
             Mutation::Apply(change) => self.apply_change(change),
+            Mutation::Migration(m) => self.apply_migration(m),
         }
     }
 
@@ -227,15 +231,7 @@ impl SnapshotBuilder {
 
     /// The current deployment.
     pub fn snapshot(&self) -> Deployment {
-        let mut d = self.base.clone();
-        d.resources = self
-            .news
-            .iter()
-            .zip(&self.new_done)
-            .chain(self.olds.iter().zip(&self.old_done))
-            .filter(|(_, done)| !**done)
-            .map(|(s, _)| lock(s).clone())
-            .collect();
+        let mut d = self.snapshot_committed();
         d.pending_operations.extend(self.pending.values().cloned());
         d
     }
@@ -245,6 +241,7 @@ impl SnapshotBuilder {
     pub fn snapshot_committed(&self) -> Deployment {
         let mut d = self.base.clone();
         d.resources = self.live().map(|s| lock(s).clone()).collect();
+        normalize_aliases(&mut d.resources);
         d
     }
 
@@ -297,6 +294,56 @@ impl SnapshotBuilder {
     /// True when the current deployment holds no resources.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// Points references at renamed resources' new URNs: a state written with
+/// `aliases` (found through an alias this operation) replaces those URNs in
+/// the parent, dependencies, property dependencies, `deletedWith`,
+/// `replaceWith` and provider of every other state (Pulumi's
+/// `NormalizeURNReferences`). Costs nothing when nothing was renamed.
+pub fn normalize_aliases(resources: &mut [State]) {
+    use std::collections::HashSet;
+    let live: HashSet<&crate::model::Urn> = resources
+        .iter()
+        .filter(|s| !s.delete)
+        .map(|s| &s.urn)
+        .collect();
+    let renamed: HashMap<crate::model::Urn, crate::model::Urn> = resources
+        .iter()
+        .filter(|s| !s.delete)
+        .flat_map(|s| {
+            s.aliases
+                .iter()
+                .filter(|a| !live.contains(a))
+                .map(move |a| (a.clone(), s.urn.clone()))
+        })
+        .collect();
+    if renamed.is_empty() {
+        return;
+    }
+    let map = |u: &mut crate::model::Urn| {
+        if let Some(n) = renamed.get(u) {
+            *u = n.clone();
+        }
+    };
+    for s in resources.iter_mut() {
+        if !s.parent.is_empty() {
+            map(&mut s.parent);
+        }
+        s.dependencies.iter_mut().for_each(map);
+        for list in s.property_dependencies.values_mut().flatten() {
+            list.iter_mut().for_each(map);
+        }
+        if !s.deleted_with.is_empty() {
+            map(&mut s.deleted_with);
+        }
+        s.replace_with.iter_mut().for_each(map);
+        if let Ok(Some(r)) = s.provider_ref() {
+            if let Some(n) = renamed.get(r.urn()) {
+                s.provider = format!("{n}::{}", r.id());
+            }
+        }
     }
 }
 

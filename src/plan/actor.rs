@@ -3,6 +3,7 @@
 //! come back as messages (counted as outstanding); decided chains go to the
 //! executor; at the end of the program the deletes are planned and run.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -15,6 +16,15 @@ use crate::source::goal::{Goal, ReadGoal, Registered};
 use crate::source::RegisterError;
 
 use super::generator::{PlanError, Planner, Prepared};
+use super::step::{lock, StateRef};
+use crate::migrate::check::OperationOptions;
+use crate::migrate::coordinator::{CoordMsg, MigrationOutcome, MigrationRequest};
+use crate::migrate::{MigrationError, Rewrites};
+use crate::model::snapshot::Snippet;
+use crate::model::State;
+use crate::source::goal::{Alias, AliasParent};
+use crate::sync::shim::ArcSwap;
+use crate::sync::StateList;
 
 /// The reply port of a registration.
 pub type RegisterReply = oneshot::Sender<Result<Registered, RegisterError>>;
@@ -22,8 +32,8 @@ pub type RegisterReply = oneshot::Sender<Result<Registered, RegisterError>>;
 /// Messages to the generator.
 #[derive(Debug)]
 pub enum GenMsg {
-    /// The executor to send chains to.
-    Wire(ActorRef<ExecMsg>),
+    /// The executor to send chains to, and the migration coordinator.
+    Wire(ActorRef<ExecMsg>, ActorRef<CoordMsg>),
     /// A `RegisterResource`.
     Register(Box<Goal>, RegisterReply),
     /// A `ReadResource`.
@@ -69,6 +79,10 @@ pub struct GenOutcome {
     pub errors: Vec<String>,
     /// The plan recorded by a preview with `generate_plan`.
     pub plan: Option<super::saved::SavedPlan>,
+    /// What each registration's migration did.
+    pub migrations: Vec<MigrationReport>,
+    /// Rule ids of rejected migrations.
+    pub rules: Vec<String>,
 }
 
 /// The StepGenerator actor.
@@ -90,6 +104,52 @@ pub struct GenState {
     errors: Vec<String>,
     done: Option<oneshot::Sender<GenOutcome>>,
     preview: bool,
+    coordinator: Option<ActorRef<CoordMsg>>,
+    migration: MigrationEnv,
+    rewrites: Rewrites,
+    /// Program events held while continuations drain before a migration.
+    deferred: VecDeque<GenMsg>,
+    draining: bool,
+    reports: Vec<MigrationReport>,
+    rules: Vec<String>,
+}
+
+/// What the generator needs to run migrations.
+#[derive(Debug)]
+pub struct MigrationEnv {
+    /// The published prior list (committed into by the coordinator).
+    pub prior: Arc<ArcSwap<StateList<State>>>,
+    /// Whether the persister can persist migrations.
+    pub supported: bool,
+    /// Whether the prior snapshot has pending operations.
+    pub pending_operations: bool,
+    /// The persisted snippets.
+    pub snippets: Vec<Snippet>,
+    /// The deployment's extensions.
+    pub extensions: serde_json::Value,
+}
+
+/// What one registration's migration did (for callers and tests).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MigrationReport {
+    /// The registration.
+    pub registration: Urn,
+    /// How many callbacks ran.
+    pub callbacks_called: usize,
+    /// Whether a migration was committed.
+    pub committed: bool,
+    /// The rule id, when it was rejected.
+    pub rule: Option<String>,
+    /// The committed successor map (original -> final).
+    pub successors: std::collections::BTreeMap<Urn, Urn>,
+    /// URNs added by the migration.
+    pub added: Vec<Urn>,
+    /// The prior list right after the commit.
+    pub prior: Vec<Urn>,
+    /// Milliseconds waiting for the pipeline to drain.
+    pub quiesce_ms: f64,
+    /// Milliseconds from quiesce to resume.
+    pub migrate_ms: f64,
 }
 
 /// The generator's start-up arguments.
@@ -107,6 +167,8 @@ pub struct GenArgs {
     pub done: oneshot::Sender<GenOutcome>,
     /// A preview.
     pub preview: bool,
+    /// What migrations need.
+    pub migration: MigrationEnv,
 }
 
 impl GenState {
@@ -127,7 +189,13 @@ impl GenState {
     }
 
     fn maybe_finish(&mut self) {
-        if !self.program_done || self.outstanding > 0 || self.chains > 0 || self.finishing {
+        if !self.program_done
+            || self.outstanding > 0
+            || self.chains > 0
+            || self.finishing
+            || self.draining
+            || !self.deferred.is_empty()
+        {
             return;
         }
         self.finishing = true;
@@ -170,8 +238,178 @@ impl GenState {
             let _ = done.send(GenOutcome {
                 errors: std::mem::take(&mut self.errors),
                 plan: self.planner.take_saved_plan(),
+                migrations: std::mem::take(&mut self.reports),
+                rules: std::mem::take(&mut self.rules),
             });
         }
+    }
+
+    fn migration_failed(&mut self, e: MigrationError) -> RegisterError {
+        self.errors.push(e.to_string());
+        self.rules.push(e.rule.as_str().to_owned());
+        self.shared.stop();
+        RegisterError::Migration(e)
+    }
+
+    /// Applies the committed migrations' rewrites to a registration
+    /// (`migrations.md` §9): parent, aliases, dependencies, provider.
+    fn normalize(&self, goal: &mut Goal) {
+        if self.rewrites.is_empty() {
+            return;
+        }
+        let o = &mut goal.options;
+        let map = |u: &Urn| self.rewrites.map_urn(u);
+        o.parent = o.parent.as_ref().map(map);
+        o.depends_on = o.depends_on.iter().map(map).collect();
+        for list in o.property_dependencies.values_mut() {
+            *list = list.iter().map(map).collect();
+        }
+        o.deleted_with = o.deleted_with.as_ref().map(map);
+        for a in &mut o.aliases {
+            match a {
+                Alias::Urn(u) => *u = map(u),
+                Alias::Spec(spec) => {
+                    if let Some(AliasParent::Urn(p)) = &mut spec.parent {
+                        *p = map(p);
+                    }
+                }
+            }
+        }
+        if let Some(p) = o
+            .provider
+            .as_ref()
+            .and_then(|p| self.rewrites.rewrite_provider(p))
+        {
+            o.provider = Some(p);
+        }
+    }
+
+    /// Runs a registration's migration through the coordinator.
+    async fn migrate(&mut self, goal: &Goal, urn: &Urn) -> Result<(), MigrationError> {
+        if !self.migration.supported {
+            return Err(MigrationError::unsupported_persistence(urn));
+        }
+        let Some(coordinator) = self.coordinator.clone() else {
+            return Ok(());
+        };
+        let aliases = self.planner.alias_urns(goal).unwrap_or_default();
+        let opts = self.planner.options();
+        let request = MigrationRequest {
+            registration: urn.clone(),
+            aliases,
+            migrations: goal.options.state_migrations.clone(),
+            claimed: self.planner.alias_claims().clone(),
+            registered: self.planner.registered().clone(),
+            options: OperationOptions {
+                targeted: opts.is_targeted(),
+                generate_plan: opts.generate_plan,
+                apply_plan: opts.apply_plan,
+                preview: self.preview,
+            },
+            pending_operations: self.migration.pending_operations,
+            snippets: self.migration.snippets.clone(),
+            extensions: self.migration.extensions.clone(),
+            news: self.shared.written(),
+        };
+        let answer = coordinator
+            .call(|reply| CoordMsg::Migrate(Box::new(request), reply), None)
+            .await;
+        let outcome = match answer {
+            Ok(ractor::rpc::CallResult::Success(o)) => o,
+            other => {
+                return Err(MigrationError::persistence_failed(
+                    urn,
+                    format!("the migration coordinator did not answer: {other:?}"),
+                ))
+            }
+        };
+        let mut report = MigrationReport {
+            registration: urn.clone(),
+            ..MigrationReport::default()
+        };
+        let result = match outcome {
+            MigrationOutcome::NoRoot => return Ok(()),
+            MigrationOutcome::Noop { callbacks_called } => {
+                report.callbacks_called = callbacks_called;
+                Ok(())
+            }
+            MigrationOutcome::Rejected {
+                error,
+                callbacks_called,
+            } => {
+                report.callbacks_called = callbacks_called;
+                report.rule = Some(error.rule.as_str().to_owned());
+                Err(error)
+            }
+            MigrationOutcome::Committed {
+                outcome,
+                root,
+                added,
+                callbacks_called,
+                quiesce_ms,
+                migrate_ms,
+            } => {
+                self.rewrites.record(root, &outcome);
+                let list: Vec<StateRef> = self.migration.prior.load_full().to_vec();
+                report.prior = list.iter().map(|s| lock(s).urn.clone()).collect();
+                self.planner.resync(list);
+                report.callbacks_called = callbacks_called;
+                report.committed = true;
+                report.successors = outcome.original_to_final.clone();
+                report.added = added;
+                report.quiesce_ms = quiesce_ms;
+                report.migrate_ms = migrate_ms;
+                Ok(())
+            }
+        };
+        self.reports.push(report);
+        result
+    }
+
+    /// A registration: normalized by earlier migrations, checked against
+    /// their predecessors, migrated when it carries callbacks, planned.
+    async fn register_goal(
+        &mut self,
+        myself: &ActorRef<GenMsg>,
+        mut goal: Goal,
+        reply: RegisterReply,
+    ) {
+        if self.shared.stopped() {
+            let _ = reply.send(Err(RegisterError::Stopped));
+            return;
+        }
+        self.normalize(&mut goal);
+        let parent = self.planner.parent_of(&goal);
+        let urn = match self.planner.urn_for(&goal.ty, &goal.name, parent.as_ref()) {
+            Ok(u) => u,
+            Err(e) => {
+                self.plan_failed(&e);
+                let _ = reply.send(Err(RegisterError::Plan(e)));
+                return;
+            }
+        };
+        if let Err(e) = self.rewrites.check_not_predecessor(&urn) {
+            let e = self.migration_failed(e);
+            let _ = reply.send(Err(e));
+            return;
+        }
+        if !goal.options.state_migrations.is_empty() && self.mode == Mode::Update {
+            if self.outstanding > 0 {
+                // Planning under way finishes first: hold this registration
+                // (and every program event after it) until it has.
+                self.draining = true;
+                self.deferred
+                    .push_front(GenMsg::Register(Box::new(goal), reply));
+                return;
+            }
+            if let Err(e) = self.migrate(&goal, &urn).await {
+                let e = self.migration_failed(e);
+                let _ = reply.send(Err(e));
+                return;
+            }
+            self.normalize(&mut goal);
+        }
+        self.register(myself, &goal, reply);
     }
 
     fn register(&mut self, myself: &ActorRef<GenMsg>, goal: &Goal, reply: RegisterReply) {
@@ -247,7 +485,7 @@ impl GenState {
 
 fn msg_name(m: &GenMsg) -> &'static str {
     match m {
-        GenMsg::Wire(_) => "wire",
+        GenMsg::Wire(..) => "wire",
         GenMsg::Register(..) => "register",
         GenMsg::Read(..) => "read",
         GenMsg::Outputs(..) => "outputs",
@@ -298,6 +536,97 @@ async fn check_and_diff(
     provider.diff(req).await.map(Some)
 }
 
+/// Events that come from the program (held while a migration drains).
+fn is_program_event(m: &GenMsg) -> bool {
+    matches!(
+        m,
+        GenMsg::Register(..)
+            | GenMsg::Read(..)
+            | GenMsg::Outputs(..)
+            | GenMsg::Invoke(..)
+            | GenMsg::ProgramDone(_)
+    )
+}
+
+impl GenState {
+    async fn dispatch(&mut self, myself: &ActorRef<GenMsg>, msg: GenMsg) {
+        match msg {
+            GenMsg::Wire(exec, coordinator) => {
+                self.executor = Some(exec);
+                self.coordinator = Some(coordinator);
+            }
+            GenMsg::Register(goal, reply) => self.register_goal(myself, *goal, reply).await,
+            GenMsg::Read(mut goal, reply) => {
+                if self.shared.stopped() {
+                    let _ = reply.send(Err(RegisterError::Stopped));
+                    return;
+                }
+                goal.parent = goal.parent.as_ref().map(|p| self.rewrites.map_urn(p));
+                goal.depends_on = goal
+                    .depends_on
+                    .iter()
+                    .map(|d| self.rewrites.map_urn(d))
+                    .collect();
+                let parent = goal.parent.clone().or_else(|| self.planner.root().cloned());
+                if let Ok(urn) = self.planner.urn_for(&goal.ty, &goal.name, parent.as_ref()) {
+                    if let Err(e) = self.rewrites.check_not_predecessor(&urn) {
+                        let e = self.migration_failed(e);
+                        let _ = reply.send(Err(e));
+                        return;
+                    }
+                }
+                match self.planner.read(&goal) {
+                    Ok((provider_chain, chain)) => {
+                        if let Some(p) = provider_chain {
+                            self.submit(p, None);
+                        }
+                        self.submit(chain, Some(reply));
+                    }
+                    Err(e) => {
+                        self.plan_failed(&e);
+                        let _ = reply.send(Err(RegisterError::Plan(e)));
+                    }
+                }
+            }
+            GenMsg::Outputs(urn, outputs, reply) => {
+                let urn = self.rewrites.map_urn(&urn);
+                if let Some(exec) = &self.executor {
+                    let _ = exec.cast(ExecMsg::Outputs {
+                        urn,
+                        outputs,
+                        reply,
+                    });
+                }
+            }
+            GenMsg::Invoke(token, args, reply) => {
+                let ctx = crate::provider::builtins::BuiltinContext {
+                    stack: self.planner.stack().to_owned(),
+                    project: self.planner.project().to_owned(),
+                };
+                let _ = reply.send(
+                    crate::provider::builtins::invoke(&token, &args, &ctx)
+                        .map_err(RegisterError::from),
+                );
+            }
+            GenMsg::Checked(prepared, diff, dbr, reply) => {
+                self.outstanding -= 1;
+                self.decide(*prepared, diff, dbr, reply);
+            }
+            GenMsg::ProgramDone(err) => {
+                if let Some(e) = err {
+                    if self.shared.failures().is_empty() && self.errors.is_empty() {
+                        self.errors.push(format!("the program failed: {e}"));
+                    }
+                    self.shared.stop();
+                }
+                self.program_done = true;
+            }
+            GenMsg::ChainDone => self.chains -= 1,
+            GenMsg::DeletesDone => self.finish(),
+        }
+    }
+}
+
 impl Actor for GeneratorActor {
     type Msg = GenMsg;
     type State = GenState;
@@ -321,6 +650,13 @@ impl Actor for GeneratorActor {
             errors: Vec::new(),
             done: Some(args.done),
             preview: args.preview,
+            coordinator: None,
+            migration: args.migration,
+            rewrites: Rewrites::new(),
+            deferred: VecDeque::new(),
+            draining: false,
+            reports: Vec::new(),
+            rules: Vec::new(),
         })
     }
 
@@ -330,64 +666,22 @@ impl Actor for GeneratorActor {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
-        let _span = tracing::debug_span!("generator", msg = msg_name(&msg)).entered();
-        match msg {
-            GenMsg::Wire(exec) => state.executor = Some(exec),
-            GenMsg::Register(goal, reply) => state.register(&myself, &goal, reply),
-            GenMsg::Read(goal, reply) => {
-                if state.shared.stopped() {
-                    let _ = reply.send(Err(RegisterError::Stopped));
-                } else {
-                    match state.planner.read(&goal) {
-                        Ok((provider_chain, chain)) => {
-                            if let Some(p) = provider_chain {
-                                state.submit(p, None);
-                            }
-                            state.submit(chain, Some(reply));
-                        }
-                        Err(e) => {
-                            state.plan_failed(&e);
-                            let _ = reply.send(Err(RegisterError::Plan(e)));
-                        }
-                    }
+        let span = tracing::debug_span!("generator", msg = msg_name(&msg));
+        let _span = span.enter();
+        if state.draining && is_program_event(&msg) {
+            state.deferred.push_back(msg);
+            return Ok(());
+        }
+        state.dispatch(&myself, msg).await;
+        // Once continuations drained, replay the held events in order (a
+        // later migration may hold the rest again).
+        while state.draining && state.outstanding == 0 {
+            state.draining = false;
+            while let Some(m) = state.deferred.pop_front() {
+                state.dispatch(&myself, m).await;
+                if state.draining {
+                    break;
                 }
-            }
-            GenMsg::Outputs(urn, outputs, reply) => {
-                if let Some(exec) = &state.executor {
-                    let _ = exec.cast(ExecMsg::Outputs {
-                        urn,
-                        outputs,
-                        reply,
-                    });
-                }
-            }
-            GenMsg::Invoke(token, args, reply) => {
-                let ctx = crate::provider::builtins::BuiltinContext {
-                    stack: state.planner.stack().to_owned(),
-                    project: state.planner.project().to_owned(),
-                };
-                let _ = reply.send(
-                    crate::provider::builtins::invoke(&token, &args, &ctx)
-                        .map_err(RegisterError::from),
-                );
-            }
-            GenMsg::Checked(prepared, diff, dbr, reply) => {
-                state.outstanding -= 1;
-                state.decide(*prepared, diff, dbr, reply);
-            }
-            GenMsg::ProgramDone(err) => {
-                if let Some(e) = err {
-                    if state.shared.failures().is_empty() && state.errors.is_empty() {
-                        state.errors.push(format!("the program failed: {e}"));
-                    }
-                    state.shared.stop();
-                }
-                state.program_done = true;
-            }
-            GenMsg::ChainDone => state.chains -= 1,
-            GenMsg::DeletesDone => {
-                state.finish();
-                return Ok(());
             }
         }
         state.maybe_finish();

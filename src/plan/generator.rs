@@ -192,6 +192,8 @@ pub struct Planner {
     excluded: HashSet<Urn>,
     /// Untargeted new resources whose create was skipped.
     skipped: HashSet<Urn>,
+    /// Prior URNs claimed through an alias.
+    alias_claims: HashSet<Urn>,
     /// The plan being recorded (`preview --save-plan`).
     recording: Option<super::saved::SavedPlan>,
 }
@@ -221,6 +223,7 @@ impl Planner {
             targeted: HashSet::new(),
             excluded: HashSet::new(),
             skipped: HashSet::new(),
+            alias_claims: HashSet::new(),
             recording: None,
         }
         .recording_if_asked()
@@ -376,10 +379,80 @@ impl Planner {
                         claimed_by: by.clone(),
                     });
                 }
+                self.alias_claims.insert(alias_urn);
                 return Ok(Some(i));
             }
         }
         Ok(None)
+    }
+
+    /// The parent a goal registers under (its own, or the stack resource).
+    pub fn parent_of(&self, goal: &Goal) -> Option<Urn> {
+        match (&goal.options.parent, goal.ty.as_str() == STACK_TYPE) {
+            (Some(p), _) => Some(p.clone()),
+            (None, false) => self.root.clone(),
+            (None, true) => None,
+        }
+    }
+
+    /// The URNs a goal's aliases name, in order.
+    ///
+    /// # Errors
+    /// [`PlanError::BadUrn`] when an alias does not make a URN.
+    pub fn alias_urns(&self, goal: &Goal) -> Result<Vec<Urn>> {
+        let parent = self.parent_of(goal);
+        goal.options
+            .aliases
+            .iter()
+            .map(|a| self.alias_urn(goal, parent.as_ref(), a))
+            .collect()
+    }
+
+    /// URNs registered so far in this operation.
+    pub fn registered(&self) -> &HashSet<Urn> {
+        &self.registered
+    }
+
+    /// Prior URNs claimed through an alias so far in this operation.
+    pub fn alias_claims(&self) -> &HashSet<Urn> {
+        &self.alias_claims
+    }
+
+    /// Adopts a new prior list after a committed migration: retained states
+    /// keep their handles (and so their claims and handled marks), result
+    /// states are new and unclaimed, removed states are gone.
+    pub fn resync(&mut self, olds: Vec<StateRef>) {
+        let ptr = |s: &StateRef| std::sync::Arc::as_ptr(s) as usize;
+        let old_index: HashMap<usize, usize> = self
+            .olds
+            .iter()
+            .enumerate()
+            .map(|(i, s)| (ptr(s), i))
+            .collect();
+        let mut handled = vec![false; olds.len()];
+        let mut claimed = HashMap::new();
+        let mut replaced = HashSet::new();
+        let mut live = HashMap::with_capacity(olds.len());
+        for (j, s) in olds.iter().enumerate() {
+            if let Some(&i) = old_index.get(&ptr(s)) {
+                handled[j] = self.handled[i];
+                if let Some(by) = self.claimed.get(&i) {
+                    claimed.insert(j, by.clone());
+                }
+                if self.replaced.contains(&i) {
+                    replaced.insert(j);
+                }
+            }
+            let st = lock(s);
+            if !st.delete {
+                live.insert(st.urn.clone(), j);
+            }
+        }
+        self.olds = olds;
+        self.handled = handled;
+        self.claimed = claimed;
+        self.replaced = replaced;
+        self.live = live;
     }
 
     fn next_provider_id(&mut self, urn: &Urn) -> String {
@@ -459,11 +532,7 @@ impl Planner {
     /// malformed provider references.
     pub fn prepare(&mut self, goal: &Goal) -> Result<Prepared> {
         let is_stack = goal.ty.as_str() == STACK_TYPE;
-        let parent = match (&goal.options.parent, is_stack) {
-            (Some(p), _) => Some(p.clone()),
-            (None, false) => self.root.clone(),
-            (None, true) => None,
-        };
+        let parent = self.parent_of(goal);
         let urn = self.urn_for(&goal.ty, &goal.name, parent.as_ref())?;
         if self.registered.contains(&urn) {
             return Err(PlanError::DuplicateUrn { urn });
@@ -557,6 +626,12 @@ impl Planner {
         if let Some(i) = old {
             self.claimed.insert(i, urn.clone());
             let o = lock(&self.olds[i]);
+            if o.urn != urn {
+                // Found through an alias: record it, so snapshots written
+                // before the prior state's dependents re-register can point
+                // their references at the new URN (as Pulumi does).
+                new.aliases = vec![o.urn.clone()];
+            }
             new.created = o.created.clone();
             new.import_id = o.import_id.clone();
         }

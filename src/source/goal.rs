@@ -77,6 +77,9 @@ pub struct ResourceOptions {
     pub import: Option<String>,
     /// Hooks around the resource's provider operations.
     pub hooks: std::sync::Arc<super::hooks::ResourceHooks>,
+    /// Component state migrations (`stateMigrations`): callbacks that
+    /// reshape the prior subtree before the registration is planned.
+    pub state_migrations: super::migration::StateMigrations,
 }
 
 /// A `RegisterResource` request: the desired state of one resource.

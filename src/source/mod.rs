@@ -11,6 +11,7 @@
 
 pub mod goal;
 pub mod hooks;
+pub mod migration;
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -55,6 +56,9 @@ pub enum RegisterError {
     /// An invoke failed.
     #[error(transparent)]
     Invoke(#[from] crate::provider::builtins::InvokeError),
+    /// A component migration was rejected (its rule id is in the error).
+    #[error(transparent)]
+    Migration(#[from] crate::migrate::MigrationError),
 }
 
 /// An event from the program.

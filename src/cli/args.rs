@@ -1,0 +1,390 @@
+//! The command line's grammar (`cli.md` §1), declared with clap's derive
+//! API. Parsing only: [`super::commands`] carries the commands out.
+//!
+//! Flags for controls keel does not have yet (`--target`, `--exclude`,
+//! `--replace`, `--target-dependents`, `--refresh`, `--plan`,
+//! `--save-plan`) are accepted by the parser so that scripts written for
+//! the full interface get a clear answer: using one fails with exit status
+//! 2 and "not supported yet", never silently.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::persist::backend::PersistenceKind;
+
+/// The default backend directory.
+pub const DEFAULT_BACKEND: &str = "./.keel";
+/// The environment variable naming the backend directory.
+pub const BACKEND_ENV: &str = "KEEL_BACKEND";
+/// The default stack.
+pub const DEFAULT_STACK: &str = "dev";
+
+const EXAMPLES: &str = "\
+Examples:
+  keel up --program examples/programs/site-v1.yaml
+  keel preview --program examples/programs/site-v2.yaml
+  keel up --program site.yaml --stack prod --json > events.jsonl
+  keel up --program site.yaml --sim-latency-ms 50 --parallel 8
+  keel refresh --yes
+  keel destroy --yes
+  keel stack export --file dev.json
+  keel stack import --stack dev --file dev.json
+  keel state verify --file dev.json
+  keel state show
+  keel cloud list --json
+
+Backend: --backend DIR, else $KEEL_BACKEND, else ./.keel. It holds the stacks
+(stacks/<name>/), their locks, and the simulated cloud (cloud.json).
+
+Exit status: 0 success, 1 the operation failed (the error and the resource
+it concerns are printed), 2 bad usage or a bad input file (nothing was
+changed).";
+
+/// keel: a deployment engine for infrastructure as code, with state in
+/// Pulumi's checkpoint format and a simulated cloud.
+#[derive(Debug, Parser)]
+#[command(name = "keel", version, after_help = EXAMPLES)]
+pub struct Cli {
+    /// Directory holding stacks, locks and the simulated cloud [default:
+    /// $KEEL_BACKEND, else ./.keel].
+    #[arg(long, global = true, value_name = "DIR")]
+    pub backend: Option<PathBuf>,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+impl Cli {
+    /// The backend directory: `--backend`, else `$KEEL_BACKEND`, else
+    /// `./.keel`.
+    pub fn backend_dir(&self) -> PathBuf {
+        match &self.backend {
+            Some(dir) => dir.clone(),
+            None => match std::env::var_os(BACKEND_ENV) {
+                Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+                _ => PathBuf::from(DEFAULT_BACKEND),
+            },
+        }
+    }
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a program and reconcile the stack (and the cloud) with it.
+    #[command(after_help = "Examples:
+  keel up --program examples/programs/site-v1.yaml
+  keel up --program site.yaml --stack prod --persistence checkpoint
+  keel up --program site.yaml --json | jq -c 'select(.event == \"summary\")'
+  keel up --program site.yaml --sim-fail cdn --continue-on-error
+
+keel never prompts: --yes is accepted so that scripts stay portable.")]
+    Up(UpArgs),
+    /// Show what `up` would do, changing nothing.
+    #[command(after_help = "Examples:
+  keel preview --program examples/programs/site-v2.yaml
+  keel preview --program site.yaml --json")]
+    Preview(PreviewArgs),
+    /// Reconcile the stack's state with the cloud (drift, deleted objects).
+    #[command(after_help = "Examples:
+  keel refresh --yes
+  keel refresh --stack prod --json
+
+keel never prompts: --yes is accepted so that scripts stay portable.")]
+    Refresh(OpArgs),
+    /// Delete every resource of the stack.
+    #[command(after_help = "Examples:
+  keel destroy --yes
+  keel destroy --stack prod --continue-on-error
+
+keel never prompts: --yes is accepted so that scripts stay portable.
+Protected resources block a destroy before anything is deleted.")]
+    Destroy(OpArgs),
+    /// Export or import a stack's state (deployment v3 JSON).
+    #[command(subcommand)]
+    Stack(StackCommand),
+    /// Inspect a stack's state.
+    #[command(subcommand)]
+    State(StateCommand),
+    /// Inspect the simulated cloud.
+    #[command(subcommand)]
+    Cloud(CloudCommand),
+}
+
+/// `--stack NAME`.
+#[derive(Debug, Clone, Args)]
+pub struct StackArg {
+    /// The stack.
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_STACK)]
+    pub stack: String,
+}
+
+/// How operation events are shown.
+#[derive(Debug, Clone, Args)]
+pub struct OutputArgs {
+    /// Print one JSON engine event per line on stdout (the last one is the
+    /// summary) instead of the progress display.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The persistence strategy flag's values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Persistence {
+    /// Append-only journal with group commit.
+    #[default]
+    Journal,
+    /// Atomic rewrite of the whole checkpoint per change.
+    Checkpoint,
+}
+
+impl From<Persistence> for PersistenceKind {
+    fn from(p: Persistence) -> Self {
+        match p {
+            Persistence::Journal => Self::Journal,
+            Persistence::Checkpoint => Self::Checkpoint,
+        }
+    }
+}
+
+/// Engine knobs shared by the operations.
+#[derive(Debug, Clone, Args)]
+pub struct EngineArgs {
+    /// Steps running at once [default: 4 x cores; 1 = serial].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub parallel: Option<u32>,
+    /// Keep going after a step fails, skipping only what depends on it.
+    #[arg(long)]
+    pub continue_on_error: bool,
+    /// Proceed without asking (keel never prompts; accepted for scripts).
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+}
+
+/// How state is persisted during an operation.
+#[derive(Debug, Clone, Args)]
+pub struct PersistArgs {
+    /// How state is written during the operation.
+    #[arg(long, value_enum, default_value_t = Persistence::Journal)]
+    pub persistence: Persistence,
+}
+
+/// The simulated cloud's knobs (`cli.md` §4).
+#[derive(Debug, Clone, Args)]
+pub struct SimArgs {
+    /// Latency of each simulated cloud operation, in milliseconds.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub sim_latency_ms: u64,
+    /// Probability (0..1) that a simulated create, update or delete fails.
+    #[arg(long, value_name = "F", default_value_t = 0.0, value_parser = parse_rate)]
+    pub sim_fail_rate: f64,
+    /// Make operations on this resource (URN or name) fail; repeatable.
+    #[arg(long, value_name = "URN-or-name")]
+    pub sim_fail: Vec<String>,
+    /// Seed of the simulated cloud's failure draws.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub sim_seed: u64,
+}
+
+fn parse_rate(s: &str) -> Result<f64, String> {
+    let f: f64 = s
+        .parse()
+        .map_err(|e| format!("`{s}` is not a number: {e}"))?;
+    if (0.0..=1.0).contains(&f) {
+        Ok(f)
+    } else {
+        Err(format!("`{s}` is not a probability between 0 and 1"))
+    }
+}
+
+/// Resource filters: not supported yet (each fails with exit status 2).
+#[derive(Debug, Clone, Args)]
+pub struct FilterArgs {
+    /// Operate on this resource only (not supported yet).
+    #[arg(long, value_name = "URN")]
+    pub target: Vec<String>,
+    /// Leave this resource out (not supported yet).
+    #[arg(long, value_name = "URN")]
+    pub exclude: Vec<String>,
+    /// Include the dependents of targets (not supported yet).
+    #[arg(long)]
+    pub target_dependents: bool,
+}
+
+/// `keel up`.
+#[derive(Debug, Clone, Args)]
+pub struct UpArgs {
+    /// The program file (YAML or JSON).
+    #[arg(long, value_name = "FILE")]
+    pub program: PathBuf,
+    /// The stack.
+    #[command(flatten)]
+    pub stack: StackArg,
+    /// Engine knobs.
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Persistence.
+    #[command(flatten)]
+    pub persist: PersistArgs,
+    /// Filters (not supported yet).
+    #[command(flatten)]
+    pub filters: FilterArgs,
+    /// Replace this resource (not supported yet).
+    #[arg(long, value_name = "URN")]
+    pub replace: Vec<String>,
+    /// Refresh the state before the update (not supported yet).
+    #[arg(long)]
+    pub refresh: bool,
+    /// Constrain the update to a saved plan (not supported yet).
+    #[arg(long, value_name = "FILE")]
+    pub plan: Option<PathBuf>,
+    /// Output.
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// The simulated cloud.
+    #[command(flatten)]
+    pub sim: SimArgs,
+}
+
+/// `keel preview`.
+#[derive(Debug, Clone, Args)]
+pub struct PreviewArgs {
+    /// The program file (YAML or JSON).
+    #[arg(long, value_name = "FILE")]
+    pub program: PathBuf,
+    /// The stack.
+    #[command(flatten)]
+    pub stack: StackArg,
+    /// Steps planned at once [default: 4 x cores].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub parallel: Option<u32>,
+    /// Filters (not supported yet).
+    #[command(flatten)]
+    pub filters: FilterArgs,
+    /// Replace this resource (not supported yet).
+    #[arg(long, value_name = "URN")]
+    pub replace: Vec<String>,
+    /// Refresh the state before the preview (not supported yet).
+    #[arg(long)]
+    pub refresh: bool,
+    /// Save the plan to a file (not supported yet).
+    #[arg(long, value_name = "FILE")]
+    pub save_plan: Option<PathBuf>,
+    /// Output.
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// The simulated cloud.
+    #[command(flatten)]
+    pub sim: SimArgs,
+}
+
+/// `keel refresh` and `keel destroy`.
+#[derive(Debug, Clone, Args)]
+pub struct OpArgs {
+    /// The program file: only its project name is used (default: the
+    /// project of the stack's resources).
+    #[arg(long, value_name = "FILE")]
+    pub program: Option<PathBuf>,
+    /// The stack.
+    #[command(flatten)]
+    pub stack: StackArg,
+    /// Engine knobs.
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Persistence.
+    #[command(flatten)]
+    pub persist: PersistArgs,
+    /// Filters (not supported yet).
+    #[command(flatten)]
+    pub filters: FilterArgs,
+    /// Output.
+    #[command(flatten)]
+    pub output: OutputArgs,
+    /// The simulated cloud.
+    #[command(flatten)]
+    pub sim: SimArgs,
+}
+
+/// `keel stack ...`.
+#[derive(Debug, Subcommand)]
+pub enum StackCommand {
+    /// Print (or write) the stack's state as deployment v3 JSON.
+    #[command(after_help = "Examples:
+  keel stack export > dev.json
+  keel stack export --stack prod --file prod.json
+
+keel has no secrets provider yet: secrets are kept in the checkpoint's
+plaintext form and exported as stored, with or without --show-secrets.")]
+    Export {
+        /// The stack.
+        #[command(flatten)]
+        stack: StackArg,
+        /// Write here instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
+        /// Show secrets in plaintext (they are stored so already).
+        #[arg(long)]
+        show_secrets: bool,
+    },
+    /// Replace the stack's state with a file, verified first.
+    #[command(after_help = "Examples:
+  keel stack import --file dev.json
+  keel stack import --stack prod --file prod.json
+
+The file is decoded and its integrity verified before the stack is locked;
+an invalid file, or one whose resources belong to another stack, changes
+nothing (exit status 2). The stack's journal is emptied.")]
+    Import {
+        /// The stack.
+        #[command(flatten)]
+        stack: StackArg,
+        /// The deployment file (stack export form or backend form).
+        #[arg(long, value_name = "FILE")]
+        file: PathBuf,
+    },
+}
+
+/// `keel state ...`.
+#[derive(Debug, Subcommand)]
+pub enum StateCommand {
+    /// Check a stack's (or a file's) integrity; exit status 1 on failure.
+    #[command(after_help = "Examples:
+  keel state verify
+  keel state verify --stack prod
+  keel state verify --file dev.json")]
+    Verify {
+        /// The stack [default: dev].
+        #[arg(long, value_name = "NAME", conflicts_with = "file")]
+        stack: Option<String>,
+        /// A checkpoint file to verify instead of a stack.
+        #[arg(long, value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
+    /// Print the stack's resources as a tree (by parent).
+    #[command(after_help = "Examples:
+  keel state show
+  keel state show --stack prod --json")]
+    Show {
+        /// The stack.
+        #[command(flatten)]
+        stack: StackArg,
+        /// Print the tree as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `keel cloud ...`.
+#[derive(Debug, Subcommand)]
+pub enum CloudCommand {
+    /// List the objects in the simulated cloud.
+    #[command(after_help = "Examples:
+  keel cloud list
+  keel cloud list --json | jq '.[].id'")]
+    List {
+        /// Print `[{\"id\", \"type\", \"name\", \"properties\"}]`.
+        #[arg(long)]
+        json: bool,
+    },
+}

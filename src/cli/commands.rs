@@ -1,0 +1,542 @@
+//! The commands: each validates its input completely (program files,
+//! import files, flags not supported yet) before it takes the stack's lock,
+//! so bad input changes nothing; operations then hold the lock until they
+//! end and render their events through [`Display`].
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::args::{
+    Cli, CloudCommand, Command, EngineArgs, FilterArgs, OpArgs, PreviewArgs, SimArgs, StackCommand,
+    StateCommand, UpArgs,
+};
+use super::display::{out, show_value, Display, Style};
+use super::program::ProgramFile;
+use super::run::FileProgram;
+use super::show;
+use super::CliError;
+use crate::engine::{Engine, EngineConfig, EngineError, Outcome};
+use crate::events::{EngineEvent, EventSink};
+use crate::model::{CheckpointFile, Deployment};
+use crate::persist::backend::{write_base, Backend, OpenStack};
+use crate::persist::fs::atomic_write;
+use crate::persist::journal_file::JournalOptions;
+use crate::persist::PersistError;
+use crate::provider::{ProviderRegistry, SimCloud, SimConfig};
+
+/// The simulated cloud's file in the backend directory.
+pub const CLOUD_FILE: &str = "cloud.json";
+
+/// Runs a parsed command line.
+///
+/// # Errors
+/// [`CliError`]; its [`CliError::exit_code`] is the process's status.
+pub fn run(cli: Cli) -> Result<(), CliError> {
+    let backend = cli.backend_dir();
+    match cli.command {
+        Command::Up(a) => up(&backend, a),
+        Command::Preview(a) => preview(&backend, a),
+        Command::Refresh(a) => operation(&backend, a, Op::Refresh),
+        Command::Destroy(a) => operation(&backend, a, Op::Destroy),
+        Command::Stack(StackCommand::Export {
+            stack,
+            file,
+            show_secrets: _,
+        }) => export(&backend, &stack.stack, file.as_deref()),
+        Command::Stack(StackCommand::Import { stack, file }) => {
+            import(&backend, &stack.stack, &file)
+        }
+        Command::State(StateCommand::Verify { stack, file }) => verify(&backend, stack, file),
+        Command::State(StateCommand::Show { stack, json }) => {
+            state_show(&backend, &stack.stack, json)
+        }
+        Command::Cloud(CloudCommand::List { json }) => cloud_list(&backend, json),
+    }
+}
+
+/// Refuses the flags of controls not built yet.
+fn refuse(flags: &[(&str, bool)]) -> Result<(), CliError> {
+    match flags.iter().find(|(_, used)| *used) {
+        Some((flag, _)) => Err(CliError::Unsupported((*flag).to_owned())),
+        None => Ok(()),
+    }
+}
+
+fn refuse_filters(f: &FilterArgs, replace: &[String]) -> Result<(), CliError> {
+    refuse(&[
+        ("--target", !f.target.is_empty()),
+        ("--exclude", !f.exclude.is_empty()),
+        ("--target-dependents", f.target_dependents),
+        ("--replace", !replace.is_empty()),
+    ])
+}
+
+/// A stack name: a directory name and a URN part.
+fn check_stack(stack: &str) -> Result<(), CliError> {
+    let ok = !stack.is_empty()
+        && stack != "."
+        && stack != ".."
+        && stack
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(CliError::BadStackName(stack.to_owned()))
+    }
+}
+
+fn sim_config(a: &SimArgs) -> SimConfig {
+    SimConfig {
+        latency: Duration::from_millis(a.sim_latency_ms),
+        fail_rate: a.sim_fail_rate,
+        fail: a.sim_fail.iter().cloned().collect(),
+        seed: a.sim_seed,
+        // The CLI never reads the call log: keep memory flat.
+        record_calls: false,
+        ..SimConfig::default()
+    }
+}
+
+/// Loads the backend's simulated cloud; `autosave` persists every change.
+fn load_cloud(
+    backend: &Path,
+    config: SimConfig,
+    autosave: bool,
+) -> Result<std::sync::Arc<SimCloud>, CliError> {
+    let path = backend.join(CLOUD_FILE);
+    let cloud = SimCloud::load(&path, config).map_err(|source| CliError::Cloud {
+        path: path.clone(),
+        source,
+    })?;
+    if autosave {
+        std::fs::create_dir_all(backend).map_err(|source| CliError::Write {
+            path: backend.to_owned(),
+            source,
+        })?;
+        cloud.autosave_to(path);
+    }
+    Ok(cloud)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(CliError::Runtime)
+}
+
+fn engine_config(
+    stack: &str,
+    project: &str,
+    parallel: Option<u32>,
+    continue_on_error: bool,
+) -> EngineConfig {
+    let mut c = EngineConfig {
+        stack: stack.to_owned(),
+        project: project.to_owned(),
+        continue_on_error,
+        ..EngineConfig::default()
+    };
+    if let Some(p) = parallel {
+        c.parallel = p as usize;
+    }
+    c
+}
+
+/// Runs an operation while rendering its events; returns its result once
+/// every event it sent was shown.
+async fn drive<F>(
+    op: F,
+    mut rx: mpsc::UnboundedReceiver<EngineEvent>,
+    display: &mut Display,
+) -> F::Output
+where
+    F: Future,
+{
+    tokio::pin!(op);
+    loop {
+        tokio::select! {
+            Some(e) = rx.recv() => display.event(&e),
+            result = &mut op => {
+                while let Ok(e) = rx.try_recv() {
+                    display.event(&e);
+                }
+                return result;
+            }
+        }
+    }
+}
+
+/// Which stateful operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Update,
+    Preview,
+    Refresh,
+    Destroy,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Update => "update",
+            Self::Preview => "preview",
+            Self::Refresh => "refresh",
+            Self::Destroy => "destroy",
+        }
+    }
+
+    fn command(self) -> &'static str {
+        match self {
+            Self::Update => "keel up",
+            Self::Preview => "keel preview",
+            Self::Refresh => "keel refresh",
+            Self::Destroy => "keel destroy",
+        }
+    }
+}
+
+/// Shows the end of an operation and turns its result into the command's.
+fn conclude(
+    op: Op,
+    result: Result<Outcome, EngineError>,
+    display: &mut Display,
+) -> Result<(), CliError> {
+    match result {
+        Ok(outcome) => {
+            display.finish(Some(&outcome.summary));
+            if matches!(op, Op::Update | Op::Preview) && display.style() != Style::Json {
+                print_outputs(&outcome.snapshot);
+            }
+            Ok(())
+        }
+        Err(EngineError::Failed(outcome)) => {
+            display.finish(Some(&outcome.summary));
+            Err(CliError::Failed {
+                operation: op.name(),
+                summary: Box::new(outcome.summary),
+            })
+        }
+        Err(e) => {
+            display.finish(None);
+            Err(CliError::Engine(e))
+        }
+    }
+}
+
+/// Prints the stack resource's outputs.
+fn print_outputs(d: &Deployment) {
+    let Some(stack) = d.resources.iter().find(|r| r.ty.is_stack() && !r.delete) else {
+        return;
+    };
+    if stack.outputs.is_empty() {
+        return;
+    }
+    out("Outputs:");
+    for (k, v) in &stack.outputs {
+        out(&format!("  {k}: {}", show_value(v)));
+    }
+}
+
+/// Resources done / total for the progress display: the URNs the program
+/// registers plus those of the prior state.
+fn total(file: Option<&ProgramFile>, stack: &str, prior: &Deployment) -> usize {
+    let mut urns: BTreeSet<String> = file.map(|f| f.expected_urns(stack)).unwrap_or_default();
+    urns.extend(prior.resources.iter().map(|r| r.urn.as_str().to_owned()));
+    urns.len()
+}
+
+fn open_stack(backend: &Path, stack: &str, op: Op) -> Result<OpenStack, CliError> {
+    Ok(Backend::new(backend).open(stack, op.command())?)
+}
+
+fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
+    refuse_filters(&a.filters, &a.replace)?;
+    refuse(&[("--refresh", a.refresh), ("--plan", a.plan.is_some())])?;
+    check_stack(&a.stack.stack)?;
+    let file = ProgramFile::load(&a.program)?;
+    let stack = a.stack.stack;
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let cloud = load_cloud(backend, sim_config(&a.sim), true)?;
+        let mut open = open_stack(backend, &stack, Op::Update)?;
+        let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
+        let mut display = Display::new(
+            Style::choose(a.output.json),
+            Op::Update.name(),
+            total(Some(&file), &stack, &open.deployment),
+        );
+        for w in &open.warnings {
+            display.diagnostic("warning", w);
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let EngineArgs {
+            parallel,
+            continue_on_error,
+            yes: _,
+        } = a.engine;
+        let mut config = engine_config(&stack, &file.name, parallel, continue_on_error);
+        config.events = EventSink::new(tx);
+        let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
+        let prior = std::mem::take(&mut open.deployment);
+        let result = drive(
+            engine.update(prior, FileProgram::new(file), persister),
+            rx,
+            &mut display,
+        )
+        .await;
+        // The lock is held until the operation ended.
+        drop(open);
+        conclude(Op::Update, result, &mut display)
+    })
+}
+
+fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
+    refuse_filters(&a.filters, &a.replace)?;
+    refuse(&[
+        ("--refresh", a.refresh),
+        ("--save-plan", a.save_plan.is_some()),
+    ])?;
+    check_stack(&a.stack.stack)?;
+    let file = ProgramFile::load(&a.program)?;
+    let stack = a.stack.stack;
+    let rt = runtime()?;
+    rt.block_on(async move {
+        // A preview changes nothing: no lock, no autosave.
+        let cloud = load_cloud(backend, sim_config(&a.sim), false)?;
+        let loaded = Backend::new(backend).load(&stack)?;
+        let mut display = Display::new(
+            Style::choose(a.output.json),
+            Op::Preview.name(),
+            total(Some(&file), &stack, &loaded.deployment),
+        );
+        for w in &loaded.warnings {
+            display.diagnostic("warning", w);
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut config = engine_config(&stack, &file.name, a.parallel, false);
+        config.events = EventSink::new(tx);
+        let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
+        let result = drive(
+            engine.preview(loaded.deployment, FileProgram::new(file)),
+            rx,
+            &mut display,
+        )
+        .await;
+        conclude(Op::Preview, result, &mut display)
+    })
+}
+
+/// The project of a stack's resources (refresh and destroy without a
+/// program).
+fn project_of(d: &Deployment) -> String {
+    d.resources
+        .first()
+        .map(|r| r.urn.project().to_owned())
+        .filter(|p| !p.is_empty())
+        .unwrap_or_else(|| "project".into())
+}
+
+fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
+    refuse_filters(&a.filters, &[])?;
+    let file = a.program.as_deref().map(ProgramFile::load).transpose()?;
+    // Refresh and destroy work on an existing stack; they never make one.
+    existing(backend, &a.stack.stack)?;
+    let stack = a.stack.stack;
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let cloud = load_cloud(backend, sim_config(&a.sim), true)?;
+        let mut open = open_stack(backend, &stack, op)?;
+        let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
+        let project = file
+            .as_ref()
+            .map_or_else(|| project_of(&open.deployment), |f| f.name.clone());
+        let mut display = Display::new(
+            Style::choose(a.output.json),
+            op.name(),
+            total(None, &stack, &open.deployment),
+        );
+        for w in &open.warnings {
+            display.diagnostic("warning", w);
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut config = engine_config(
+            &stack,
+            &project,
+            a.engine.parallel,
+            a.engine.continue_on_error,
+        );
+        config.events = EventSink::new(tx);
+        let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
+        let prior = std::mem::take(&mut open.deployment);
+        let result = match op {
+            Op::Destroy => drive(engine.destroy(prior, persister), rx, &mut display).await,
+            _ => drive(engine.refresh(prior, persister), rx, &mut display).await,
+        };
+        drop(open);
+        conclude(op, result, &mut display)
+    })
+}
+
+/// Fails unless the stack exists in the backend.
+fn existing(backend: &Path, stack: &str) -> Result<Backend, CliError> {
+    check_stack(stack)?;
+    let b = Backend::new(backend);
+    if b.paths(stack).dir.is_dir() {
+        Ok(b)
+    } else {
+        Err(CliError::NoStack {
+            stack: stack.to_owned(),
+            backend: backend.to_owned(),
+        })
+    }
+}
+
+fn export(backend: &Path, stack: &str, file: Option<&Path>) -> Result<(), CliError> {
+    let loaded = existing(backend, stack)?.load(stack)?;
+    for w in &loaded.warnings {
+        eprintln!("warning: {w}");
+    }
+    let mut bytes = CheckpointFile::export(loaded.deployment).to_vec_pretty();
+    bytes.push(b'\n');
+    match file {
+        Some(path) => {
+            let counters = crate::persist::fs::IoCounters::default();
+            atomic_write(path, &bytes, false, &counters).map_err(|source| CliError::Write {
+                path: path.to_owned(),
+                source,
+            })
+        }
+        None => {
+            use std::io::Write;
+            let mut stdout = std::io::stdout().lock();
+            stdout
+                .write_all(&bytes)
+                .and_then(|()| stdout.flush())
+                .map_err(|source| CliError::Write {
+                    path: PathBuf::from("(stdout)"),
+                    source,
+                })
+        }
+    }
+}
+
+fn import(backend: &Path, stack: &str, file: &Path) -> Result<(), CliError> {
+    check_stack(stack)?;
+    let bytes = std::fs::read(file).map_err(|source| CliError::ReadInput {
+        path: file.to_owned(),
+        source,
+    })?;
+    let checkpoint =
+        CheckpointFile::from_slice_verified(&bytes).map_err(|source| CliError::BadCheckpoint {
+            path: file.to_owned(),
+            source,
+        })?;
+    let deployment = checkpoint.into_deployment();
+    if let Some(other) = deployment
+        .resources
+        .iter()
+        .map(|r| r.urn.stack())
+        .find(|s| *s != stack)
+    {
+        return Err(CliError::StackMismatch {
+            path: file.to_owned(),
+            found: other.to_owned(),
+            stack: stack.to_owned(),
+        });
+    }
+    // Verified: now take the lock (which also folds the journal into the
+    // base) and replace the base, leaving an empty journal.
+    let open = Backend::new(backend).open(stack, "keel stack import")?;
+    write_base(
+        &open.paths.base,
+        &deployment,
+        open.seq(),
+        0,
+        open.counters(),
+    )?;
+    atomic_write(&open.paths.journal, &[], false, open.counters()).map_err(|source| {
+        PersistError::Io {
+            path: open.paths.journal.clone(),
+            source,
+        }
+    })?;
+    drop(open);
+    eprintln!(
+        "imported {} resources into stack `{stack}`",
+        deployment.resources.len()
+    );
+    Ok(())
+}
+
+fn verify(backend: &Path, stack: Option<String>, file: Option<PathBuf>) -> Result<(), CliError> {
+    match file {
+        Some(path) => {
+            let bytes = std::fs::read(&path).map_err(|source| CliError::ReadInput {
+                path: path.clone(),
+                source,
+            })?;
+            let checkpoint =
+                CheckpointFile::from_slice_verified(&bytes).map_err(|e| CliError::Verify {
+                    what: path.display().to_string(),
+                    message: e.to_string(),
+                })?;
+            let n = checkpoint.deployment_ref().map_or(0, |d| d.resources.len());
+            out(&format!("{}: ok ({n} resources)", path.display()));
+            Ok(())
+        }
+        None => {
+            let stack = stack.unwrap_or_else(|| super::args::DEFAULT_STACK.to_owned());
+            let loaded = existing(backend, &stack)?
+                .load(&stack)
+                .map_err(|e| CliError::Verify {
+                    what: format!("stack `{stack}`"),
+                    message: e.to_string(),
+                })?;
+            for w in &loaded.warnings {
+                eprintln!("warning: {w}");
+            }
+            out(&format!(
+                "stack `{stack}`: ok ({} resources, {} journal entries replayed)",
+                loaded.deployment.resources.len(),
+                loaded.replayed
+            ));
+            Ok(())
+        }
+    }
+}
+
+fn state_show(backend: &Path, stack: &str, json: bool) -> Result<(), CliError> {
+    let loaded = existing(backend, stack)?.load(stack)?;
+    for w in &loaded.warnings {
+        eprintln!("warning: {w}");
+    }
+    if json {
+        out(&show::tree_json(&loaded.deployment).to_string());
+    } else if loaded.deployment.resources.is_empty() {
+        out(&format!("stack `{stack}` has no resources"));
+    } else {
+        for line in show::tree_lines(&loaded.deployment) {
+            out(&line);
+        }
+    }
+    Ok(())
+}
+
+fn cloud_list(backend: &Path, json: bool) -> Result<(), CliError> {
+    let cloud = load_cloud(backend, SimConfig::default(), false)?;
+    let objects = cloud.objects();
+    if json {
+        out(&show::cloud_json(&objects).to_string());
+    } else {
+        for line in show::cloud_lines(&objects) {
+            out(&line);
+        }
+    }
+    Ok(())
+}

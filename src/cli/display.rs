@@ -1,0 +1,323 @@
+//! Rendering an operation's engine events (`cli.md` §1).
+//!
+//! Three styles:
+//! - [`Style::Live`] (stderr is a terminal): an `indicatif` display with
+//!   resources done / total and elapsed time, and one spinner per step in
+//!   flight (kind, URN, elapsed); each finished step leaves a line above.
+//! - [`Style::Plain`] (not a terminal): one line per finished step on
+//!   stdout, diagnostics on stderr.
+//! - [`Style::Json`] (`--json`): each engine event as one JSON object per
+//!   line on stdout, exactly as the engine emits it; the last line is the
+//!   summary.
+//!
+//! Outside JSON, a summary table (steps per kind) ends the operation.
+
+use std::collections::{HashMap, HashSet};
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+
+use crate::events::{EngineEvent, Summary};
+use crate::model::property::Secret;
+use crate::model::{PropertyMap, PropertyValue, Urn};
+use crate::plan::step::StepKind;
+
+/// How events are shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// JSON lines on stdout.
+    Json,
+    /// A live progress display on stderr.
+    Live,
+    /// Plain lines.
+    Plain,
+}
+
+impl Style {
+    /// JSON when asked, else live when stderr is a terminal, else plain.
+    pub fn choose(json: bool) -> Self {
+        if json {
+            Self::Json
+        } else if std::io::stderr().is_terminal() {
+            Self::Live
+        } else {
+            Self::Plain
+        }
+    }
+}
+
+/// Writes one line to stdout, ignoring a closed pipe (`keel ... | head`).
+pub fn out(line: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{line}");
+    let _ = stdout.flush();
+}
+
+/// A duration in milliseconds, for people.
+pub fn format_ms(ms: f64) -> String {
+    if ms < 1000.0 {
+        format!("{ms:.0}ms")
+    } else {
+        format!("{:.2}s", ms / 1000.0)
+    }
+}
+
+struct Live {
+    multi: MultiProgress,
+    main: ProgressBar,
+    steps: HashMap<(StepKind, Urn), ProgressBar>,
+    step_style: ProgressStyle,
+}
+
+/// Renders the events of one operation.
+pub struct Display {
+    style: Style,
+    operation: &'static str,
+    live: Option<Live>,
+    done: HashSet<Urn>,
+    total: usize,
+}
+
+impl std::fmt::Debug for Display {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Display")
+            .field("style", &self.style)
+            .field("operation", &self.operation)
+            .field("done", &self.done.len())
+            .field("total", &self.total)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How often spinners and elapsed times redraw.
+const TICK: Duration = Duration::from_millis(50);
+
+impl Display {
+    /// A display for `operation` (`update`, `preview`, ...) expecting about
+    /// `total` resources.
+    pub fn new(style: Style, operation: &'static str, total: usize) -> Self {
+        let live = (style == Style::Live).then(|| {
+            let multi = MultiProgress::new();
+            let main_style = ProgressStyle::with_template(
+                "{spinner:.green} {prefix:.bold} [{elapsed_precise}] [{bar:30.cyan/blue}] {pos}/{len} resources",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> ");
+            let main = multi.add(ProgressBar::new(total as u64).with_style(main_style));
+            main.set_prefix(operation);
+            main.enable_steady_tick(TICK);
+            let step_style = ProgressStyle::with_template("  {spinner:.cyan} {msg} {ms:.dim}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner())
+                .with_key(
+                    "ms",
+                    |state: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        let _ = write!(w, "{}", format_ms(state.elapsed().as_secs_f64() * 1000.0));
+                    },
+                );
+            Live {
+                multi,
+                main,
+                steps: HashMap::new(),
+                step_style,
+            }
+        });
+        Self {
+            style,
+            operation,
+            live,
+            done: HashSet::new(),
+            total,
+        }
+    }
+
+    /// The style.
+    pub fn style(&self) -> Style {
+        self.style
+    }
+
+    /// A diagnostic not from the engine (a warning from opening the stack).
+    pub fn diagnostic(&mut self, severity: &str, message: &str) {
+        self.event(&EngineEvent::Diagnostic {
+            severity: severity.to_owned(),
+            urn: None,
+            message: message.to_owned(),
+        });
+    }
+
+    fn note(&self, line: &str) {
+        match &self.live {
+            Some(l) => {
+                let _ = l.multi.println(line);
+            }
+            None => eprintln!("{line}"),
+        }
+    }
+
+    /// Shows one event.
+    pub fn event(&mut self, e: &EngineEvent) {
+        if self.style == Style::Json {
+            // Serializing an event cannot fail: keys are strings, numbers
+            // finite.
+            if let Ok(line) = serde_json::to_string(e) {
+                out(&line);
+            }
+            return;
+        }
+        match e {
+            EngineEvent::StepStarted { kind, urn } => {
+                if let Some(l) = &mut self.live {
+                    let bar = l.multi.insert_before(
+                        &l.main,
+                        ProgressBar::new_spinner().with_style(l.step_style.clone()),
+                    );
+                    bar.set_message(format!("{:<18} {urn}", kind.as_str()));
+                    bar.enable_steady_tick(TICK);
+                    l.steps.insert((*kind, urn.clone()), bar);
+                }
+            }
+            EngineEvent::StepFinished {
+                kind,
+                urn,
+                duration_ms,
+                error,
+            } => {
+                self.done.insert(urn.clone());
+                let line = match error {
+                    None => format!("{:<18} {urn} ({})", kind.as_str(), format_ms(*duration_ms)),
+                    Some(err) => format!(
+                        "{:<18} {urn} FAILED: {}",
+                        kind.as_str(),
+                        short_error(*kind, urn, err)
+                    ),
+                };
+                match &mut self.live {
+                    Some(l) => {
+                        if let Some(bar) = l.steps.remove(&(*kind, urn.clone())) {
+                            bar.finish_and_clear();
+                            l.multi.remove(&bar);
+                        }
+                        // Count first: printing redraws every bar.
+                        let done = self.done.len() as u64;
+                        if done > l.main.length().unwrap_or(0) {
+                            l.main.set_length(done);
+                        }
+                        l.main.set_position(done);
+                        let mark = if error.is_some() { "✗" } else { "✓" };
+                        let _ = l.multi.println(format!("{mark} {line}"));
+                    }
+                    None => out(&line),
+                }
+            }
+            EngineEvent::Diagnostic {
+                severity,
+                urn,
+                message,
+            } => {
+                let line = match urn {
+                    Some(u) => format!("{severity}: {u}: {message}"),
+                    None => format!("{severity}: {message}"),
+                };
+                self.note(&line);
+            }
+            EngineEvent::Migration {
+                urn,
+                added,
+                successors,
+            } => {
+                let mut line = format!(
+                    "migration of {urn}: {} renamed, {} added",
+                    successors.len(),
+                    added.len()
+                );
+                for (from, to) in successors {
+                    line.push_str(&format!("\n  {from} -> {to}"));
+                }
+                self.note(&line);
+            }
+            EngineEvent::Summary(_) => {}
+        }
+    }
+
+    /// Ends the display; outside JSON, prints the summary table.
+    pub fn finish(&mut self, summary: Option<&Summary>) {
+        if let Some(l) = self.live.take() {
+            for (_, bar) in l.steps {
+                bar.finish_and_clear();
+            }
+            // The total was an estimate (renamed resources count twice):
+            // a finished operation shows what it did.
+            let done = self.done.len() as u64;
+            if summary.is_some_and(Summary::succeeded) {
+                l.main.set_length(done);
+            }
+            l.main.set_position(done);
+            l.main.abandon();
+            drop(l.multi);
+        }
+        if self.style == Style::Json {
+            return;
+        }
+        if let Some(s) = summary {
+            for line in summary_table(self.operation, s) {
+                out(&line);
+            }
+        }
+    }
+}
+
+/// A step's error without the `<kind> of <URN> failed: ` prefix that
+/// repeats what the line already says.
+pub fn short_error<'a>(kind: StepKind, urn: &Urn, err: &'a str) -> &'a str {
+    let prefix = format!("{} of {urn} failed: ", kind.as_str());
+    err.strip_prefix(prefix.as_str()).unwrap_or(err)
+}
+
+/// The summary table: the result, then the steps per kind.
+pub fn summary_table(operation: &str, s: &Summary) -> Vec<String> {
+    let mut lines = vec![format!(
+        "{operation} {} in {}",
+        s.result,
+        format_ms(s.duration_ms)
+    )];
+    if s.steps.is_empty() {
+        lines.push("  (no steps)".into());
+    }
+    let mut total = 0;
+    for (kind, n) in &s.steps {
+        total += n;
+        lines.push(format!("  {:<20} {n:>5}", kind.as_str()));
+    }
+    if s.steps.len() > 1 {
+        lines.push(format!("  {:<20} {total:>5}", "total"));
+    }
+    lines
+}
+
+/// A property value for people: secrets masked, unknowns marked, the rest
+/// as compact JSON (strings bare).
+pub fn show_value(v: &PropertyValue) -> String {
+    match v {
+        PropertyValue::String(s) => s.clone(),
+        PropertyValue::Secret(_) => "[secret]".into(),
+        PropertyValue::Computed => "(unknown until the update)".into(),
+        other => mask(other).to_json().to_string(),
+    }
+}
+
+/// The value with every secret replaced by `"[secret]"`.
+pub fn mask(v: &PropertyValue) -> PropertyValue {
+    match v {
+        PropertyValue::Secret(Secret::Plaintext(_) | Secret::Ciphertext(_)) => {
+            PropertyValue::String("[secret]".into())
+        }
+        PropertyValue::Array(a) => PropertyValue::Array(a.iter().map(mask).collect()),
+        PropertyValue::Object(m) => PropertyValue::Object(mask_map(m)),
+        other => other.clone(),
+    }
+}
+
+/// [`mask`] over a map.
+pub fn mask_map(m: &PropertyMap) -> PropertyMap {
+    m.iter().map(|(k, v)| (k.clone(), mask(v))).collect()
+}

@@ -1,0 +1,200 @@
+//! The `keel` command line (`cli.md`): commands, program files, the
+//! progress display.
+//!
+//! - [`args`]: the grammar (clap derive);
+//! - [`program`]: program files (YAML or JSON), decoded and validated
+//!   before anything runs; [`template`]: their `${...}` interpolation;
+//!   [`run`]: a validated file as a [`crate::source::Program`];
+//! - [`display`]: the progress display, plain lines and JSON events;
+//!   [`show`]: `state show` and `cloud list`;
+//! - [`commands`]: the commands themselves.
+//!
+//! Exit status ([`CliError::exit_code`]): 0 success, 1 the operation
+//! failed, 2 bad usage or bad input (nothing was changed).
+
+pub mod args;
+pub mod commands;
+pub mod display;
+pub mod program;
+pub mod run;
+pub mod show;
+pub mod template;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::engine::EngineError;
+use crate::events::Summary;
+use crate::model::CheckpointError;
+use crate::persist::backend::BackendError;
+use crate::persist::PersistError;
+
+/// Why a command failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// A flag for a control keel does not have yet.
+    #[error("{0} is not supported yet")]
+    Unsupported(String),
+    /// A stack name that cannot name a directory and a URN part.
+    #[error("invalid stack name `{0}`: use letters, digits, `-`, `_` and `.`")]
+    BadStackName(String),
+    /// The stack does not exist.
+    #[error("no stack `{stack}` in the backend {}", .backend.display())]
+    NoStack {
+        /// The stack.
+        stack: String,
+        /// The backend directory.
+        backend: PathBuf,
+    },
+    /// The program file is unreadable or invalid.
+    #[error(transparent)]
+    Program(#[from] program::ProgramFileError),
+    /// An input file could not be read.
+    #[error("cannot read {}: {source}", .path.display())]
+    ReadInput {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// A file to import is not a valid checkpoint.
+    #[error("{}: {source}", .path.display())]
+    BadCheckpoint {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: CheckpointError,
+    },
+    /// A file to import holds another stack's resources.
+    #[error("{}: its resources belong to stack `{found}`, not `{stack}`", .path.display())]
+    StackMismatch {
+        /// The file.
+        path: PathBuf,
+        /// The stack its URNs name.
+        found: String,
+        /// The stack imported into.
+        stack: String,
+    },
+    /// An integrity check failed.
+    #[error("integrity check failed for {what}: {message}")]
+    Verify {
+        /// The stack or file checked.
+        what: String,
+        /// The error.
+        message: String,
+    },
+    /// The stack could not be opened (locked, unreadable).
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// The simulated cloud's file could not be loaded.
+    #[error("cannot load the simulated cloud {}: {source}", .path.display())]
+    Cloud {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// State could not be written.
+    #[error(transparent)]
+    Persist(#[from] PersistError),
+    /// An output could not be written.
+    #[error("cannot write {}: {source}", .path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The async runtime could not start.
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    /// The operation ran and failed.
+    #[error("the {operation} failed:{}", failure_lines(.summary))]
+    Failed {
+        /// `update`, `preview`, `refresh` or `destroy`.
+        operation: &'static str,
+        /// Its summary (failures and errors).
+        summary: Box<Summary>,
+    },
+    /// The engine failed internally.
+    #[error(transparent)]
+    Engine(EngineError),
+}
+
+fn failure_lines(s: &Summary) -> String {
+    let mut text = String::new();
+    for f in &s.failures {
+        text.push_str(&format!(
+            "\n  {} of {} failed: {}",
+            f.kind.as_str(),
+            f.urn,
+            display::short_error(f.kind, &f.urn, &f.message)
+        ));
+    }
+    for e in &s.errors {
+        text.push_str(&format!("\n  {e}"));
+    }
+    text
+}
+
+impl CliError {
+    /// The process's exit status: 2 for bad usage or input (nothing was
+    /// changed), 1 for a failed operation.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Unsupported(_)
+            | Self::BadStackName(_)
+            | Self::NoStack { .. }
+            | Self::Program(_)
+            | Self::ReadInput { .. }
+            | Self::BadCheckpoint { .. }
+            | Self::StackMismatch { .. } => 2,
+            Self::Verify { .. }
+            | Self::Backend(_)
+            | Self::Cloud { .. }
+            | Self::Persist(_)
+            | Self::Write { .. }
+            | Self::Runtime(_)
+            | Self::Failed { .. }
+            | Self::Engine(_) => 1,
+        }
+    }
+}
+
+/// Logs to stderr when `KEEL_LOG` names a level (`warn`, `info`, `debug`).
+fn init_logging() {
+    let Some(level) = std::env::var("KEEL_LOG")
+        .ok()
+        .and_then(|l| l.parse::<tracing_subscriber::filter::LevelFilter>().ok())
+    else {
+        return;
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The `keel` program: parses the command line, runs the command, prints
+/// any error on stderr and returns the exit status.
+pub fn main() -> ExitCode {
+    let cli = match args::Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version print to stdout with status 0; usage errors
+            // to stderr with status 2.
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
+        }
+    };
+    init_logging();
+    match commands::run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
+}

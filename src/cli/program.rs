@@ -1,0 +1,1341 @@
+//! Program files (`cli.md` §2): YAML or JSON with the same structure,
+//! decoded and validated completely before anything runs.
+//!
+//! [`ProgramFile::load`] reads a file, [`ProgramFile::parse`] decodes
+//! bytes. Every problem found is reported at once, each naming the file,
+//! the resource and the key ([`Issue`]): unknown keys at any level, values
+//! of the wrong type, bad type tokens, unknown resources or config keys in
+//! references and resource options, `.id` of a component, reference cycles,
+//! and (for now) state migrations, which are parsed but not run yet. A file
+//! that passes is compiled onto the program API by [`super::run`].
+//!
+//! Config values are literal (no `${...}`), and may be secrets
+//! (`{"fn::secret": value}`). Resources are named by their key in
+//! `resources` (no whitespace, `.`, `$`, `{`, `}`; `config` is reserved);
+//! options that name resources (`parent`, `dependsOn`, `deletedWith`,
+//! `provider`, an alias's `parent`) take the bare name or `${name}`, and
+//! `provider` and an alias's `parent` also take a literal URN.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde_json::{Map, Value};
+
+use super::template::{parse_string, Field, Reference, Template, FN_SECRET};
+use crate::model::property::Secret;
+use crate::model::state::{CustomTimeouts, Seconds};
+use crate::model::urn::STACK_TYPE;
+use crate::model::{PropertyValue, ProviderRef, TypeToken, Urn};
+
+/// The top-level keys of a program file.
+const TOP_KEYS: &[&str] = &["name", "config", "resources", "outputs"];
+/// The keys of a resource.
+const RESOURCE_KEYS: &[&str] = &["type", "component", "properties", "options"];
+/// The keys of a resource's options.
+const OPTION_KEYS: &[&str] = &[
+    "parent",
+    "protect",
+    "dependsOn",
+    "aliases",
+    "deleteBeforeReplace",
+    "retainOnDelete",
+    "deletedWith",
+    "ignoreChanges",
+    "replaceOnChanges",
+    "customTimeouts",
+    "provider",
+    "additionalSecretOutputs",
+    "stateMigrations",
+];
+/// The keys of an alias object.
+const ALIAS_KEYS: &[&str] = &["name", "type", "parent", "noParent", "stack", "project"];
+/// The keys of `customTimeouts`.
+const TIMEOUT_KEYS: &[&str] = &["create", "update", "delete"];
+
+/// One problem in a program file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issue {
+    /// The resource it concerns (`None`: a top-level key).
+    pub resource: Option<String>,
+    /// The key, as a dotted path below the resource (or the top level).
+    pub key: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl fmt::Display for Issue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.resource {
+            Some(r) => write!(f, "resource `{r}`, key `{}`: {}", self.key, self.message),
+            None => write!(f, "key `{}`: {}", self.key, self.message),
+        }
+    }
+}
+
+/// Why a program file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ProgramFileError {
+    /// The file could not be read.
+    #[error("cannot read the program file {}: {source}", .path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not valid YAML or JSON.
+    #[error("{}: invalid {format}: {message}", .path.display())]
+    Syntax {
+        /// The file.
+        path: PathBuf,
+        /// `YAML` or `JSON`.
+        format: &'static str,
+        /// The parser's message (with the line and column).
+        message: String,
+    },
+    /// The file is well-formed but invalid.
+    #[error("{}", render_issues(.path, .issues))]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// Every problem found.
+        issues: Vec<Issue>,
+    },
+}
+
+fn render_issues(path: &Path, issues: &[Issue]) -> String {
+    issues
+        .iter()
+        .map(|i| format!("{}: {i}", path.display()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// A program file, decoded and validated.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgramFile {
+    /// Where it was read from.
+    pub path: PathBuf,
+    /// The project's name.
+    pub name: String,
+    /// The config values (`${config.key}`).
+    pub config: BTreeMap<String, PropertyValue>,
+    /// The resources, by name.
+    pub resources: BTreeMap<String, ResourceSpec>,
+    /// The stack's outputs.
+    pub outputs: BTreeMap<String, Template>,
+}
+
+/// One resource of a program file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResourceSpec {
+    /// Its name (the key in `resources`).
+    pub name: String,
+    /// Its type.
+    pub ty: TypeToken,
+    /// True for a component (`component: true`).
+    pub component: bool,
+    /// Its input properties.
+    pub properties: BTreeMap<String, Template>,
+    /// Its options.
+    pub options: OptionsSpec,
+}
+
+/// A resource's options, with resources named as in the file.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OptionsSpec {
+    /// `parent`: the parent resource.
+    pub parent: Option<String>,
+    /// `protect`.
+    pub protect: bool,
+    /// `dependsOn`.
+    pub depends_on: Vec<String>,
+    /// `aliases`.
+    pub aliases: Vec<AliasEntry>,
+    /// `deleteBeforeReplace`.
+    pub delete_before_replace: Option<bool>,
+    /// `retainOnDelete`.
+    pub retain_on_delete: bool,
+    /// `deletedWith`.
+    pub deleted_with: Option<String>,
+    /// `ignoreChanges`.
+    pub ignore_changes: Vec<String>,
+    /// `replaceOnChanges`.
+    pub replace_on_changes: Vec<String>,
+    /// `customTimeouts`.
+    pub custom_timeouts: Option<CustomTimeouts>,
+    /// `provider`.
+    pub provider: Option<ProviderSpec>,
+    /// `additionalSecretOutputs`.
+    pub additional_secret_outputs: Vec<String>,
+    /// `stateMigrations` (parsed; running them is not supported yet).
+    pub state_migrations: Vec<StateMigration>,
+}
+
+/// An entry of `aliases`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AliasEntry {
+    /// A whole former URN (a string).
+    Urn(Urn),
+    /// An alias object: the parts of the former identity that differ.
+    Spec {
+        /// `name`.
+        name: Option<String>,
+        /// `type`.
+        ty: Option<TypeToken>,
+        /// `parent` or `noParent`.
+        parent: Option<AliasParentSpec>,
+        /// `stack`.
+        stack: Option<String>,
+        /// `project`.
+        project: Option<String>,
+    },
+}
+
+/// The former parent of an alias object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AliasParentSpec {
+    /// `noParent: true`: it was top level.
+    NoParent,
+    /// A URN.
+    Urn(Urn),
+    /// A resource of the file.
+    Resource(String),
+}
+
+/// The `provider` option.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderSpec {
+    /// A provider resource of the file.
+    Resource(String),
+    /// A literal reference `<URN>::<ID>`.
+    Reference(ProviderRef),
+}
+
+/// An entry of `stateMigrations` (`cli.md` §3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateMigration {
+    /// `rename: {from, to}`: a descendant's name.
+    Rename {
+        /// The old name.
+        from: String,
+        /// The new name.
+        to: String,
+    },
+    /// `retype: {from, to}`: a type.
+    Retype {
+        /// The old type.
+        from: TypeToken,
+        /// The new type.
+        to: TypeToken,
+    },
+    /// `move: {resources, under}`: re-parent descendants.
+    Move {
+        /// The descendants moved.
+        resources: Vec<String>,
+        /// The descendant component they move under.
+        under: String,
+    },
+    /// `command: [argv...]`: an external callback.
+    Command(Vec<String>),
+}
+
+impl ResourceSpec {
+    /// The resources this one waits for, each with the key that names it:
+    /// its parent, `dependsOn`, `deletedWith`, a provider resource, alias
+    /// parents, and every resource its properties refer to.
+    pub fn dependencies(&self) -> Vec<(&str, String)> {
+        let o = &self.options;
+        let mut out: Vec<(&str, String)> = Vec::new();
+        if let Some(p) = &o.parent {
+            out.push((p, "options.parent".into()));
+        }
+        for (i, d) in o.depends_on.iter().enumerate() {
+            out.push((d, format!("options.dependsOn[{i}]")));
+        }
+        if let Some(d) = &o.deleted_with {
+            out.push((d, "options.deletedWith".into()));
+        }
+        if let Some(ProviderSpec::Resource(p)) = &o.provider {
+            out.push((p, "options.provider".into()));
+        }
+        for (i, a) in o.aliases.iter().enumerate() {
+            if let AliasEntry::Spec {
+                parent: Some(AliasParentSpec::Resource(p)),
+                ..
+            } = a
+            {
+                out.push((p, format!("options.aliases[{i}].parent")));
+            }
+        }
+        for (k, t) in &self.properties {
+            for r in t.resources() {
+                out.push((r, format!("properties.{k}")));
+            }
+        }
+        out
+    }
+
+    /// The distinct names of [`ResourceSpec::dependencies`].
+    pub fn dependency_names(&self) -> BTreeSet<&str> {
+        self.dependencies().into_iter().map(|(d, _)| d).collect()
+    }
+}
+
+impl ProgramFile {
+    /// Reads and validates a program file.
+    ///
+    /// # Errors
+    /// [`ProgramFileError`] naming the file, and for invalid content every
+    /// problem with its resource and key.
+    pub fn load(path: &Path) -> Result<Self, ProgramFileError> {
+        let bytes = std::fs::read(path).map_err(|source| ProgramFileError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(path, &bytes)
+    }
+
+    /// Decodes and validates a program file's bytes (`path` names it in
+    /// errors; a `.json` extension selects JSON, anything else YAML).
+    ///
+    /// # Errors
+    /// As [`ProgramFile::load`].
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Self, ProgramFileError> {
+        let json = path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        let value: Value = if json {
+            serde_json::from_slice(bytes).map_err(|e| ProgramFileError::Syntax {
+                path: path.to_owned(),
+                format: "JSON",
+                message: e.to_string(),
+            })?
+        } else {
+            serde_norway::from_slice(bytes).map_err(|e| ProgramFileError::Syntax {
+                path: path.to_owned(),
+                format: "YAML",
+                message: e.to_string(),
+            })?
+        };
+        let mut c = Checker::default();
+        let file = c.program(path, &value);
+        match file {
+            Some(f) if c.issues.is_empty() => Ok(f),
+            _ => Err(ProgramFileError::Invalid {
+                path: path.to_owned(),
+                issues: c.issues,
+            }),
+        }
+    }
+
+    /// The resources in an order where each comes after everything it
+    /// waits for (the file is acyclic once validated).
+    pub fn order(&self) -> Vec<&str> {
+        let mut indegree: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut dependents: HashMap<&str, Vec<&str>> = HashMap::new();
+        for (name, r) in &self.resources {
+            let deps = r.dependency_names();
+            indegree.insert(name, deps.len());
+            for d in deps {
+                dependents.entry(d).or_default().push(name);
+            }
+        }
+        let mut ready: Vec<&str> = indegree
+            .iter()
+            .filter(|(_, n)| **n == 0)
+            .map(|(k, _)| *k)
+            .collect();
+        ready.reverse();
+        let mut out = Vec::with_capacity(self.resources.len());
+        while let Some(n) = ready.pop() {
+            out.push(n);
+            for d in dependents.get(n).into_iter().flatten() {
+                if let Some(k) = indegree.get_mut(d) {
+                    *k -= 1;
+                    if *k == 0 {
+                        ready.push(d);
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The URNs an update of this program on `stack` registers: the stack
+    /// resource, the resources, and the default providers of their
+    /// packages. Used to size progress displays.
+    pub fn expected_urns(&self, stack: &str) -> BTreeSet<String> {
+        let mut out = BTreeSet::new();
+        let Ok(stack_ty) = TypeToken::parse(STACK_TYPE) else {
+            return out;
+        };
+        let root = Urn::derive(
+            stack,
+            &self.name,
+            None,
+            &stack_ty,
+            &format!("{}-{stack}", self.name),
+        );
+        if let Ok(u) = &root {
+            out.insert(u.as_str().to_owned());
+        }
+        let mut urns: HashMap<&str, Urn> = HashMap::new();
+        for name in self.order() {
+            let r = &self.resources[name];
+            let parent = r.options.parent.as_deref().and_then(|p| urns.get(p));
+            if let Ok(u) = Urn::derive(stack, &self.name, parent, &r.ty, name) {
+                out.insert(u.as_str().to_owned());
+                urns.insert(name, u);
+            }
+            if !r.component && !r.ty.is_provider() && r.options.provider.is_none() {
+                if let Ok(pty) = TypeToken::provider_for(r.ty.package()) {
+                    if let Ok(u) = Urn::derive(stack, &self.name, None, &pty, "default") {
+                        out.insert(u.as_str().to_owned());
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// True when some resource declares state migrations.
+    pub fn has_state_migrations(&self) -> bool {
+        self.resources
+            .values()
+            .any(|r| !r.options.state_migrations.is_empty())
+    }
+}
+
+/// Accumulates issues while decoding.
+#[derive(Debug, Default)]
+struct Checker {
+    issues: Vec<Issue>,
+    resource: Option<String>,
+}
+
+fn join(prefix: &str, key: &str) -> String {
+    if prefix.is_empty() {
+        key.to_owned()
+    } else {
+        format!("{prefix}.{key}")
+    }
+}
+
+fn describe(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+/// A resource name: used in URNs and in `${name.field}` references.
+fn name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        Some("a resource name must not be empty")
+    } else if name == "config" {
+        Some("`config` is reserved for `${config.key}` references")
+    } else if name
+        .chars()
+        .any(|c| c.is_whitespace() || matches!(c, '.' | '$' | '{' | '}'))
+    {
+        Some("a resource name must not contain whitespace, `.`, `$`, `{` or `}`")
+    } else {
+        None
+    }
+}
+
+impl Checker {
+    fn issue(&mut self, key: impl Into<String>, message: impl Into<String>) {
+        self.issues.push(Issue {
+            resource: self.resource.clone(),
+            key: key.into(),
+            message: message.into(),
+        });
+    }
+
+    fn wrong(&mut self, key: &str, expected: &str, v: &Value) {
+        self.issue(key, format!("expected {expected}, found {}", describe(v)));
+    }
+
+    fn mapping<'v>(&mut self, key: &str, v: &'v Value) -> Option<&'v Map<String, Value>> {
+        match v {
+            Value::Object(m) => Some(m),
+            // An empty section (`outputs:`) is an empty mapping.
+            Value::Null => None,
+            other => {
+                self.wrong(key, "a mapping", other);
+                None
+            }
+        }
+    }
+
+    fn known_keys(&mut self, prefix: &str, m: &Map<String, Value>, allowed: &[&str]) {
+        for k in m.keys() {
+            if !allowed.contains(&k.as_str()) {
+                self.issue(
+                    join(prefix, k),
+                    format!("unknown key (expected one of: {})", allowed.join(", ")),
+                );
+            }
+        }
+    }
+
+    fn string(&mut self, key: &str, v: &Value) -> Option<String> {
+        match v {
+            Value::String(s) => Some(s.clone()),
+            other => {
+                self.wrong(key, "a string", other);
+                None
+            }
+        }
+    }
+
+    fn boolean(&mut self, key: &str, v: &Value) -> Option<bool> {
+        match v {
+            Value::Bool(b) => Some(*b),
+            other => {
+                self.wrong(key, "true or false", other);
+                None
+            }
+        }
+    }
+
+    fn strings(&mut self, key: &str, v: &Value) -> Vec<String> {
+        match v {
+            Value::Array(items) => items
+                .iter()
+                .enumerate()
+                .filter_map(|(i, item)| self.string(&format!("{key}[{i}]"), item))
+                .collect(),
+            other => {
+                self.wrong(key, "a list of strings", other);
+                Vec::new()
+            }
+        }
+    }
+
+    fn type_token(&mut self, key: &str, v: &Value) -> Option<TypeToken> {
+        let s = self.string(key, v)?;
+        match TypeToken::parse(&s) {
+            Ok(t) => Some(t),
+            Err(e) => {
+                self.issue(key, e.to_string());
+                None
+            }
+        }
+    }
+
+    /// A resource named in an option: `name` or `${name}`.
+    fn resource_name(&mut self, key: &str, v: &Value) -> Option<String> {
+        let s = self.string(key, v)?;
+        let s = s
+            .strip_prefix("${")
+            .and_then(|r| r.strip_suffix('}'))
+            .map_or(s.as_str(), str::trim)
+            .to_owned();
+        if s.is_empty() {
+            self.issue(key, "expected a resource name, found an empty string");
+            return None;
+        }
+        Some(s)
+    }
+
+    fn program(&mut self, path: &Path, v: &Value) -> Option<ProgramFile> {
+        let Value::Object(top) = v else {
+            self.wrong("(top level)", "a mapping", v);
+            return None;
+        };
+        self.known_keys("", top, TOP_KEYS);
+        let name = match top.get("name") {
+            Some(v) => self.string("name", v).and_then(|n| {
+                let bad = n.is_empty()
+                    || n.contains("::")
+                    || n.ends_with(':')
+                    || n.chars().any(char::is_whitespace);
+                if bad {
+                    self.issue(
+                        "name",
+                        format!("`{n}` is not a project name (non-empty, no whitespace, no `::`, no trailing `:`)"),
+                    );
+                    None
+                } else {
+                    Some(n)
+                }
+            }),
+            None => {
+                self.issue("name", "missing: the project's name is required");
+                None
+            }
+        };
+        let mut config = BTreeMap::new();
+        if let Some(m) = top.get("config").and_then(|v| self.mapping("config", v)) {
+            for (k, v) in m {
+                if let Some(value) = self.literal(&join("config", k), v) {
+                    config.insert(k.clone(), value);
+                }
+            }
+        }
+        let mut resources = BTreeMap::new();
+        if let Some(m) = top
+            .get("resources")
+            .and_then(|v| self.mapping("resources", v))
+        {
+            for (name, v) in m {
+                self.resource = Some(name.clone());
+                if let Some(problem) = name_problem(name) {
+                    self.issue("(name)", problem);
+                }
+                if let Some(r) = self.resource_spec(name, v) {
+                    resources.insert(name.clone(), r);
+                }
+                self.resource = None;
+            }
+        }
+        let mut outputs = BTreeMap::new();
+        if let Some(m) = top.get("outputs").and_then(|v| self.mapping("outputs", v)) {
+            for (k, v) in m {
+                if let Some(t) = self.template(&join("outputs", k), v) {
+                    outputs.insert(k.clone(), t);
+                }
+            }
+        }
+        let file = ProgramFile {
+            path: path.to_owned(),
+            name: name.clone().unwrap_or_default(),
+            config,
+            resources,
+            outputs,
+        };
+        // Checked even without a valid name, so every issue is reported.
+        self.cross_check(&file);
+        name.map(|_| file)
+    }
+
+    /// A config value: no references; `fn::secret` allowed.
+    fn literal(&mut self, key: &str, v: &Value) -> Option<PropertyValue> {
+        Some(match v {
+            Value::Null => PropertyValue::Null,
+            Value::Bool(b) => PropertyValue::Bool(*b),
+            Value::Number(n) => PropertyValue::Number(n.clone()),
+            Value::String(s) => PropertyValue::String(s.clone()),
+            Value::Array(items) => PropertyValue::Array(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| self.literal(&format!("{key}[{i}]"), item))
+                    .collect::<Option<_>>()?,
+            ),
+            Value::Object(m) => match self.function(key, m)? {
+                Some(inner) => PropertyValue::Secret(Secret::plaintext(
+                    self.literal(&join(key, FN_SECRET), inner)?,
+                )),
+                None => PropertyValue::Object(
+                    m.iter()
+                        .map(|(k, v)| Some((k.clone(), self.literal(&join(key, k), v)?)))
+                        .collect::<Option<_>>()?,
+                ),
+            },
+        })
+    }
+
+    /// `Some(Some(arg))` for `{"fn::secret": arg}`, `Some(None)` for a
+    /// plain object, `None` (with an issue) for a malformed function.
+    fn function<'v>(&mut self, key: &str, m: &'v Map<String, Value>) -> Option<Option<&'v Value>> {
+        let fns: Vec<&String> = m.keys().filter(|k| k.starts_with("fn::")).collect();
+        match fns.as_slice() {
+            [] => Some(None),
+            [f] if f.as_str() == FN_SECRET && m.len() == 1 => Some(m.get(FN_SECRET)),
+            [f] if f.as_str() == FN_SECRET => {
+                self.issue(
+                    key,
+                    "`fn::secret` must be the only key of its mapping: `{\"fn::secret\": value}`",
+                );
+                None
+            }
+            _ => {
+                for f in fns.iter().filter(|f| f.as_str() != FN_SECRET) {
+                    self.issue(
+                        join(key, f),
+                        format!("unknown function `{f}` (the only function is `fn::secret`)"),
+                    );
+                }
+                None
+            }
+        }
+    }
+
+    /// A property value with references.
+    fn template(&mut self, key: &str, v: &Value) -> Option<Template> {
+        Some(match v {
+            Value::String(s) => match parse_string(s) {
+                Ok(parts)
+                    if parts
+                        .iter()
+                        .all(|p| matches!(p, super::template::Part::Text(_))) =>
+                {
+                    Template::Literal(PropertyValue::String(
+                        parts
+                            .into_iter()
+                            .map(|p| match p {
+                                super::template::Part::Text(t) => t,
+                                super::template::Part::Ref(_) => String::new(),
+                            })
+                            .collect(),
+                    ))
+                }
+                Ok(parts) => Template::Interpolated(parts),
+                Err(e) => {
+                    self.issue(key, e.to_string());
+                    return None;
+                }
+            },
+            Value::Array(items) => Template::Array(
+                items
+                    .iter()
+                    .enumerate()
+                    .map(|(i, item)| self.template(&format!("{key}[{i}]"), item))
+                    .collect::<Option<_>>()?,
+            ),
+            Value::Object(m) => match self.function(key, m)? {
+                Some(inner) => {
+                    Template::Secret(Box::new(self.template(&join(key, FN_SECRET), inner)?))
+                }
+                None => {
+                    let mut out = BTreeMap::new();
+                    let mut ok = true;
+                    for (k, v) in m {
+                        match self.template(&join(key, k), v) {
+                            Some(t) => {
+                                out.insert(k.clone(), t);
+                            }
+                            None => ok = false,
+                        }
+                    }
+                    if !ok {
+                        return None;
+                    }
+                    Template::Object(out)
+                }
+            },
+            Value::Null => Template::Literal(PropertyValue::Null),
+            Value::Bool(b) => Template::Literal(PropertyValue::Bool(*b)),
+            Value::Number(n) => Template::Literal(PropertyValue::Number(n.clone())),
+        })
+    }
+
+    fn resource_spec(&mut self, name: &str, v: &Value) -> Option<ResourceSpec> {
+        let Value::Object(m) = v else {
+            self.wrong("(resource)", "a mapping with `type`", v);
+            return None;
+        };
+        self.known_keys("", m, RESOURCE_KEYS);
+        let ty = match m.get("type") {
+            Some(v) => self.type_token("type", v),
+            None => {
+                self.issue("type", "missing: every resource needs a type token");
+                None
+            }
+        };
+        let component = match m.get("component") {
+            Some(v) => self.boolean("component", v).unwrap_or(false),
+            None => false,
+        };
+        if let Some(t) = &ty {
+            if t.is_stack() {
+                self.issue(
+                    "type",
+                    format!("`{STACK_TYPE}` is the implicit stack resource; declare other types"),
+                );
+            }
+            if t.is_provider() && component {
+                self.issue("component", "a provider resource cannot be a component");
+            }
+        }
+        let mut properties = BTreeMap::new();
+        if let Some(props) = m
+            .get("properties")
+            .and_then(|v| self.mapping("properties", v))
+        {
+            for (k, v) in props {
+                if let Some(t) = self.template(&join("properties", k), v) {
+                    properties.insert(k.clone(), t);
+                }
+            }
+        }
+        let options = match m.get("options").and_then(|v| self.mapping("options", v)) {
+            Some(o) => self.options(o),
+            None => OptionsSpec::default(),
+        };
+        Some(ResourceSpec {
+            name: name.to_owned(),
+            ty: ty?,
+            component,
+            properties,
+            options,
+        })
+    }
+
+    fn options(&mut self, m: &Map<String, Value>) -> OptionsSpec {
+        self.known_keys("options", m, OPTION_KEYS);
+        let mut o = OptionsSpec::default();
+        for (k, v) in m {
+            let key = join("options", k);
+            match k.as_str() {
+                "parent" => o.parent = self.resource_name(&key, v),
+                "protect" => o.protect = self.boolean(&key, v).unwrap_or(false),
+                "dependsOn" => match v {
+                    Value::Array(items) => {
+                        for (i, item) in items.iter().enumerate() {
+                            if let Some(n) = self.resource_name(&format!("{key}[{i}]"), item) {
+                                o.depends_on.push(n);
+                            }
+                        }
+                    }
+                    other => self.wrong(&key, "a list of resource names", other),
+                },
+                "aliases" => match v {
+                    Value::Array(items) => {
+                        for (i, item) in items.iter().enumerate() {
+                            if let Some(a) = self.alias(&format!("{key}[{i}]"), item) {
+                                o.aliases.push(a);
+                            }
+                        }
+                    }
+                    other => self.wrong(&key, "a list of aliases", other),
+                },
+                "deleteBeforeReplace" => o.delete_before_replace = self.boolean(&key, v),
+                "retainOnDelete" => o.retain_on_delete = self.boolean(&key, v).unwrap_or(false),
+                "deletedWith" => o.deleted_with = self.resource_name(&key, v),
+                "ignoreChanges" => o.ignore_changes = self.strings(&key, v),
+                "replaceOnChanges" => o.replace_on_changes = self.strings(&key, v),
+                "additionalSecretOutputs" => o.additional_secret_outputs = self.strings(&key, v),
+                "customTimeouts" => o.custom_timeouts = self.timeouts(&key, v),
+                "provider" => {
+                    o.provider = match self.string(&key, v) {
+                        Some(s) if s.starts_with("urn:") => match ProviderRef::parse(&s) {
+                            Ok(r) => Some(ProviderSpec::Reference(r)),
+                            Err(e) => {
+                                self.issue(&key, e.to_string());
+                                None
+                            }
+                        },
+                        Some(_) => self.resource_name(&key, v).map(ProviderSpec::Resource),
+                        None => None,
+                    }
+                }
+                "stateMigrations" => o.state_migrations = self.migrations(&key, v),
+                _ => {}
+            }
+        }
+        o
+    }
+
+    fn alias(&mut self, key: &str, v: &Value) -> Option<AliasEntry> {
+        match v {
+            Value::String(s) => match Urn::parse(s) {
+                Ok(u) => Some(AliasEntry::Urn(u)),
+                Err(e) => {
+                    self.issue(key, format!("an alias string must be a URN: {e}"));
+                    None
+                }
+            },
+            Value::Object(m) => {
+                self.known_keys(key, m, ALIAS_KEYS);
+                let mut get = |k: &str| m.get(k).and_then(|v| self.string(&join(key, k), v));
+                let name = get("name");
+                let stack = get("stack");
+                let project = get("project");
+                let ty = m
+                    .get("type")
+                    .and_then(|v| self.type_token(&join(key, "type"), v));
+                let no_parent = m
+                    .get("noParent")
+                    .and_then(|v| self.boolean(&join(key, "noParent"), v))
+                    .unwrap_or(false);
+                let parent = match (m.get("parent"), no_parent) {
+                    (Some(_), true) => {
+                        self.issue(key, "an alias has either `parent` or `noParent`, not both");
+                        None
+                    }
+                    (None, true) => Some(AliasParentSpec::NoParent),
+                    (None, false) => None,
+                    (Some(p), false) => {
+                        let pk = join(key, "parent");
+                        match self.string(&pk, p) {
+                            Some(s) if s.starts_with("urn:") => match Urn::parse(&s) {
+                                Ok(u) => Some(AliasParentSpec::Urn(u)),
+                                Err(e) => {
+                                    self.issue(pk, e.to_string());
+                                    None
+                                }
+                            },
+                            Some(_) => self.resource_name(&pk, p).map(AliasParentSpec::Resource),
+                            None => None,
+                        }
+                    }
+                };
+                if name.is_none()
+                    && ty.is_none()
+                    && parent.is_none()
+                    && stack.is_none()
+                    && project.is_none()
+                {
+                    self.issue(
+                        key,
+                        "an alias object needs at least one of: name, type, parent, noParent, stack, project",
+                    );
+                    return None;
+                }
+                Some(AliasEntry::Spec {
+                    name,
+                    ty,
+                    parent,
+                    stack,
+                    project,
+                })
+            }
+            other => {
+                self.wrong(key, "a URN string or an alias mapping", other);
+                None
+            }
+        }
+    }
+
+    fn timeouts(&mut self, key: &str, v: &Value) -> Option<CustomTimeouts> {
+        let m = self.mapping(key, v)?;
+        self.known_keys(key, m, TIMEOUT_KEYS);
+        let mut t = CustomTimeouts::default();
+        for (k, v) in m {
+            let k2 = join(key, k);
+            let secs = match v {
+                Value::Number(n) => n.as_f64().filter(|s| *s >= 0.0),
+                Value::String(s) => humantime::parse_duration(s).ok().map(|d| d.as_secs_f64()),
+                _ => None,
+            };
+            let Some(secs) = secs else {
+                self.issue(
+                    k2,
+                    format!(
+                        "expected a duration (seconds, or text like \"5m\"), found {}",
+                        describe(v)
+                    ),
+                );
+                continue;
+            };
+            match k.as_str() {
+                "create" => t.create = Seconds(secs),
+                "update" => t.update = Seconds(secs),
+                "delete" => t.delete = Seconds(secs),
+                _ => {}
+            }
+        }
+        Some(t)
+    }
+
+    fn migrations(&mut self, key: &str, v: &Value) -> Vec<StateMigration> {
+        let Value::Array(items) = v else {
+            self.wrong(key, "a list of migrations", v);
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for (i, item) in items.iter().enumerate() {
+            let ik = format!("{key}[{i}]");
+            let Value::Object(m) = item else {
+                self.wrong(
+                    &ik,
+                    "a mapping with one of rename, retype, move, command",
+                    item,
+                );
+                continue;
+            };
+            if m.len() != 1 {
+                self.issue(
+                    &ik,
+                    "a migration has exactly one key: rename, retype, move or command",
+                );
+                continue;
+            }
+            let Some((kind, body)) = m.iter().next() else {
+                continue;
+            };
+            let bk = join(&ik, kind);
+            let pair = |c: &mut Self, body: &Value| -> Option<(String, String)> {
+                let m = c.mapping(&bk, body)?;
+                c.known_keys(&bk, m, &["from", "to"]);
+                let from = m.get("from").and_then(|v| c.string(&join(&bk, "from"), v));
+                let to = m.get("to").and_then(|v| c.string(&join(&bk, "to"), v));
+                if from.is_none() || to.is_none() {
+                    c.issue(&bk, "needs `from` and `to`");
+                }
+                Some((from?, to?))
+            };
+            let parsed = match kind.as_str() {
+                "rename" => pair(self, body).map(|(from, to)| StateMigration::Rename { from, to }),
+                "retype" => pair(self, body).and_then(|(from, to)| {
+                    let parse = |c: &mut Self, k: &str, s: &str| match TypeToken::parse(s) {
+                        Ok(t) => Some(t),
+                        Err(e) => {
+                            c.issue(join(&bk, k), e.to_string());
+                            None
+                        }
+                    };
+                    let from = parse(self, "from", &from);
+                    let to = parse(self, "to", &to);
+                    Some(StateMigration::Retype {
+                        from: from?,
+                        to: to?,
+                    })
+                }),
+                "move" => self.mapping(&bk, body).and_then(|m| {
+                    self.known_keys(&bk, m, &["resources", "under"]);
+                    let resources = m
+                        .get("resources")
+                        .map(|v| self.strings(&join(&bk, "resources"), v));
+                    let under = m
+                        .get("under")
+                        .and_then(|v| self.string(&join(&bk, "under"), v));
+                    if resources.is_none() || under.is_none() {
+                        self.issue(&bk, "needs `resources` and `under`");
+                    }
+                    Some(StateMigration::Move {
+                        resources: resources?,
+                        under: under?,
+                    })
+                }),
+                "command" => {
+                    let argv = self.strings(&bk, body);
+                    if argv.is_empty() {
+                        self.issue(&bk, "needs a non-empty argv list");
+                        None
+                    } else {
+                        Some(StateMigration::Command(argv))
+                    }
+                }
+                other => {
+                    self.issue(
+                        &bk,
+                        format!("unknown migration `{other}` (expected rename, retype, move or command)"),
+                    );
+                    None
+                }
+            };
+            out.extend(parsed);
+        }
+        out
+    }
+
+    /// Checks that need the whole file: references, option targets, cycles,
+    /// and what is not supported yet.
+    fn cross_check(&mut self, file: &ProgramFile) {
+        let check_refs = |c: &mut Self, key: &str, t: &Template| {
+            for r in t.references() {
+                match r {
+                    Reference::Config(k) if !file.config.contains_key(k) => c.issue(
+                        key,
+                        format!("`{r}` refers to config key `{k}`, which `config` does not define"),
+                    ),
+                    Reference::Config(_) => {}
+                    Reference::Resource { name, field } => match file.resources.get(name) {
+                        None => c.issue(key, format!("`{r}` refers to unknown resource `{name}`")),
+                        Some(target) if target.component && *field == Field::Id => c.issue(
+                            key,
+                            format!("`{r}`: `{name}` is a component, which has no ID (use `${{{name}.urn}}`)"),
+                        ),
+                        Some(_) => {}
+                    },
+                }
+            }
+        };
+        for (name, r) in &file.resources {
+            self.resource = Some(name.clone());
+            for (k, t) in &r.properties {
+                check_refs(self, &join("properties", k), t);
+            }
+            for (dep, key) in r.dependencies() {
+                if key.starts_with("properties.") {
+                    continue;
+                }
+                match file.resources.get(dep) {
+                    None => self.issue(&key, format!("unknown resource `{dep}`")),
+                    Some(target) if key == "options.provider" && !target.ty.is_provider() => self
+                        .issue(
+                            &key,
+                            format!("`{dep}` is a `{}`, not a provider resource (`pulumi:providers:<package>`)", target.ty),
+                        ),
+                    Some(target)
+                        if key == "options.provider"
+                            && target.ty.provider_package() != Some(r.ty.package()) =>
+                    {
+                        self.issue(
+                            &key,
+                            format!(
+                                "provider `{dep}` serves package `{}`, not `{}`",
+                                target.ty.provider_package().unwrap_or(""),
+                                r.ty.package()
+                            ),
+                        )
+                    }
+                    Some(_) => {}
+                }
+            }
+            if r.options.provider.is_some() && (r.component || r.ty.is_provider()) {
+                self.issue(
+                    "options.provider",
+                    "only custom resources (not components or providers) take a provider",
+                );
+            }
+            if !r.options.state_migrations.is_empty() {
+                self.issue(
+                    "options.stateMigrations",
+                    "migration callbacks are not supported yet",
+                );
+            }
+            self.resource = None;
+        }
+        for (k, t) in &file.outputs {
+            check_refs(self, &join("outputs", k), t);
+        }
+        self.cycles(file);
+    }
+
+    /// Reports each reference cycle once, with its path.
+    fn cycles(&mut self, file: &ProgramFile) {
+        #[derive(Clone, Copy, PartialEq)]
+        enum Mark {
+            New,
+            Active,
+            Done,
+        }
+        let mut mark: HashMap<&str, Mark> = file
+            .resources
+            .keys()
+            .map(|k| (k.as_str(), Mark::New))
+            .collect();
+        let edges: HashMap<&str, Vec<(&str, String)>> = file
+            .resources
+            .iter()
+            .map(|(k, r)| {
+                let mut deps = r.dependencies();
+                deps.retain(|(d, _)| file.resources.contains_key(*d));
+                (k.as_str(), deps)
+            })
+            .collect();
+        for start in file.resources.keys() {
+            if mark[start.as_str()] != Mark::New {
+                continue;
+            }
+            // Iterative DFS: (node, next edge index); `path` mirrors the stack.
+            let mut stack: Vec<(&str, usize)> = vec![(start, 0)];
+            mark.insert(start, Mark::Active);
+            while let Some((node, i)) = stack.last().copied() {
+                let out = &edges[node];
+                if i >= out.len() {
+                    mark.insert(node, Mark::Done);
+                    stack.pop();
+                    continue;
+                }
+                if let Some(top) = stack.last_mut() {
+                    top.1 += 1;
+                }
+                let (next, key) = &out[i];
+                match mark[next] {
+                    Mark::New => {
+                        mark.insert(next, Mark::Active);
+                        stack.push((next, 0));
+                    }
+                    Mark::Active => {
+                        let from = stack.iter().position(|(n, _)| n == next).unwrap_or(0);
+                        let mut names: Vec<&str> = stack[from..].iter().map(|(n, _)| *n).collect();
+                        names.push(next);
+                        self.issues.push(Issue {
+                            resource: Some(node.to_owned()),
+                            key: key.clone(),
+                            message: format!("reference cycle: {}", names.join(" -> ")),
+                        });
+                    }
+                    Mark::Done => {}
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<ProgramFile, ProgramFileError> {
+        ProgramFile::parse(Path::new("p.yaml"), text.as_bytes())
+    }
+
+    fn issues(text: &str) -> Vec<String> {
+        match parse(text) {
+            Err(ProgramFileError::Invalid { issues, .. }) => {
+                issues.iter().map(ToString::to_string).collect()
+            }
+            other => panic!("expected issues, got {other:?}"),
+        }
+    }
+
+    const SPEC_EXAMPLE: &str = r#"
+name: shop
+config: { env: prod }
+resources:
+  site:
+    type: shop:web:Site
+    component: true
+  bucket:
+    type: aws:s3/bucket:Bucket
+    properties:
+      name: shop-${config.env}
+      website: { index: index.html }
+      password: { "fn::secret": hunter2 }
+    options:
+      parent: site
+      protect: true
+      dependsOn: [logs]
+      aliases: [ { name: old-bucket }, "urn:pulumi:dev::shop::aws:s3/bucket:Bucket::b" ]
+      deleteBeforeReplace: false
+      retainOnDelete: false
+      deletedWith: site
+      ignoreChanges: [tags]
+      replaceOnChanges: [name]
+      customTimeouts: { create: 5m, delete: 30 }
+      additionalSecretOutputs: [arn]
+  logs: { type: aws:s3/bucket:Bucket, properties: { name: logs } }
+  cdn:
+    type: aws:cloudfront:Distribution
+    properties: { origin: "${bucket.websiteEndpoint}" }
+outputs:
+  url: ${cdn.domainName}
+"#;
+
+    #[test]
+    fn parses_the_spec_example() {
+        let f = parse(SPEC_EXAMPLE).unwrap();
+        assert_eq!(f.name, "shop");
+        let b = &f.resources["bucket"];
+        assert_eq!(b.options.parent.as_deref(), Some("site"));
+        assert_eq!(b.options.aliases.len(), 2);
+        assert_eq!(b.options.custom_timeouts.as_ref().unwrap().create.0, 300.0);
+        assert!(matches!(b.properties["password"], Template::Secret(_)));
+        assert!(f.resources["site"].component);
+        let order = f.order();
+        let pos = |n: &str| order.iter().position(|x| *x == n).unwrap();
+        assert!(pos("site") < pos("bucket"));
+        assert!(pos("logs") < pos("bucket"));
+        assert!(pos("bucket") < pos("cdn"));
+        let urns = f.expected_urns("dev");
+        assert!(urns.contains("urn:pulumi:dev::shop::shop:web:Site$aws:s3/bucket:Bucket::bucket"));
+        assert!(urns.contains("urn:pulumi:dev::shop::pulumi:providers:aws::default"));
+        assert!(urns.contains("urn:pulumi:dev::shop::pulumi:pulumi:Stack::shop-dev"));
+        // Same structure as JSON.
+        let v: Value = serde_norway::from_str(SPEC_EXAMPLE).unwrap();
+        let json = serde_json::to_vec(&v).unwrap();
+        let g = ProgramFile::parse(Path::new("p.json"), &json).unwrap();
+        assert_eq!(g.resources, f.resources);
+    }
+
+    #[test]
+    fn reports_every_issue_with_resource_and_key() {
+        let found = issues(
+            r#"
+name: p
+colour: red
+resources:
+  a:
+    type: not-a-type
+    options: { protect: "yes", bogus: 1 }
+  b:
+    type: x:y:Z
+    properties: { v: "${nope.id}", w: "${config.missing}", u: "${c.id}" }
+  c: { type: x:y:C, component: true }
+"#,
+        );
+        let want = [
+            "key `colour`: unknown key",
+            "resource `a`, key `type`: `not-a-type` is not a type token",
+            "resource `a`, key `options.protect`: expected true or false, found a string",
+            "resource `a`, key `options.bogus`: unknown key",
+            "resource `b`, key `properties.v`: `${nope.id}` refers to unknown resource `nope`",
+            "resource `b`, key `properties.w`: `${config.missing}` refers to config key `missing`",
+            "resource `b`, key `properties.u`: `${c.id}`: `c` is a component",
+        ];
+        for w in want {
+            assert!(
+                found.iter().any(|f| f.starts_with(w)),
+                "{w} not in {found:#?}"
+            );
+        }
+        assert_eq!(found.len(), want.len(), "{found:#?}");
+    }
+
+    #[test]
+    fn reports_cycles() {
+        let found = issues(
+            r#"
+name: p
+resources:
+  a: { type: x:y:Z, properties: { v: "${b.out}" } }
+  b: { type: x:y:Z, options: { dependsOn: [c] } }
+  c: { type: x:y:Z, options: { parent: a } }
+  d: { type: x:y:Z, options: { parent: d } }
+"#,
+        );
+        assert_eq!(found.len(), 2, "{found:#?}");
+        assert!(found
+            .iter()
+            .any(|f| f.contains("reference cycle: a -> b -> c -> a")));
+        assert!(found
+            .iter()
+            .any(|f| f.contains("resource `d`, key `options.parent`: reference cycle: d -> d")));
+    }
+
+    #[test]
+    fn parses_and_rejects_state_migrations() {
+        let found = issues(
+            r#"
+name: p
+resources:
+  site:
+    type: x:y:Site
+    component: true
+    options:
+      stateMigrations:
+        - rename: { from: a, to: b }
+        - retype: { from: "x:y:A", to: "x:y:B" }
+        - move: { resources: [a], under: b }
+        - command: ["python3", "m.py"]
+"#,
+        );
+        assert_eq!(
+            found,
+            vec!["resource `site`, key `options.stateMigrations`: migration callbacks are not supported yet"]
+        );
+        let found = issues(
+            "name: p\nresources:\n  s:\n    type: x:y:S\n    options:\n      stateMigrations: [ { rename: { from: a } }, { frob: 1 } ]\n",
+        );
+        assert!(
+            found.iter().any(|f| f.contains("needs `from` and `to`")),
+            "{found:#?}"
+        );
+        assert!(
+            found.iter().any(|f| f.contains("unknown migration `frob`")),
+            "{found:#?}"
+        );
+    }
+
+    #[test]
+    fn syntax_errors_name_the_file() {
+        let e = parse("name: [unclosed").unwrap_err();
+        assert!(e.to_string().starts_with("p.yaml: invalid YAML"), "{e}");
+        let e = ProgramFile::parse(Path::new("p.json"), b"{").unwrap_err();
+        assert!(e.to_string().starts_with("p.json: invalid JSON"), "{e}");
+    }
+}

@@ -1,0 +1,294 @@
+//! Runs a validated program file on the program API, as an SDK program
+//! would: each resource waits for the resources it refers to (parent,
+//! `dependsOn`, `deletedWith`, provider, alias parents, and every
+//! `${res...}` in its properties), then registers with its references
+//! resolved and its dependencies recorded (`dependsOn` and
+//! `propertyDependencies`). Resources with nothing unresolved register
+//! concurrently. When a resource fails, those that wait for it are not
+//! registered and the program fails, so the engine deletes nothing.
+//! Finally the stack's outputs are registered on the stack resource.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::future::{join_all, BoxFuture, FutureExt, Shared};
+
+use super::program::{AliasEntry, AliasParentSpec, ProgramFile, ProviderSpec, ResourceSpec};
+use super::template::Env;
+use crate::model::urn::UNKNOWN_ID;
+use crate::model::{PropertyMap, ProviderRef, Urn};
+use crate::source::goal::{Alias, AliasParent, AliasSpec, Goal, Registered, ResourceOptions};
+use crate::source::{Context, Program, ProgramError, ProgramFuture};
+
+/// Why a program file's resource was not registered.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ResourceFailure {
+    /// Its own registration or evaluation failed.
+    #[error("resource `{resource}`: {message}")]
+    Failed {
+        /// The resource.
+        resource: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A resource it waits for failed, so it was not registered.
+    #[error("resource `{resource}` was not registered: `{dependency}` failed")]
+    Skipped {
+        /// The resource.
+        resource: String,
+        /// The failed resource it waits for.
+        dependency: String,
+    },
+}
+
+/// Why a program file's run failed: every resource that failed itself.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+pub struct RunError(pub Vec<ResourceFailure>);
+
+type Slot = Shared<BoxFuture<'static, Result<Registered, ResourceFailure>>>;
+
+/// A program file as a [`Program`].
+#[derive(Debug, Clone)]
+pub struct FileProgram {
+    file: Arc<ProgramFile>,
+}
+
+impl FileProgram {
+    /// The program of a validated file.
+    pub fn new(file: ProgramFile) -> Self {
+        Self {
+            file: Arc::new(file),
+        }
+    }
+
+    /// The file.
+    pub fn file(&self) -> &ProgramFile {
+        &self.file
+    }
+}
+
+impl Program for FileProgram {
+    fn run(&self, ctx: Context) -> ProgramFuture {
+        let file = self.file.clone();
+        Box::pin(async move {
+            run(file, ctx)
+                .await
+                .map_err(|e| Box::new(e) as ProgramError)
+        })
+    }
+}
+
+/// Waits for `deps`, returning their registrations by name.
+async fn resolve(
+    resource: &str,
+    deps: Vec<(String, Slot)>,
+) -> Result<HashMap<String, Registered>, ResourceFailure> {
+    let mut out = HashMap::with_capacity(deps.len());
+    for (name, slot) in deps {
+        match slot.await {
+            Ok(r) => {
+                out.insert(name, r);
+            }
+            Err(_) => {
+                return Err(ResourceFailure::Skipped {
+                    resource: resource.to_owned(),
+                    dependency: name,
+                })
+            }
+        }
+    }
+    Ok(out)
+}
+
+async fn run(file: Arc<ProgramFile>, ctx: Context) -> Result<(), RunError> {
+    let mut slots: HashMap<String, Slot> = HashMap::new();
+    let mut order = Vec::new();
+    for name in file.order() {
+        let spec = &file.resources[name];
+        let deps: Vec<(String, Slot)> = spec
+            .dependency_names()
+            .into_iter()
+            .filter_map(|d| slots.get(d).map(|s| (d.to_owned(), s.clone())))
+            .collect();
+        let (file, ctx, name_owned) = (file.clone(), ctx.clone(), name.to_owned());
+        let fut: BoxFuture<'static, Result<Registered, ResourceFailure>> = Box::pin(async move {
+            let resolved = resolve(&name_owned, deps).await?;
+            let spec = &file.resources[&name_owned];
+            let failed = |message: String| ResourceFailure::Failed {
+                resource: name_owned.clone(),
+                message,
+            };
+            let goal = goal(&file, spec, &resolved, ctx.is_preview()).map_err(&failed)?;
+            ctx.register(goal).await.map_err(|e| failed(e.to_string()))
+        });
+        slots.insert(name.to_owned(), fut.shared());
+        order.push(name.to_owned());
+    }
+
+    // The stack's outputs wait for the resources they refer to.
+    let out_deps: Vec<(String, Slot)> = {
+        let mut names: Vec<&str> = file.outputs.values().flat_map(|t| t.resources()).collect();
+        names.sort_unstable();
+        names.dedup();
+        names
+            .into_iter()
+            .filter_map(|d| slots.get(d).map(|s| (d.to_owned(), s.clone())))
+            .collect()
+    };
+    let outputs = {
+        let (file, ctx) = (file.clone(), ctx.clone());
+        async move {
+            let resolved = resolve("(outputs)", out_deps).await.map_err(|_| None)?;
+            let env = Env {
+                config: &file.config,
+                resources: &resolved,
+                preview: ctx.is_preview(),
+            };
+            let mut map = PropertyMap::new();
+            for (k, t) in &file.outputs {
+                let v = t.eval(&env).map_err(|e| {
+                    Some(ResourceFailure::Failed {
+                        resource: "(stack)".into(),
+                        message: format!("key `outputs.{k}`: {e}"),
+                    })
+                })?;
+                map.insert(k.clone(), v);
+            }
+            ctx.register_outputs(ctx.root(), map).await.map_err(|e| {
+                Some(ResourceFailure::Failed {
+                    resource: "(stack)".into(),
+                    message: format!("registering the stack's outputs failed: {e}"),
+                })
+            })
+        }
+    };
+
+    let all = join_all(order.iter().map(|n| slots[n].clone()));
+    let (results, outputs) = futures::join!(all, outputs);
+    let errors: Vec<ResourceFailure> = results.into_iter().filter_map(Result::err).collect();
+    // Report the resources that failed themselves; those skipped because
+    // of them follow from it.
+    let mut failures: Vec<ResourceFailure> = errors
+        .iter()
+        .filter(|f| matches!(f, ResourceFailure::Failed { .. }))
+        .cloned()
+        .collect();
+    if failures.is_empty() {
+        failures = errors;
+    }
+    if let Err(Some(f)) = outputs {
+        failures.push(f);
+    }
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(RunError(failures))
+    }
+}
+
+/// The registration of one resource, with its references resolved.
+fn goal(
+    file: &ProgramFile,
+    spec: &ResourceSpec,
+    resolved: &HashMap<String, Registered>,
+    preview: bool,
+) -> Result<Goal, String> {
+    let env = Env {
+        config: &file.config,
+        resources: resolved,
+        preview,
+    };
+    let urn = |name: &str| -> Result<Urn, String> {
+        resolved
+            .get(name)
+            .map(|r| r.urn.clone())
+            .ok_or_else(|| format!("`{name}` was not registered"))
+    };
+    let mut inputs = PropertyMap::new();
+    let mut property_dependencies = std::collections::BTreeMap::new();
+    let mut depends_on: Vec<Urn> = Vec::new();
+    for (k, t) in &spec.properties {
+        let v = t
+            .eval(&env)
+            .map_err(|e| format!("key `properties.{k}`: {e}"))?;
+        inputs.insert(k.clone(), v);
+        let refs = t.resources();
+        if !refs.is_empty() {
+            let urns = refs.into_iter().map(urn).collect::<Result<Vec<_>, _>>()?;
+            property_dependencies.insert(k.clone(), urns);
+        }
+    }
+    let o = &spec.options;
+    for d in &o.depends_on {
+        depends_on.push(urn(d)?);
+    }
+    for u in property_dependencies.values().flatten() {
+        if !depends_on.contains(u) {
+            depends_on.push(u.clone());
+        }
+    }
+    let provider = match &o.provider {
+        None => None,
+        Some(ProviderSpec::Reference(r)) => Some(r.to_string()),
+        Some(ProviderSpec::Resource(name)) => {
+            let reg = resolved
+                .get(name)
+                .ok_or_else(|| format!("provider `{name}` was not registered"))?;
+            let id = if reg.id.is_empty() {
+                UNKNOWN_ID
+            } else {
+                &reg.id
+            };
+            let r = ProviderRef::new(reg.urn.clone(), id)
+                .map_err(|e| format!("key `options.provider`: {e}"))?;
+            Some(r.to_string())
+        }
+    };
+    let mut aliases = Vec::with_capacity(o.aliases.len());
+    for a in &o.aliases {
+        aliases.push(match a {
+            AliasEntry::Urn(u) => Alias::Urn(u.clone()),
+            AliasEntry::Spec {
+                name,
+                ty,
+                parent,
+                stack,
+                project,
+            } => Alias::Spec(AliasSpec {
+                name: name.clone(),
+                ty: ty.clone(),
+                parent: match parent {
+                    None => None,
+                    Some(AliasParentSpec::NoParent) => Some(AliasParent::NoParent),
+                    Some(AliasParentSpec::Urn(u)) => Some(AliasParent::Urn(u.clone())),
+                    Some(AliasParentSpec::Resource(n)) => Some(AliasParent::Urn(urn(n)?)),
+                },
+                stack: stack.clone(),
+                project: project.clone(),
+            }),
+        });
+    }
+    Ok(Goal {
+        ty: spec.ty.clone(),
+        name: spec.name.clone(),
+        custom: !spec.component,
+        inputs,
+        options: ResourceOptions {
+            parent: o.parent.as_deref().map(urn).transpose()?,
+            depends_on,
+            property_dependencies,
+            provider,
+            protect: o.protect,
+            retain_on_delete: o.retain_on_delete,
+            deleted_with: o.deleted_with.as_deref().map(urn).transpose()?,
+            delete_before_replace: o.delete_before_replace,
+            aliases,
+            custom_timeouts: o.custom_timeouts.clone(),
+            ignore_changes: o.ignore_changes.clone(),
+            replace_on_changes: o.replace_on_changes.clone(),
+            additional_secret_outputs: o.additional_secret_outputs.clone(),
+            ..ResourceOptions::default()
+        },
+    })
+}

@@ -1,0 +1,179 @@
+//! Read-only views: `keel state show` (the resources as a tree by parent)
+//! and `keel cloud list` (the simulated cloud's objects).
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{json, Value};
+
+use super::display::mask_map;
+use crate::model::{Deployment, State};
+use crate::provider::sim::SimObject;
+
+/// The resources of a deployment as a forest: indexes of the roots, and
+/// the children of each resource, in state order. A resource whose parent
+/// is not in the deployment is a root.
+fn forest(d: &Deployment) -> (Vec<usize>, HashMap<usize, Vec<usize>>) {
+    let mut index: HashMap<&str, usize> = HashMap::new();
+    for (i, r) in d.resources.iter().enumerate() {
+        // The live resource wins over one marked for deletion.
+        if !r.delete || !index.contains_key(r.urn.as_str()) {
+            index.insert(r.urn.as_str(), i);
+        }
+    }
+    let mut roots = Vec::new();
+    let mut children: HashMap<usize, Vec<usize>> = HashMap::new();
+    for (i, r) in d.resources.iter().enumerate() {
+        match index.get(r.parent.as_str()) {
+            Some(&p) if !r.parent.is_empty() && p != i => children.entry(p).or_default().push(i),
+            _ => roots.push(i),
+        }
+    }
+    (roots, children)
+}
+
+fn label(r: &State) -> String {
+    let mut s = format!("{}  {}", r.ty, r.urn.name());
+    if !r.id.is_empty() {
+        s.push_str(&format!("  (id {})", r.id));
+    }
+    let mut flags = Vec::new();
+    if r.protect {
+        flags.push("protected");
+    }
+    if r.delete {
+        flags.push("pending delete");
+    }
+    if r.pending_replacement {
+        flags.push("pending replacement");
+    }
+    if r.external {
+        flags.push("external");
+    }
+    if r.retain_on_delete {
+        flags.push("retained on delete");
+    }
+    if !flags.is_empty() {
+        s.push_str(&format!("  [{}]", flags.join(", ")));
+    }
+    s
+}
+
+struct Tree<'a> {
+    d: &'a Deployment,
+    children: HashMap<usize, Vec<usize>>,
+    seen: HashSet<usize>,
+    lines: Vec<String>,
+}
+
+impl Tree<'_> {
+    fn walk(&mut self, i: usize, lead: &str, branch: &str, child_lead: &str) {
+        if !self.seen.insert(i) {
+            return;
+        }
+        self.lines
+            .push(format!("{lead}{branch}{}", label(&self.d.resources[i])));
+        let kids = self.children.get(&i).cloned().unwrap_or_default();
+        let n = kids.len();
+        for (j, k) in kids.into_iter().enumerate() {
+            let (b, p) = if j + 1 == n {
+                ("└─ ", "   ")
+            } else {
+                ("├─ ", "│  ")
+            };
+            self.walk(k, &format!("{lead}{child_lead}"), b, p);
+        }
+    }
+}
+
+/// The tree as text lines.
+pub fn tree_lines(d: &Deployment) -> Vec<String> {
+    let (roots, children) = forest(d);
+    let mut tree = Tree {
+        d,
+        children,
+        seen: HashSet::new(),
+        lines: Vec::new(),
+    };
+    for r in roots {
+        tree.walk(r, "", "", "");
+    }
+    tree.lines
+}
+
+/// The tree as JSON: an array of root nodes, each
+/// `{"urn", "type", "name", "id", "custom", "protect", "delete", "outputs",
+/// "children"}` with secrets masked.
+pub fn tree_json(d: &Deployment) -> Value {
+    let (roots, children) = forest(d);
+    fn node(
+        d: &Deployment,
+        children: &HashMap<usize, Vec<usize>>,
+        i: usize,
+        seen: &mut HashSet<usize>,
+    ) -> Option<Value> {
+        if !seen.insert(i) {
+            return None;
+        }
+        let r = &d.resources[i];
+        let kids: Vec<Value> = children
+            .get(&i)
+            .into_iter()
+            .flatten()
+            .filter_map(|&k| node(d, children, k, seen))
+            .collect();
+        let outputs: serde_json::Map<String, Value> = mask_map(&r.outputs)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_json()))
+            .collect();
+        Some(json!({
+            "urn": r.urn.as_str(),
+            "type": r.ty.as_str(),
+            "name": r.urn.name(),
+            "id": r.id,
+            "custom": r.custom,
+            "protect": r.protect,
+            "delete": r.delete,
+            "outputs": outputs,
+            "children": kids,
+        }))
+    }
+    let mut seen = HashSet::new();
+    Value::Array(
+        roots
+            .into_iter()
+            .filter_map(|r| node(d, &children, r, &mut seen))
+            .collect(),
+    )
+}
+
+/// The simulated cloud's objects as `[{"id", "type", "name", "properties"}]`
+/// (properties: the outputs, in the checkpoint encoding).
+pub fn cloud_json(objects: &[SimObject]) -> Value {
+    Value::Array(
+        objects
+            .iter()
+            .map(|o| {
+                let props: serde_json::Map<String, Value> = o
+                    .outputs
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_json()))
+                    .collect();
+                json!({"id": o.id, "type": o.ty, "name": o.name, "properties": props})
+            })
+            .collect(),
+    )
+}
+
+/// The simulated cloud's objects as a table.
+pub fn cloud_lines(objects: &[SimObject]) -> Vec<String> {
+    if objects.is_empty() {
+        return vec!["the simulated cloud is empty".into()];
+    }
+    let w_id = objects.iter().map(|o| o.id.len()).max().unwrap_or(2).max(2);
+    let w_ty = objects.iter().map(|o| o.ty.len()).max().unwrap_or(4).max(4);
+    let mut lines = vec![format!("{:<w_id$}  {:<w_ty$}  NAME", "ID", "TYPE")];
+    for o in objects {
+        lines.push(format!("{:<w_id$}  {:<w_ty$}  {}", o.id, o.ty, o.name));
+    }
+    lines
+}

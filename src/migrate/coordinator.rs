@@ -1,0 +1,357 @@
+//! The MigrationCoordinator actor: runs one registration's component
+//! migration (`migrations.md` §3) with the pipeline paused.
+//!
+//! The step generator asks it once its own continuations have drained. It
+//! finds the prior root; with none, nothing runs. Otherwise it fences the
+//! source, quiesces the execution gate (waiting for every chain already
+//! submitted), runs the pre-callback checks, the callbacks (each with its
+//! timeout) through the [`Chain`], the final checks, prepares the
+//! transaction, persists it, commits it through `sync::commit` into the
+//! published prior list, emits the migration event and resumes. The
+//! deterministic work is in the sibling modules; this actor only sequences
+//! it and does the I/O. A rejection leaves live and persisted state exactly
+//! as they were.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+
+use super::chain::{CallbackOutput, Chain, ChainOutcome};
+use super::check::{self, Context, OperationOptions};
+use super::rules::MigrationError;
+use super::subtree::{find_root, Subtree};
+use super::transaction::{self, Slot};
+use crate::events::{EngineEvent, EventSink};
+use crate::model::snapshot::Snippet;
+use crate::model::{State, Urn};
+use crate::persist::actor::PersistMsg;
+use crate::persist::migration::{ListItem, MigrationMutation};
+use crate::persist::{Mutation, PersistError};
+use crate::plan::step::{lock, share, StateRef};
+use crate::source::migration::{StateMigrationArgs, StateMigrations};
+use crate::source::SourceMsg;
+use crate::sync::gate::Gate;
+use crate::sync::shim::ArcSwap;
+use crate::sync::{commit, CommitFields, Slot as CommitSlot, StateList, Transaction};
+
+impl CommitFields for State {
+    fn copy_commit_fields_from(&mut self, prepared: &Self) {
+        transaction::copy_commit_fields(prepared, self);
+    }
+}
+
+/// One registration's migration request.
+#[derive(Debug)]
+pub struct MigrationRequest {
+    /// The registration's URN.
+    pub registration: Urn,
+    /// Its aliases' URNs, in order (normalized by earlier migrations).
+    pub aliases: Vec<Urn>,
+    /// The callbacks.
+    pub migrations: StateMigrations,
+    /// Prior URNs claimed through an alias earlier in this deployment.
+    pub claimed: HashSet<Urn>,
+    /// URNs registered earlier in this deployment.
+    pub registered: HashSet<Urn>,
+    /// The operation's restrictions.
+    pub options: OperationOptions,
+    /// Whether the prior snapshot has pending operations.
+    pub pending_operations: bool,
+    /// The persisted snippets.
+    pub snippets: Vec<Snippet>,
+    /// The deployment's extensions.
+    pub extensions: serde_json::Value,
+    /// States written earlier in this operation (their references follow).
+    pub news: Vec<StateRef>,
+}
+
+/// What a migration did.
+#[derive(Debug)]
+pub enum MigrationOutcome {
+    /// No prior root: nothing ran.
+    NoRoot,
+    /// The callbacks changed nothing.
+    Noop {
+        /// How many callbacks ran.
+        callbacks_called: usize,
+    },
+    /// The migration was committed.
+    Committed {
+        /// The chain's outcome (successor maps and identities).
+        outcome: Box<ChainOutcome>,
+        /// The prior root's URN.
+        root: Urn,
+        /// URNs in the result but not in the prior subtree.
+        added: Vec<Urn>,
+        /// How many callbacks ran.
+        callbacks_called: usize,
+        /// Time spent waiting for the pipeline to drain.
+        quiesce_ms: f64,
+        /// Time from quiesce to resume.
+        migrate_ms: f64,
+    },
+    /// The migration was rejected; nothing changed.
+    Rejected {
+        /// Why.
+        error: MigrationError,
+        /// How many callbacks ran.
+        callbacks_called: usize,
+    },
+}
+
+/// Messages to the coordinator.
+#[derive(Debug)]
+pub enum CoordMsg {
+    /// Run a registration's migration.
+    Migrate(Box<MigrationRequest>, RpcReplyPort<MigrationOutcome>),
+}
+
+/// What the coordinator works with.
+#[derive(Debug, Clone)]
+pub struct CoordArgs {
+    /// The source, fenced during a migration.
+    pub source: ActorRef<SourceMsg>,
+    /// The execution gate, quiesced during a migration.
+    pub gate: Gate,
+    /// The published prior list.
+    pub prior: Arc<ArcSwap<StateList<State>>>,
+    /// The persister.
+    pub persister: ActorRef<PersistMsg>,
+    /// Where the migration event goes.
+    pub events: EventSink,
+}
+
+/// The MigrationCoordinator actor.
+#[derive(Debug, Default)]
+pub struct CoordinatorActor;
+
+impl Actor for CoordinatorActor {
+    type Msg = CoordMsg;
+    type State = CoordArgs;
+    type Arguments = CoordArgs;
+
+    async fn pre_start(
+        &self,
+        _myself: ActorRef<CoordMsg>,
+        args: CoordArgs,
+    ) -> Result<CoordArgs, ActorProcessingErr> {
+        Ok(args)
+    }
+
+    async fn handle(
+        &self,
+        _myself: ActorRef<CoordMsg>,
+        msg: CoordMsg,
+        state: &mut CoordArgs,
+    ) -> Result<(), ActorProcessingErr> {
+        let CoordMsg::Migrate(req, reply) = msg;
+        let outcome = migrate(state, *req).await;
+        let _ = reply.send(outcome);
+        Ok(())
+    }
+}
+
+fn snapshot_states(list: &StateList<State>) -> Vec<State> {
+    list.iter().map(|s| lock(s).clone()).collect()
+}
+
+async fn migrate(env: &CoordArgs, req: MigrationRequest) -> MigrationOutcome {
+    // Without a prior root nothing runs and nothing pauses.
+    {
+        let prior = env.prior.load_full();
+        let states = snapshot_states(&prior);
+        if find_root(&states, &req.registration, &req.aliases).is_none() {
+            return MigrationOutcome::NoRoot;
+        }
+    }
+    let started = Instant::now();
+    // Quiesce: stop admitting events, then wait for every chain submitted.
+    let _ = env.source.call(SourceMsg::Fence, None).await;
+    let quiesced = env.gate.quiesce().await;
+    let quiesce_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let mut called = 0;
+    let result = run(env, &req, &quiesced, &mut called).await;
+    quiesced.resume();
+    let _ = env.source.cast(SourceMsg::Unfence);
+    let migrate_ms = started.elapsed().as_secs_f64() * 1000.0;
+    match result {
+        Ok(None) => MigrationOutcome::Noop {
+            callbacks_called: called,
+        },
+        Ok(Some((outcome, root, added))) => MigrationOutcome::Committed {
+            outcome: Box::new(outcome),
+            root,
+            added,
+            callbacks_called: called,
+            quiesce_ms,
+            migrate_ms,
+        },
+        Err(error) => MigrationOutcome::Rejected {
+            error,
+            callbacks_called: called,
+        },
+    }
+}
+
+type Committed = (ChainOutcome, Urn, Vec<Urn>);
+
+async fn run(
+    env: &CoordArgs,
+    req: &MigrationRequest,
+    quiesced: &crate::sync::gate::Quiesced,
+    called: &mut usize,
+) -> Result<Option<Committed>, MigrationError> {
+    // Re-read the prior list now that nothing runs.
+    let live = env.prior.load_full();
+    let prior = snapshot_states(&live);
+    let Some(root) = find_root(&prior, &req.registration, &req.aliases) else {
+        return Ok(None);
+    };
+    let subtree = Subtree::collect(&prior, root.index);
+    let ctx = Context {
+        registration: &req.registration,
+        prior: &prior,
+        subtree: &subtree,
+        claimed: &req.claimed,
+        registered: &req.registered,
+        extensions: &req.extensions,
+        snippets: &req.snippets,
+        pending_operations: req.pending_operations,
+        options: req.options,
+    };
+    check::pre_callback(&ctx)?;
+
+    let mut chain = Chain::new(req.registration.clone(), subtree.states(&prior));
+    let n = req.migrations.callbacks.len();
+    for (i, callback) in req.migrations.callbacks.iter().enumerate() {
+        let input = chain.input_json();
+        let args: StateMigrationArgs = serde_json::from_value(input).map_err(|e| {
+            MigrationError::callback_failed(
+                &req.registration,
+                i + 1,
+                n,
+                format!("cannot build its input: {e}"),
+            )
+        })?;
+        *called += 1;
+        let answer = callback
+            .call(args, req.migrations.timeout)
+            .await
+            .map_err(|e| MigrationError::callback_failed(&req.registration, i + 1, n, e))?;
+        let output = match answer {
+            None => CallbackOutput::NoChange,
+            Some(r) => {
+                let json = serde_json::to_value(&r).unwrap_or_default();
+                CallbackOutput::from_json(&req.registration, i + 1, n, &json)?
+            }
+        };
+        chain.apply(i + 1, n, output)?;
+    }
+    let outcome = chain.finish()?;
+    if outcome.noop {
+        return Ok(None);
+    }
+    check::validate(&ctx, &outcome)?;
+    let prepared = transaction::prepare(&req.registration, &prior, &subtree, &outcome)?;
+
+    // The fresh handles are shared by the persisted record and the commit.
+    let mut fresh: Vec<Option<StateRef>> = prepared
+        .states
+        .iter()
+        .map(|s| Some(share(s.clone())))
+        .collect();
+    let mut list = Vec::with_capacity(prepared.order.len());
+    let mut base_patches = Vec::new();
+    let mut commit_list = Vec::with_capacity(prepared.order.len());
+    for slot in &prepared.order {
+        match slot {
+            Slot::Base { index, patched } => {
+                let handle = live[*index].clone();
+                list.push(ListItem::Retained(handle.clone()));
+                match patched {
+                    Some(p) => {
+                        base_patches.push((handle.clone(), (**p).clone()));
+                        commit_list.push(CommitSlot::Retained {
+                            live: handle,
+                            prepared: (**p).clone(),
+                        });
+                    }
+                    None => commit_list.push(CommitSlot::Fresh(handle)),
+                }
+            }
+            Slot::Result { index } => {
+                let handle = fresh[*index]
+                    .take()
+                    .unwrap_or_else(|| share(prepared.states[*index].clone()));
+                list.push(ListItem::Fresh(handle.clone()));
+                commit_list.push(CommitSlot::Fresh(handle));
+            }
+        }
+    }
+    let new_patches: Vec<(StateRef, State)> = req
+        .news
+        .iter()
+        .filter_map(|s| {
+            let current = lock(s).clone();
+            outcome.rewrite_outside(&current).map(|p| (s.clone(), p))
+        })
+        .collect();
+
+    // Persist; a failure changes nothing.
+    let mutation = Mutation::Migration(Box::new(MigrationMutation {
+        list,
+        base_patches,
+        new_patches: new_patches.clone(),
+    }));
+    let persisted = env
+        .persister
+        .call(|reply| PersistMsg::Mutate(mutation, reply), None)
+        .await;
+    match persisted {
+        Ok(ractor::rpc::CallResult::Success(Ok(()))) => {}
+        Ok(ractor::rpc::CallResult::Success(Err(e))) => {
+            return Err(MigrationError::persistence_failed(&req.registration, e))
+        }
+        other => {
+            return Err(MigrationError::persistence_failed(
+                &req.registration,
+                PersistError::Stopped(format!("{other:?}")),
+            ))
+        }
+    }
+
+    // Commit: copy fields into live handles and publish the list at once.
+    commit(
+        &env.prior,
+        quiesced,
+        Transaction {
+            current_rewrites: new_patches,
+            list: commit_list,
+        },
+    );
+
+    let before: HashSet<&Urn> = subtree
+        .all_sorted()
+        .iter()
+        .map(|&i| &prior[i].urn)
+        .collect();
+    let added: Vec<Urn> = outcome
+        .result
+        .iter()
+        .map(|s| s.urn.clone())
+        .filter(|u| !before.contains(u))
+        .collect();
+    env.events.send(EngineEvent::Migration {
+        urn: req.registration.clone(),
+        added: added.clone(),
+        successors: outcome
+            .original_to_final
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<BTreeMap<_, _>>(),
+    });
+    let root_urn = prior[root.index].urn.clone();
+    Ok(Some((outcome, root_urn, added)))
+}

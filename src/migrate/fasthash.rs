@@ -1,0 +1,75 @@
+//! A fast, non-cryptographic hasher for the URN-keyed maps of the migration
+//! core (the prior list can hold 100,000 states; SipHash over every URN of
+//! it costs more than the rest of the work). The keys come from the stack's
+//! own state, so hash flooding is not a concern here.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A hash map with [`FastHasher`].
+pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
+/// A hash set with [`FastHasher`].
+pub(crate) type FastSet<K> = HashSet<K, BuildHasherDefault<FastHasher>>;
+
+/// The Fx hash (as in rustc): a multiply-rotate over 8-byte words.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct FastHasher(u64);
+
+const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl FastHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(SEED);
+    }
+}
+
+impl Hasher for FastHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn maps_work() {
+        let mut m: FastMap<&str, usize> = FastMap::default();
+        for (i, k) in ["a", "bbbbbbbbb", "bbbbbbbbc", ""].iter().enumerate() {
+            m.insert(k, i);
+        }
+        assert_eq!(m.len(), 4);
+        assert_eq!(m["bbbbbbbbc"], 2);
+        let s: FastSet<usize> = (0..100).collect();
+        assert!(s.contains(&99));
+    }
+}

@@ -1,0 +1,888 @@
+//! Preparing the transaction (`migrations.md` §6) and the journal layout
+//! with its replay (§10).
+//!
+//! [`prepare`] rewrites every retained prior state with `original -> final`
+//! (a state that does not change stays the same object: no copy), builds
+//! the candidate list (the prior list without the subtree, the whole result
+//! inserted at the position of the last prior subtree member), sorts it
+//! with the deterministic topological sort of §6.3 ([`sort`]) and verifies
+//! the integrity of the sorted list ([`verify`]). The [`Prepared`] result
+//! says, slot by slot, where each state of the new prior list comes from,
+//! so that a committer can keep the `Arc` of every retained state
+//! ([`Prepared::into_transaction`]), and carries the journal entry's
+//! `layout`, `states` and `baseStatePatches`; [`apply_layout`] is the
+//! replay, the exact inverse.
+
+use std::collections::HashMap;
+use std::fmt;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::ser::{SerializeMap, Serializer};
+use serde::{Deserialize, Serialize};
+
+use super::chain::ChainOutcome;
+use super::fasthash::{FastMap, FastSet};
+use super::rules::{MigrationError, Result};
+use super::subtree::Subtree;
+use crate::model::state::Reference;
+use crate::model::{ProviderRef, State, Urn};
+use crate::sync::shim::{Arc, Mutex};
+use crate::sync::{Slot as CommitSlot, Transaction};
+
+/// Where one state of the prepared prior list comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Slot {
+    /// A retained prior state, by its index in the prior (base) list, with
+    /// its prepared copy when its references changed (`None`: the same
+    /// object, unchanged).
+    Base {
+        /// Its index in the prior list.
+        index: usize,
+        /// The rewritten copy, when something changed.
+        patched: Option<Box<State>>,
+    },
+    /// A state of the migration's result, by its index in
+    /// [`Prepared::states`].
+    Result {
+        /// Its index in [`Prepared::states`].
+        index: usize,
+    },
+}
+
+/// One item of a journal `state-migration` entry's layout: `{"baseIndex":
+/// i}` or `{"stateIndex": j}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum LayoutItem {
+    /// A retained base state, by its index in the base snapshot.
+    Base(usize),
+    /// A result state, by its index in the entry's `states`.
+    State(usize),
+}
+
+impl Serialize for LayoutItem {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(Some(1))?;
+        match self {
+            Self::Base(i) => m.serialize_entry("baseIndex", i)?,
+            Self::State(j) => m.serialize_entry("stateIndex", j)?,
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for LayoutItem {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = LayoutItem;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("{\"baseIndex\": i} or {\"stateIndex\": j}")
+            }
+            fn visit_map<A: MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<LayoutItem, A::Error> {
+                let mut item = None;
+                while let Some(key) = map.next_key::<String>()? {
+                    let value: usize = map.next_value()?;
+                    let next = match key.as_str() {
+                        "baseIndex" => LayoutItem::Base(value),
+                        "stateIndex" => LayoutItem::State(value),
+                        other => {
+                            return Err(de::Error::unknown_field(
+                                other,
+                                &["baseIndex", "stateIndex"],
+                            ))
+                        }
+                    };
+                    if item.replace(next).is_some() {
+                        return Err(de::Error::custom("a layout item has exactly one key"));
+                    }
+                }
+                item.ok_or_else(|| de::Error::custom("an empty layout item"))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A prepared migration transaction (§6): the new prior list, slot by
+/// slot, and the journal entry's parts (§10).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prepared {
+    /// The sorted, verified prior list: where each state comes from.
+    pub order: Vec<Slot>,
+    /// The result states in their prepared (sorted) order: the journal
+    /// entry's `states`.
+    pub states: Vec<State>,
+    /// The journal entry's `layout` (one item per slot of `order`).
+    pub layout: Vec<LayoutItem>,
+    /// Base indices of the retained states whose references changed
+    /// (ascending): the journal entry's `baseStatePatches` indices.
+    pub base_patches: Vec<usize>,
+}
+
+impl Prepared {
+    /// The state in slot `slot`, given the prior (base) list.
+    pub fn state_at<'a>(&'a self, base: &'a [State], slot: usize) -> &'a State {
+        match &self.order[slot] {
+            Slot::Base {
+                patched: Some(p), ..
+            } => p,
+            Slot::Base { index, .. } => &base[*index],
+            Slot::Result { index } => &self.states[*index],
+        }
+    }
+
+    /// The URNs of the prepared prior list, in order.
+    pub fn urns<'a>(&'a self, base: &'a [State]) -> Vec<&'a Urn> {
+        (0..self.order.len())
+            .map(|i| &self.state_at(base, i).urn)
+            .collect()
+    }
+
+    /// The prepared prior list as owned states (what full-checkpoint
+    /// persistence writes).
+    pub fn prior_list(&self, base: &[State]) -> Vec<State> {
+        (0..self.order.len())
+            .map(|i| self.state_at(base, i).clone())
+            .collect()
+    }
+
+    /// The retained rewrites: each patched base index and its prepared copy,
+    /// in ascending index order (the journal's `baseStatePatches`).
+    pub fn base_patch_states(&self) -> Vec<(usize, &State)> {
+        let mut out: Vec<(usize, &State)> = self
+            .order
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Base {
+                    index,
+                    patched: Some(p),
+                } => Some((*index, &**p)),
+                _ => None,
+            })
+            .collect();
+        out.sort_by_key(|(i, _)| *i);
+        out
+    }
+
+    /// The commit transaction (§7) over the live prior list `live` (the
+    /// list the prior indices refer to): a retained state keeps its `Arc`
+    /// (with its prepared copy when its references changed), a result state
+    /// gets a new one. `current_rewrites` is left empty for the caller.
+    ///
+    /// # Panics
+    /// When a base index is out of bounds of `live`.
+    pub fn into_transaction(self, live: &[Arc<Mutex<State>>]) -> Transaction<State> {
+        let mut states: Vec<Option<State>> = self.states.into_iter().map(Some).collect();
+        let list = self
+            .order
+            .into_iter()
+            .map(|slot| match slot {
+                Slot::Base {
+                    index,
+                    patched: Some(prepared),
+                } => CommitSlot::Retained {
+                    live: live[index].clone(),
+                    prepared: *prepared,
+                },
+                Slot::Base {
+                    index,
+                    patched: None,
+                } => CommitSlot::Fresh(live[index].clone()),
+                Slot::Result { index } => CommitSlot::Fresh(Arc::new(Mutex::new(
+                    states[index].take().unwrap_or_default(),
+                ))),
+            })
+            .collect();
+        Transaction {
+            current_rewrites: Vec::new(),
+            list,
+        }
+    }
+}
+
+/// Copies the fields a commit publishes (§7 step 2: `parent`,
+/// `dependencies`, `propertyDependencies`, `deletedWith`, `replaceWith`,
+/// `viewOf`, `provider`, `inputs`, `outputs`, `replacementTrigger`) from a
+/// prepared copy into a live state. (For an implementation of
+/// [`crate::sync::CommitFields`] on [`State`].)
+pub fn copy_commit_fields(from: &State, into: &mut State) {
+    into.parent.clone_from(&from.parent);
+    into.dependencies.clone_from(&from.dependencies);
+    into.property_dependencies
+        .clone_from(&from.property_dependencies);
+    into.deleted_with.clone_from(&from.deleted_with);
+    into.replace_with.clone_from(&from.replace_with);
+    into.view_of.clone_from(&from.view_of);
+    into.provider.clone_from(&from.provider);
+    into.inputs.clone_from(&from.inputs);
+    into.outputs.clone_from(&from.outputs);
+    into.replacement_trigger
+        .clone_from(&from.replacement_trigger);
+}
+
+/// A member of the candidate list.
+#[derive(Clone, Copy)]
+enum Candidate {
+    Base(usize),
+    Result(usize),
+}
+
+/// Prepares the transaction of a changing migration (§6 steps 1–4) over
+/// the prior list `prior`, its `subtree` and the chain's `outcome` (which
+/// passed [`validate`](super::check::validate); every subtree member,
+/// including one pending deletion — which `pending-delete` refuses
+/// beforehand — leaves the list). Step 5 (`news`/`reads`) is
+/// [`ChainOutcome::rewrite_outside`] on each such state.
+///
+/// # Errors
+/// `invalid-snapshot` when the candidate list has a cycle or the sorted
+/// list fails integrity (`checkpoint.md` §4).
+pub fn prepare(
+    registration: &Urn,
+    prior: &[State],
+    subtree: &Subtree,
+    outcome: &ChainOutcome,
+) -> Result<Prepared> {
+    // 1. Retained rewrites (sparse: most states do not change).
+    let mut patched: FastMap<usize, State> = FastMap::default();
+    for (i, s) in prior.iter().enumerate() {
+        if !subtree.contains(i) {
+            if let Some(p) = outcome.rewrite_outside(s) {
+                patched.insert(i, p);
+            }
+        }
+    }
+    // 2. The candidate list.
+    let last = subtree
+        .all_sorted()
+        .last()
+        .copied()
+        .unwrap_or(subtree.root());
+    let mut candidates: Vec<Candidate> = Vec::with_capacity(prior.len() + outcome.result.len());
+    for i in 0..prior.len() {
+        if i == last {
+            candidates.extend((0..outcome.result.len()).map(Candidate::Result));
+        }
+        if !subtree.contains(i) {
+            candidates.push(Candidate::Base(i));
+        }
+    }
+    let order = {
+        let list: Vec<&State> = candidates
+            .iter()
+            .map(|c| match *c {
+                Candidate::Base(i) => patched.get(&i).unwrap_or(&prior[i]),
+                Candidate::Result(r) => &outcome.result[r],
+            })
+            .collect();
+        // 3. Sort; 4. verify.
+        let order =
+            sort_verified(&list).map_err(|e| MigrationError::invalid_snapshot(registration, e))?;
+        debug_assert!(verify(&order.iter().map(|&i| list[i]).collect::<Vec<_>>()).is_ok());
+        order
+    };
+
+    let mut prepared = Prepared {
+        order: Vec::with_capacity(order.len()),
+        states: Vec::with_capacity(outcome.result.len()),
+        layout: Vec::with_capacity(order.len()),
+        base_patches: patched.keys().copied().collect(),
+    };
+    for &c in &order {
+        match candidates[c] {
+            Candidate::Base(index) => {
+                let p = patched.remove(&index).map(Box::new);
+                prepared.order.push(Slot::Base { index, patched: p });
+                prepared.layout.push(LayoutItem::Base(index));
+            }
+            Candidate::Result(r) => {
+                let j = prepared.states.len();
+                prepared.states.push(outcome.result[r].clone());
+                prepared.order.push(Slot::Result { index: j });
+                prepared.layout.push(LayoutItem::State(j));
+            }
+        }
+    }
+    prepared.base_patches.sort_unstable();
+    Ok(prepared)
+}
+
+/// The deterministic topological sort of §6.3 over `list` (the candidate
+/// list): depth-first post-order in list order; a state's edges are its
+/// provider, parent, dependencies, property dependencies, `deletedWith` and
+/// `replaceWith`; its unvisited targets are visited in ascending list
+/// position. Where a URN has a pending-delete copy and a live one, an edge
+/// from a pending-delete state goes to the pending-delete copy (the nearest
+/// one before it, else the first) and any other edge to the live one; a
+/// provider edge goes to a copy with the referenced ID when there is one.
+/// Targets that are not in the list are ignored (integrity reports them).
+/// An already sorted list comes out unchanged.
+///
+/// Returns the sorted positions.
+///
+/// # Errors
+/// A description of a cycle.
+pub fn sort(list: &[&State]) -> std::result::Result<Vec<usize>, String> {
+    let graph = Graph::build(list);
+    graph.sort(list)
+}
+
+/// [`sort`], then the integrity rules of `checkpoint.md` §4 on the sorted
+/// list (the same rules as [`verify`], decided from the sort's graph: every
+/// resolved edge target precedes its source once sorted, so no second pass
+/// over the list is needed).
+///
+/// # Errors
+/// A description of a cycle or of a broken integrity rule.
+pub fn sort_verified(list: &[&State]) -> std::result::Result<Vec<usize>, String> {
+    let graph = Graph::build(list);
+    if let Some(problem) = graph.problem {
+        return Err(problem);
+    }
+    graph.sort(list)
+}
+
+/// The reference graph of a candidate list.
+struct Graph {
+    /// `edges[starts[v]..starts[v + 1]]`: state `v`'s targets, resolved,
+    /// ascending and de-duplicated.
+    starts: Vec<usize>,
+    edges: Vec<usize>,
+    /// The first integrity problem found (in list order), if any.
+    problem: Option<String>,
+}
+
+impl Graph {
+    fn build(list: &[&State]) -> Self {
+        #[derive(Default)]
+        struct Copies {
+            live: Option<usize>,
+            deleted: Vec<usize>,
+        }
+        let mut problem: Option<String> = None;
+        let mut note = |p: String| {
+            problem.get_or_insert(p);
+        };
+        let mut by_urn: FastMap<&str, Copies> = FastMap::default();
+        by_urn.reserve(list.len());
+        for (i, s) in list.iter().enumerate() {
+            let c = by_urn.entry(s.urn.as_str()).or_default();
+            if s.delete {
+                c.deleted.push(i);
+            } else if c.live.is_none() {
+                c.live = Some(i);
+            } else {
+                note(format!(
+                    "more than one resource with URN {} is not marked for deletion",
+                    s.urn
+                ));
+            }
+        }
+        // The copy an edge from `from` to URN `target` goes to; with `id`, a
+        // provider copy with that ID.
+        let resolve = |target: &str, from: usize, id: Option<&str>| -> Option<usize> {
+            let c = by_urn.get(target)?;
+            let ok = |i: &usize| id.is_none_or(|id| list[*i].ty.is_provider() && list[*i].id == id);
+            if list[from].delete {
+                let before = c.deleted.iter().rev().find(|&&d| d < from && ok(&d));
+                if let Some(d) = before.or_else(|| c.deleted.iter().find(|d| ok(d))) {
+                    return Some(*d);
+                }
+            }
+            c.live
+                .filter(ok)
+                .or_else(|| c.deleted.iter().copied().find(ok))
+        };
+        let mut starts: Vec<usize> = Vec::with_capacity(list.len() + 1);
+        let mut edges: Vec<usize> = Vec::with_capacity(list.len() * 2);
+        for (v, s) in list.iter().enumerate() {
+            let from = edges.len();
+            starts.push(from);
+            if s.urn.is_empty() {
+                note(format!("resource #{v} has no URN"));
+            } else if s.ty.is_empty() {
+                note(format!("resource {} has no type", s.urn));
+            } else if !s.custom && !s.id.is_empty() {
+                note(format!(
+                    "component resource {} has an ID (`{}`)",
+                    s.urn, s.id
+                ));
+            }
+            if !s.provider.is_empty() {
+                let found = s
+                    .provider
+                    .rsplit_once("::")
+                    .and_then(|(u, id)| resolve(u, v, Some(id)));
+                match found {
+                    Some(t) => edges.push(t),
+                    None => note(match ProviderRef::parse(&s.provider) {
+                        Err(e) => {
+                            format!("resource {} has an invalid provider reference: {e}", s.urn)
+                        }
+                        Ok(_) => format!(
+                            "resource {}'s provider {} is not in the list",
+                            s.urn, s.provider
+                        ),
+                    }),
+                }
+            }
+            for (kind, target) in s.references() {
+                match resolve(target.as_str(), v, None) {
+                    Some(t) => edges.push(t),
+                    None => note(format!(
+                        "resource {}'s {kind} {target} is not in the list",
+                        s.urn
+                    )),
+                }
+            }
+            edges[from..].sort_unstable();
+            let mut w = from;
+            for r in from..edges.len() {
+                if r == from || edges[r] != edges[w - 1] {
+                    edges[w] = edges[r];
+                    w += 1;
+                }
+            }
+            edges.truncate(w);
+        }
+        starts.push(edges.len());
+        Self {
+            starts,
+            edges,
+            problem,
+        }
+    }
+
+    fn targets(&self, v: usize) -> &[usize] {
+        &self.edges[self.starts[v]..self.starts[v + 1]]
+    }
+
+    /// Depth-first post-order in list order (iterative).
+    fn sort(&self, list: &[&State]) -> std::result::Result<Vec<usize>, String> {
+        const NEW: u8 = 0;
+        const OPEN: u8 = 1;
+        const DONE: u8 = 2;
+        let mut mark = vec![NEW; list.len()];
+        let mut out = Vec::with_capacity(list.len());
+        // (state, index of its next target)
+        let mut stack: Vec<(usize, usize)> = Vec::new();
+        for start in 0..list.len() {
+            if mark[start] != NEW {
+                continue;
+            }
+            mark[start] = OPEN;
+            stack.push((start, 0));
+            while let Some((v, k)) = stack.last_mut() {
+                let v = *v;
+                if let Some(&t) = self.targets(v).get(*k) {
+                    *k += 1;
+                    match mark[t] {
+                        NEW => {
+                            mark[t] = OPEN;
+                            stack.push((t, 0));
+                        }
+                        OPEN => {
+                            let mut cycle: Vec<&str> = stack
+                                .iter()
+                                .skip_while(|(x, _)| *x != t)
+                                .map(|(x, _)| list[*x].urn.as_str())
+                                .collect();
+                            cycle.push(list[t].urn.as_str());
+                            return Err(format!(
+                                "its resources refer to each other in a cycle: {}",
+                                cycle.join(" -> ")
+                            ));
+                        }
+                        _ => {}
+                    }
+                } else {
+                    mark[v] = DONE;
+                    out.push(v);
+                    stack.pop();
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// The integrity rules of `checkpoint.md` §4 over a resource list (the
+/// rules of [`crate::model::integrity::verify_resources`], over borrowed
+/// states so the prepared list need not be cloned).
+///
+/// # Errors
+/// A description of the first broken rule.
+pub fn verify(list: &[&State]) -> std::result::Result<(), String> {
+    let mut seen: FastMap<&str, bool> = FastMap::default();
+    seen.reserve(list.len());
+    let mut providers: FastMap<&str, Vec<&str>> = FastMap::default();
+    for (index, s) in list.iter().enumerate() {
+        if s.urn.is_empty() {
+            return Err(format!("resource #{index} has no URN"));
+        }
+        let urn = s.urn.as_str();
+        if s.ty.is_empty() {
+            return Err(format!("resource {urn} has no type"));
+        }
+        if !s.custom && !s.id.is_empty() {
+            return Err(format!("component resource {urn} has an ID (`{}`)", s.id));
+        }
+        if !s.provider.is_empty() {
+            let known = s
+                .provider
+                .rsplit_once("::")
+                .is_some_and(|(u, id)| providers.get(u).is_some_and(|ids| ids.contains(&id)));
+            if !known {
+                return Err(match ProviderRef::parse(&s.provider) {
+                    Err(e) => format!("resource {urn} has an invalid provider reference: {e}"),
+                    Ok(_) => format!(
+                        "resource {urn}'s provider {} is not a provider listed before it",
+                        s.provider
+                    ),
+                });
+            }
+        }
+        for (kind, target) in s.references() {
+            if !seen.contains_key(target.as_str()) {
+                let what = if kind == Reference::Parent {
+                    "parent".to_owned()
+                } else {
+                    kind.to_string()
+                };
+                return Err(format!(
+                    "resource {urn}'s {what} {target} is not a resource listed before it"
+                ));
+            }
+        }
+        let live = seen.entry(urn).or_insert(false);
+        if !s.delete {
+            if *live {
+                return Err(format!(
+                    "more than one resource with URN {urn} is not marked for deletion"
+                ));
+            }
+            *live = true;
+        }
+        if s.ty.is_provider() {
+            providers.entry(urn).or_default().push(&s.id);
+        }
+    }
+    Ok(())
+}
+
+/// Replays a journal `state-migration` entry over the base list: walks
+/// `layout`, taking each retained base state (or its patch from
+/// `base_patches`) and each result state from `states`; base indices the
+/// layout omits are removed. The inverse of [`prepare`]'s layout.
+///
+/// # Errors
+/// A description of what is malformed (an index out of bounds, an index
+/// used twice, a state not placed, a patch for a removed or unknown base
+/// index, a patch given twice). Nothing is changed.
+pub fn apply_layout(
+    base: &[State],
+    layout: &[LayoutItem],
+    states: &[State],
+    base_patches: &[(usize, State)],
+) -> std::result::Result<Vec<State>, String> {
+    let mut base_used: FastSet<usize> = FastSet::default();
+    let mut state_used = vec![false; states.len()];
+    for item in layout {
+        match *item {
+            LayoutItem::Base(i) => {
+                if i >= base.len() {
+                    return Err(format!(
+                        "layout names base index {i} but the base has {} resources",
+                        base.len()
+                    ));
+                }
+                if !base_used.insert(i) {
+                    return Err(format!("layout names base index {i} twice"));
+                }
+            }
+            LayoutItem::State(j) => {
+                let Some(used) = state_used.get_mut(j) else {
+                    return Err(format!(
+                        "layout names state index {j} but the entry has {} states",
+                        states.len()
+                    ));
+                };
+                if std::mem::replace(used, true) {
+                    return Err(format!("layout names state index {j} twice"));
+                }
+            }
+        }
+    }
+    if let Some(j) = state_used.iter().position(|u| !u) {
+        return Err(format!("state {j} of the entry is not in the layout"));
+    }
+    let mut patches: HashMap<usize, &State> = HashMap::with_capacity(base_patches.len());
+    for (i, s) in base_patches {
+        if !base_used.contains(i) {
+            return Err(format!(
+                "a base patch names index {i}, which the layout does not keep"
+            ));
+        }
+        if patches.insert(*i, s).is_some() {
+            return Err(format!("two base patches name index {i}"));
+        }
+    }
+    Ok(layout
+        .iter()
+        .map(|item| match *item {
+            LayoutItem::Base(i) => patches.get(&i).copied().unwrap_or(&base[i]).clone(),
+            LayoutItem::State(j) => states[j].clone(),
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::migrate::chain::{CallbackOutput, Chain};
+    use crate::model::integrity::verify_resources;
+    use serde_json::{json, Value};
+
+    const PROV: &str = "urn:pulumi:dev::app::pulumi:providers:pkgA::default";
+
+    fn u(rest: &str) -> String {
+        format!("urn:pulumi:dev::app::{rest}")
+    }
+
+    fn st(j: Value) -> State {
+        serde_json::from_value(j).unwrap()
+    }
+
+    /// The worked example of §6: [Provider, Root, OldChild, Consumer, Tail].
+    fn example() -> (Vec<State>, Subtree, ChainOutcome) {
+        let prov = format!("{PROV}::pid");
+        let prior = vec![
+            st(json!({"urn": PROV, "custom": true, "id": "pid", "type": "pulumi:providers:pkgA"})),
+            st(json!({"urn": u("m:m:Root::root"), "custom": false, "type": "m:m:Root"})),
+            st(
+                json!({"urn": u("m:m:Root$a:b:T::old"), "custom": true, "id": "c", "type": "a:b:T",
+                      "parent": u("m:m:Root::root"), "provider": prov}),
+            ),
+            st(
+                json!({"urn": u("a:b:Consumer::consumer"), "custom": true, "id": "k", "type": "a:b:Consumer",
+                      "dependencies": [u("m:m:Root$a:b:T::old")], "provider": prov}),
+            ),
+            st(
+                json!({"urn": u("m:m:Root$a:b:U::tail"), "custom": true, "id": "t", "type": "a:b:U",
+                      "parent": u("m:m:Root::root"), "dependencies": [u("a:b:Consumer::consumer")],
+                      "provider": prov}),
+            ),
+        ];
+        let subtree = Subtree::collect(&prior, 1);
+        let mut chain = Chain::new(
+            Urn::parse(&u("m:m:Root::root")).unwrap(),
+            subtree.states(&prior),
+        );
+        let mut s = chain.input_json()["oldState"].as_array().unwrap().clone();
+        s[1]["urn"] = json!(u("m:m:Root$a:b:T::new"));
+        chain
+            .apply(
+                1,
+                1,
+                CallbackOutput::Changed {
+                    new_state: Value::Array(s),
+                    successors: [(u("m:m:Root$a:b:T::old"), u("m:m:Root$a:b:T::new"))].into(),
+                },
+            )
+            .unwrap();
+        (prior, subtree, chain.finish().unwrap())
+    }
+
+    fn names(p: &Prepared, base: &[State]) -> Vec<String> {
+        p.urns(base).iter().map(|u| u.name().to_owned()).collect()
+    }
+
+    #[test]
+    fn the_worked_example() {
+        let (prior, subtree, outcome) = example();
+        let reg = Urn::parse(&u("m:m:Root::root")).unwrap();
+        let p = prepare(&reg, &prior, &subtree, &outcome).unwrap();
+        assert_eq!(
+            names(&p, &prior),
+            ["default", "root", "new", "consumer", "tail"]
+        );
+        assert_eq!(
+            p.layout,
+            [
+                LayoutItem::Base(0),
+                LayoutItem::State(0),
+                LayoutItem::State(1),
+                LayoutItem::Base(3),
+                LayoutItem::State(2)
+            ]
+        );
+        assert_eq!(p.base_patches, [3]);
+        assert_eq!(
+            serde_json::to_value(&p.layout).unwrap(),
+            json!([{"baseIndex": 0}, {"stateIndex": 0}, {"stateIndex": 1}, {"baseIndex": 3}, {"stateIndex": 2}])
+        );
+        assert_eq!(
+            p.state_at(&prior, 3).dependencies,
+            vec![Urn::parse(&u("m:m:Root$a:b:T::new")).unwrap()]
+        );
+        // Unchanged retained states are not copied.
+        assert!(matches!(
+            p.order[0],
+            Slot::Base {
+                index: 0,
+                patched: None
+            }
+        ));
+        let list = p.prior_list(&prior);
+        verify_resources(&list).unwrap();
+
+        // Replay reproduces the prepared list.
+        let patches: Vec<(usize, State)> = p
+            .base_patch_states()
+            .into_iter()
+            .map(|(i, s)| (i, s.clone()))
+            .collect();
+        let json_layout: Vec<LayoutItem> =
+            serde_json::from_value(serde_json::to_value(&p.layout).unwrap()).unwrap();
+        assert_eq!(
+            apply_layout(&prior, &json_layout, &p.states, &patches).unwrap(),
+            list
+        );
+
+        // Commit slots keep the live Arcs.
+        let live: Vec<Arc<Mutex<State>>> = prior
+            .iter()
+            .cloned()
+            .map(|s| Arc::new(Mutex::new(s)))
+            .collect();
+        let tx = p.into_transaction(&live);
+        assert_eq!(tx.list.len(), 5);
+        assert!(matches!(&tx.list[0], CommitSlot::Fresh(a) if Arc::ptr_eq(a, &live[0])));
+        assert!(
+            matches!(&tx.list[3], CommitSlot::Retained { live: a, .. } if Arc::ptr_eq(a, &live[3]))
+        );
+    }
+
+    #[test]
+    fn malformed_layouts_are_refused() {
+        let (prior, subtree, outcome) = example();
+        let reg = Urn::parse(&u("m:m:Root::root")).unwrap();
+        let p = prepare(&reg, &prior, &subtree, &outcome).unwrap();
+        let patch = |i: usize| vec![(i, prior[i].clone())];
+        let l = &p.layout;
+        assert!(apply_layout(&prior, &[LayoutItem::Base(9)], &[], &[]).is_err());
+        assert!(apply_layout(
+            &prior,
+            &[LayoutItem::Base(0), LayoutItem::Base(0)],
+            &[],
+            &[]
+        )
+        .is_err());
+        assert!(apply_layout(&prior, &[LayoutItem::State(0)], &[], &[]).is_err());
+        assert!(apply_layout(&prior, &l[..4], &p.states, &[]).is_err()); // state 2 not placed
+        assert!(apply_layout(&prior, l, &p.states, &patch(2)).is_err()); // removed index
+        let mut two = patch(3);
+        two.extend(patch(3));
+        assert!(apply_layout(&prior, l, &p.states, &two).is_err());
+        for bad in [
+            json!({}),
+            json!({"baseIndex": 1, "stateIndex": 2}),
+            json!({"base": 1}),
+            json!({"baseIndex": -1}),
+        ] {
+            assert!(serde_json::from_value::<LayoutItem>(bad).is_err());
+        }
+    }
+
+    #[test]
+    fn sorted_lists_are_unchanged_and_cycles_fail() {
+        let (prior, _, _) = example();
+        let list: Vec<&State> = prior.iter().collect();
+        assert_eq!(sort(&list).unwrap(), [0, 1, 2, 3, 4]);
+        verify(&list).unwrap();
+        let mut a = prior[3].clone();
+        a.dependencies.push(prior[4].urn.clone());
+        let cyc: Vec<&State> = vec![&prior[0], &prior[1], &prior[2], &a, &prior[4]];
+        assert!(sort(&cyc).unwrap_err().contains("cycle"));
+    }
+
+    #[test]
+    fn pending_delete_edges_go_to_pending_delete_copies() {
+        let mk = |name: &str, deps: &[&str], delete: bool| {
+            let deps: Vec<String> = deps.iter().map(|d| u(&format!("a:b:T::{d}"))).collect();
+            st(
+                json!({"urn": u(&format!("a:b:T::{name}")), "custom": true, "id": name, "type": "a:b:T",
+                      "dependencies": deps, "delete": delete}),
+            )
+        };
+        // [x(live), y(deleted, depends on x), x(deleted)]: y's edge goes to
+        // the deleted copy of x, which comes after it.
+        let list = [
+            mk("x", &[], false),
+            mk("y", &["x"], true),
+            mk("x", &[], true),
+        ];
+        let refs: Vec<&State> = list.iter().collect();
+        assert_eq!(sort(&refs).unwrap(), [0, 2, 1]);
+    }
+
+    #[test]
+    fn local_verify_agrees_with_the_model() {
+        let (prior, _, _) = example();
+        let mut wrong_id = prior[2].clone();
+        wrong_id.provider = format!("{PROV}::other");
+        let mut deleted_prov = prior[0].clone();
+        deleted_prov.delete = true;
+        deleted_prov.id = "old".into();
+        let mut uses_old = prior[3].clone();
+        uses_old.provider = format!("{PROV}::old");
+        let mut component_id = prior[1].clone();
+        component_id.id = "x".into();
+        let mut self_parent = prior[1].clone();
+        self_parent.parent = prior[1].urn.clone();
+        let mut deleted_root = prior[1].clone();
+        deleted_root.delete = true;
+        let cases: Vec<Vec<State>> = vec![
+            prior.clone(),
+            vec![prior[1].clone(), prior[0].clone()],
+            vec![prior[2].clone(), prior[1].clone()],
+            vec![
+                prior[4].clone(),
+                prior[0].clone(),
+                prior[1].clone(),
+                prior[3].clone(),
+                prior[2].clone(),
+            ],
+            vec![prior[0].clone(), prior[3].clone()],
+            vec![prior[0].clone(), prior[0].clone()],
+            vec![prior[0].clone(), prior[1].clone(), wrong_id],
+            vec![
+                deleted_prov.clone(),
+                prior[0].clone(),
+                prior[1].clone(),
+                prior[2].clone(),
+                uses_old,
+            ],
+            vec![component_id],
+            vec![self_parent],
+            vec![
+                prior[1].clone(),
+                deleted_root,
+                prior[0].clone(),
+                prior[2].clone(),
+            ],
+        ];
+        for c in cases {
+            let refs: Vec<&State> = c.iter().collect();
+            assert_eq!(verify(&refs).is_ok(), verify_resources(&c).is_ok(), "{c:?}");
+            let model = sort(&refs).is_ok_and(|order| {
+                let sorted: Vec<State> = order.iter().map(|&i| c[i].clone()).collect();
+                verify_resources(&sorted).is_ok()
+            });
+            assert_eq!(sort_verified(&refs).is_ok(), model, "{c:?}");
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! Program files through the `keel` binary: every kind of bad file is
+//! refused with exit status 2, a message naming the file, the resource and
+//! the key, and state files left byte-identical; and the features of good
+//! files (config, embedded references, secrets, JSON files, options).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+struct Keel {
+    dir: tempfile::TempDir,
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+impl Keel {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_keel"))
+            .current_dir(self.path())
+            .env_remove("KEEL_BACKEND")
+            .args(args)
+            .output()
+            .expect("run keel")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "keel {args:?}\nstdout:\n{}\nstderr:\n{}",
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+        text(&o.stdout)
+    }
+
+    fn write(&self, name: &str, content: &str) -> String {
+        let p = self.path().join(name);
+        std::fs::write(&p, content).expect("write program");
+        p.display().to_string()
+    }
+
+    fn files(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        fn walk(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else {
+                    out.insert(p.clone(), std::fs::read(&p).expect("read"));
+                }
+            }
+        }
+        let mut out = BTreeMap::new();
+        walk(&self.path().join(".keel"), &mut out);
+        out
+    }
+
+    fn state(&self) -> Value {
+        serde_json::from_str(&self.ok(&["stack", "export"])).expect("export JSON")
+    }
+}
+
+const GOOD: &str = "name: site\nresources:\n  b: { type: \"aws:s3/bucket:Bucket\" }\n";
+
+/// One bad file: `up` (and `preview`) exit 2 with every `expect`ed text
+/// on stderr, and the backend's files do not change.
+fn check(k: &Keel, name: &str, content: &str, expect: &[&str]) {
+    let path = k.write(name, content);
+    let before = k.files();
+    assert!(!before.is_empty(), "the stack has state to protect");
+    for command in ["up", "preview"] {
+        let o = k.run(&[command, "--program", &path]);
+        let err = text(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{command} {name}: expected exit 2\nstdout:\n{}\nstderr:\n{err}",
+            text(&o.stdout)
+        );
+        assert!(
+            err.contains(name),
+            "{command} {name}: the file is named: {err}"
+        );
+        for e in expect {
+            assert!(err.contains(e), "{command} {name}: `{e}` not in:\n{err}");
+        }
+        assert!(o.stdout.is_empty(), "{command} {name}: nothing ran");
+        assert_eq!(k.files(), before, "{command} {name}: state untouched");
+    }
+}
+
+#[test]
+fn bad_program_files_exit_2_naming_file_resource_and_key() {
+    let k = Keel::new();
+    k.ok(&["up", "--program", &k.write("good.yaml", GOOD)]);
+
+    check(
+        &k,
+        "unknown-key.yaml",
+        "name: p\nresources:\n  b:\n    type: a:b:C\n    propertiez: { x: 1 }\n",
+        &["resource `b`", "key `propertiez`", "unknown key"],
+    );
+    check(
+        &k,
+        "unknown-option.yaml",
+        "name: p\nresources:\n  b:\n    type: a:b:C\n    options: { protected: true }\n",
+        &["resource `b`", "key `options.protected`", "unknown key"],
+    );
+    check(
+        &k,
+        "unknown-top-key.yaml",
+        "name: p\nresource: {}\n",
+        &["key `resource`", "unknown key"],
+    );
+    check(
+        &k,
+        "unknown-reference.yaml",
+        "name: p\nresources:\n  b:\n    type: a:b:C\n    properties: { v: \"x-${nope.arn}\" }\n",
+        &[
+            "resource `b`",
+            "key `properties.v`",
+            "unknown resource `nope`",
+        ],
+    );
+    check(
+        &k,
+        "unknown-depends-on.yaml",
+        "name: p\nresources:\n  b:\n    type: a:b:C\n    options: { dependsOn: [ghost] }\n",
+        &[
+            "resource `b`",
+            "key `options.dependsOn[0]`",
+            "unknown resource `ghost`",
+        ],
+    );
+    check(
+        &k,
+        "unknown-config.yaml",
+        "name: p\nresources:\n  b:\n    type: a:b:C\n    properties: { v: \"${config.region}\" }\n",
+        &["resource `b`", "key `properties.v`", "config key `region`"],
+    );
+    check(
+        &k,
+        "cycle.yaml",
+        "name: p\nresources:\n  a: { type: \"a:b:C\", properties: { v: \"${b.out}\" } }\n  b: { type: \"a:b:C\", options: { parent: a } }\n",
+        &["resource `b`", "key `options.parent`", "reference cycle: a -> b -> a"],
+    );
+    check(
+        &k,
+        "bad-type.yaml",
+        "name: p\nresources:\n  b: { type: \"aws:Bucket\" }\n",
+        &[
+            "resource `b`",
+            "key `type`",
+            "`aws:Bucket` is not a type token",
+        ],
+    );
+    check(
+        &k,
+        "invalid.yaml",
+        "name: p\nresources:\n  b: { type: [unclosed\n",
+        &["invalid YAML", "line"],
+    );
+    check(
+        &k,
+        "invalid.json",
+        "{\"name\": \"p\", \"resources\": {",
+        &["invalid JSON", "line"],
+    );
+    check(
+        &k,
+        "wrong-type.yaml",
+        "name: p\nresources:\n  b:\n    type: a:b:C\n    options: { protect: \"yes\" }\n",
+        &[
+            "resource `b`",
+            "key `options.protect`",
+            "expected true or false, found a string",
+        ],
+    );
+    check(
+        &k,
+        "component-id.yaml",
+        "name: p\nresources:\n  c: { type: \"a:b:C\", component: true }\n  b: { type: \"a:b:D\", properties: { v: \"${c.id}\" } }\n",
+        &["resource `b`", "key `properties.v`", "`c` is a component, which has no ID"],
+    );
+    check(
+        &k,
+        "migrations.yaml",
+        "name: p\nresources:\n  c:\n    type: a:b:C\n    component: true\n    options:\n      stateMigrations:\n        - rename: { from: old, to: new }\n        - command: [\"python3\", \"m.py\"]\n",
+        &[
+            "resource `c`",
+            "key `options.stateMigrations`",
+            "migration callbacks are not supported yet",
+        ],
+    );
+    check(
+        &k,
+        "bad-secret.yaml",
+        "name: p\nresources:\n  b:\n    type: a:b:C\n    properties: { v: { \"fn::secret\": x, other: 1 } }\n",
+        &["resource `b`", "key `properties.v`", "`fn::secret` must be the only key"],
+    );
+    check(
+        &k,
+        "no-name.yaml",
+        "resources: {}\n",
+        &["key `name`", "missing"],
+    );
+}
+
+#[test]
+fn program_features_config_references_secrets_and_options() {
+    let k = Keel::new();
+    // The same structure in JSON.
+    let program = serde_json::json!({
+        "name": "shop",
+        "config": { "env": "prod", "token": { "fn::secret": "s3cr3t" } },
+        "resources": {
+            "web": { "type": "shop:web:Site", "component": true },
+            "logs": {
+                "type": "aws:s3/bucket:Bucket",
+                "properties": { "name": "logs-${config.env}" },
+                "options": { "parent": "web", "retainOnDelete": true }
+            },
+            "bucket": {
+                "type": "aws:s3/bucket:Bucket",
+                "properties": {
+                    "name": "shop-${config.env}",
+                    "website": { "index": "index.html" },
+                    "password": { "fn::secret": "hunter2" },
+                    "token": "${config.token}",
+                    "logTarget": "${logs.id}",
+                    "owner": "${web.urn}"
+                },
+                "options": {
+                    "parent": "web",
+                    "protect": true,
+                    "dependsOn": ["logs"],
+                    "ignoreChanges": ["tags"],
+                    "replaceOnChanges": ["name"],
+                    "additionalSecretOutputs": ["arn"],
+                    "customTimeouts": { "create": "5m" },
+                    "deletedWith": "web"
+                }
+            },
+            "cdn": {
+                "type": "aws:cloudfront:Distribution",
+                "properties": {
+                    "origin": "https://${bucket.websiteEndpoint}/${bucket.website.index}",
+                    "escaped": "$${not.a.reference}"
+                }
+            }
+        },
+        "outputs": { "url": "${cdn.domainName}", "secret": "${bucket.password}" }
+    });
+    let path = k.write(
+        "shop.json",
+        &serde_json::to_string_pretty(&program).unwrap(),
+    );
+    let out = k.ok(&["up", "--program", &path]);
+    assert!(
+        out.contains("secret: [secret]"),
+        "secrets are masked: {out}"
+    );
+    let state = k.state();
+    let find = |name: &str| {
+        state["deployment"]["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["urn"].as_str().unwrap().ends_with(&format!("::{name}")))
+            .cloned()
+            .unwrap_or_else(|| panic!("no {name}"))
+    };
+    let (web, logs, bucket, cdn) = (find("web"), find("logs"), find("bucket"), find("cdn"));
+    let sig = "4dabf18193072939515e22adb298388d";
+    assert_eq!(bucket["inputs"]["name"], "shop-prod");
+    assert_eq!(
+        bucket["inputs"]["password"][sig],
+        "1b47061264138c4ac30d75fd1eb44270"
+    );
+    assert_eq!(bucket["inputs"]["password"]["plaintext"], "\"hunter2\"");
+    assert_eq!(bucket["inputs"]["token"]["plaintext"], "\"s3cr3t\"");
+    assert_eq!(bucket["inputs"]["logTarget"], logs["id"]);
+    assert_eq!(bucket["inputs"]["owner"], web["urn"]);
+    assert_eq!(bucket["parent"], web["urn"]);
+    assert_eq!(bucket["protect"], true);
+    assert_eq!(bucket["deletedWith"], web["urn"]);
+    assert_eq!(bucket["ignoreChanges"], serde_json::json!(["tags"]));
+    assert_eq!(bucket["replaceOnChanges"], serde_json::json!(["name"]));
+    assert_eq!(
+        bucket["additionalSecretOutputs"],
+        serde_json::json!(["arn"])
+    );
+    assert_eq!(bucket["customTimeouts"]["create"], 300);
+    let deps = bucket["dependencies"].as_array().unwrap();
+    assert!(
+        deps.contains(&logs["urn"]) && deps.contains(&web["urn"]),
+        "{deps:?}"
+    );
+    assert_eq!(
+        bucket["propertyDependencies"]["logTarget"],
+        serde_json::json!([logs["urn"]])
+    );
+    assert_eq!(logs["retainOnDelete"], true);
+    let endpoint = bucket["outputs"]["websiteEndpoint"].as_str().unwrap();
+    assert_eq!(
+        cdn["inputs"]["origin"],
+        format!("https://{endpoint}/index.html")
+    );
+    assert_eq!(cdn["inputs"]["escaped"], "${not.a.reference}");
+    assert_eq!(
+        cdn["propertyDependencies"]["origin"],
+        serde_json::json!([bucket["urn"]])
+    );
+    let stack = find("shop-dev");
+    assert_eq!(stack["outputs"]["url"], cdn["outputs"]["domainName"]);
+    assert_eq!(stack["outputs"]["secret"]["plaintext"], "\"hunter2\"");
+
+    // state show masks secrets too.
+    let tree = k.ok(&["state", "show", "--json"]);
+    assert!(!tree.contains("hunter2"), "{tree}");
+
+    // Protect holds: destroy refuses, exit 1, naming the resource.
+    let o = k.run(&["destroy", "--yes"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = text(&o.stderr);
+    assert!(err.contains("bucket"), "{err}");
+}
