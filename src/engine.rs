@@ -96,6 +96,9 @@ pub struct EngineConfig {
     pub max_in_flight_registrations: usize,
     /// The operator's controls (targets, excludes, replaces, plans).
     pub update: UpdateOptions,
+    /// Keep the whole committed prior list in each migration report (tests
+    /// and diagnostics; costs a copy of the state per migration).
+    pub report_migration_states: bool,
 }
 
 impl Default for EngineConfig {
@@ -109,6 +112,7 @@ impl Default for EngineConfig {
             events: EventSink::default(),
             max_in_flight_registrations: 4096,
             update: UpdateOptions::default(),
+            report_migration_states: false,
         }
     }
 }
@@ -254,6 +258,9 @@ impl Engine {
         let started = Instant::now();
         let spawn_err = |e: ractor::SpawnErr| EngineError::Spawn(e.to_string());
         let root = self.root_urn()?;
+        // Migrations are restricted by pending operations of the prior
+        // snapshot as the user left it, before recovery resolves them.
+        let prior_pending = prior.pending_operations.clone();
         for warning in self.resolve_pending(&mut prior).await {
             tracing::warn!("{warning}");
             self.config.events.send(EngineEvent::Diagnostic {
@@ -263,7 +270,6 @@ impl Engine {
             });
         }
         let olds = SnapshotBuilder::share_resources(&mut prior);
-        let prior_pending = prior.pending_operations.clone();
         let snippets = prior.snippets.clone();
         let extensions = prior.extensions.clone();
         prior.manifest = Manifest::keel(
@@ -279,8 +285,10 @@ impl Engine {
             pending_operations: !prior_pending.is_empty(),
             snippets: snippets.clone(),
             extensions: extensions.clone(),
+            report_states: self.config.report_migration_states,
         };
         let published = migration_env.prior.clone();
+        let published_for_ctx = migration_env.prior.clone();
         let (sup, sup_handle) = Actor::spawn(None, Supervisor, fail_tx)
             .await
             .map_err(spawn_err)?;
@@ -372,7 +380,8 @@ impl Engine {
             preview,
             root.clone(),
             self.config.max_in_flight_registrations,
-        );
+        )
+        .with_prior(published_for_ctx);
         match program {
             Some(program) => {
                 tokio::spawn(async move {

@@ -127,6 +127,8 @@ pub struct MigrationEnv {
     pub snippets: Vec<Snippet>,
     /// The deployment's extensions.
     pub extensions: serde_json::Value,
+    /// Keep the committed prior states in reports.
+    pub report_states: bool,
 }
 
 /// What one registration's migration did (for callers and tests).
@@ -146,6 +148,8 @@ pub struct MigrationReport {
     pub added: Vec<Urn>,
     /// The prior list right after the commit.
     pub prior: Vec<Urn>,
+    /// The prior states right after the commit (when asked for).
+    pub prior_states: Option<Vec<State>>,
     /// Milliseconds waiting for the pipeline to drain.
     pub quiesce_ms: f64,
     /// Milliseconds from quiesce to resume.
@@ -352,6 +356,9 @@ impl GenState {
                 self.rewrites.record(root, &outcome);
                 let list: Vec<StateRef> = self.migration.prior.load_full().to_vec();
                 report.prior = list.iter().map(|s| lock(s).urn.clone()).collect();
+                if self.migration.report_states {
+                    report.prior_states = Some(list.iter().map(|s| lock(s).clone()).collect());
+                }
                 self.planner.resync(list);
                 report.callbacks_called = callbacks_called;
                 report.committed = true;

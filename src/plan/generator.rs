@@ -386,9 +386,14 @@ impl Planner {
         Ok(None)
     }
 
-    /// The parent a goal registers under (its own, or the stack resource).
+    /// The parent a goal registers under: its own, or the stack resource
+    /// (providers without an explicit parent stay top-level, as Pulumi's
+    /// default providers are; their URN is the same either way).
     pub fn parent_of(&self, goal: &Goal) -> Option<Urn> {
-        match (&goal.options.parent, goal.ty.as_str() == STACK_TYPE) {
+        match (
+            &goal.options.parent,
+            goal.ty.is_stack() || goal.ty.is_provider(),
+        ) {
             (Some(p), _) => Some(p.clone()),
             (None, false) => self.root.clone(),
             (None, true) => None,

@@ -201,6 +201,8 @@ struct ContextInfo {
     /// Bounds the registrations in flight: the backpressure the source
     /// applies to the program (actor mailboxes are unbounded).
     window: tokio::sync::Semaphore,
+    /// The published prior list (as committed by migrations so far).
+    prior: Option<Arc<crate::sync::shim::ArcSwap<crate::sync::StateList<crate::model::State>>>>,
 }
 
 impl Context {
@@ -220,8 +222,32 @@ impl Context {
                 preview,
                 root,
                 window: tokio::sync::Semaphore::new(window.max(1)),
+                prior: None,
             }),
         }
+    }
+
+    pub(crate) fn with_prior(
+        mut self,
+        prior: Arc<crate::sync::shim::ArcSwap<crate::sync::StateList<crate::model::State>>>,
+    ) -> Self {
+        if let Some(info) = Arc::get_mut(&mut self.inner) {
+            info.prior = Some(prior);
+        }
+        self
+    }
+
+    /// The stack's prior resources as they stand now (after any migration
+    /// committed so far in this operation), in order. For tooling that
+    /// re-registers prior state, like `refresh --run-program` and the
+    /// conformance harness.
+    pub fn prior_states(&self) -> Vec<crate::model::State> {
+        self.inner.prior.as_ref().map_or_else(Vec::new, |p| {
+            p.load_full()
+                .iter()
+                .map(|s| crate::plan::step::lock(s).clone())
+                .collect()
+        })
     }
 
     /// The stack's name.
