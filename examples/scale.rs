@@ -5,13 +5,15 @@
 //! ```text
 //! cargo run --release --example scale -- --resources N --shape SHAPE
 //!     [--latency-ms L] [--parallel P] [--persistence journal|checkpoint|memory]
-//!     [--operation up|noop|load] [--seed S]
+//!     [--operation up|noop|migrate|load] [--migrate-subtree K] [--seed S]
 //! ```
 //! Shapes: `flat`, `components` (customs in components of 10), `chain`,
 //! `dag` (each depends on up to 3 earlier ones, seeded), `wide-consumers`.
 //! Persistence is real (a fresh temporary backend, fsync on); `memory`
-//! skips the disk for comparison. The `migrate` operation arrives with
-//! component migrations; asking for it is an error naming what is missing.
+//! skips the disk for comparison. `migrate` runs a second update in which a
+//! component of `--migrate-subtree K` resources (added after the N) renames
+//! a child through a migration callback; with latency, that update also
+//! changes every other resource so steps are in flight when it arrives.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -27,6 +29,9 @@ use keel::persist::journal_file::JournalOptions;
 use keel::persist::{MemoryPersister, Persister};
 use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
 use keel::source::goal::{Goal, ResourceOptions};
+use keel::source::migration::{
+    MigrationCallback, StateMigrationArgs, StateMigrationResult, StateMigrations,
+};
 use keel::source::{Context, ProgramError};
 
 #[derive(Parser, Debug, Clone)]
@@ -66,6 +71,8 @@ struct Spec {
     custom: bool,
     parent: Option<usize>,
     deps: Vec<usize>,
+    /// The root of the subtree the `migrate` operation renames a child of.
+    migrate_root: bool,
 }
 
 fn xorshift(state: &mut u64) -> u64 {
@@ -85,6 +92,7 @@ fn build(args: &Args) -> Result<Vec<Spec>, String> {
         custom: true,
         parent,
         deps,
+        migrate_root: false,
     };
     let mut out = Vec::with_capacity(n + n / 10 + 1);
     match args.shape.as_str() {
@@ -114,6 +122,7 @@ fn build(args: &Args) -> Result<Vec<Spec>, String> {
                     custom: false,
                     parent: None,
                     deps: vec![],
+                    migrate_root: false,
                 });
                 for k in 0..10.min(n - g * 10) {
                     out.push(custom(g * 10 + k, vec![], Some(comp)));
@@ -135,13 +144,58 @@ fn build(args: &Args) -> Result<Vec<Spec>, String> {
             ))
         }
     }
+    if args.operation == "migrate" {
+        // The migrated component comes last, so with latency the other
+        // resources' steps are in flight when its registration arrives.
+        let k = args.migrate_subtree.max(1);
+        let root = out.len();
+        out.push(Spec {
+            name: "migrated".into(),
+            ty: "sim:index:Group",
+            custom: false,
+            parent: None,
+            deps: vec![],
+            migrate_root: true,
+        });
+        out.extend((0..k).map(|i| Spec {
+            name: format!("m{i}"),
+            ty: "sim:index:Thing",
+            custom: true,
+            parent: Some(root),
+            deps: vec![],
+            migrate_root: false,
+        }));
+    }
     Ok(out)
 }
 
 type UrnFuture = Shared<BoxFuture<'static, Result<Urn, String>>>;
 
+/// A callback renaming the migrated component's child `m0` to
+/// `m0-renamed` (no change once renamed).
+fn rename_m0() -> MigrationCallback {
+    MigrationCallback::sync(|args: StateMigrationArgs| {
+        let mut states = args.old_state;
+        let Some(i) = states
+            .iter()
+            .position(|s| s["urn"].as_str().is_some_and(|u| u.ends_with("::m0")))
+        else {
+            return Ok(None);
+        };
+        let old = states[i]["urn"].as_str().unwrap_or_default().to_owned();
+        let new = format!("{old}-renamed");
+        states[i]["urn"] = serde_json::Value::String(new.clone());
+        Ok(Some(StateMigrationResult {
+            new_state: serde_json::Value::Array(states),
+            successors: [(old, new)].into_iter().collect(),
+        }))
+    })
+}
+
 fn program(
     specs: Arc<Vec<Spec>>,
+    pass: u32,
+    change_others: bool,
 ) -> impl Fn(Context) -> BoxFuture<'static, Result<(), ProgramError>> + Send + Sync + 'static {
     move |ctx: Context| {
         let specs = specs.clone();
@@ -151,9 +205,22 @@ fn program(
                 let parent = s.parent.map(|p| futs[p].clone());
                 let deps: Vec<UrnFuture> = s.deps.iter().map(|&d| futs[d].clone()).collect();
                 let ctx = ctx.clone();
-                let (name, ty, custom) = (s.name.clone(), s.ty, s.custom);
+                let (mut name, ty, custom) = (s.name.clone(), s.ty, s.custom);
+                let migrating = s.migrate_root && pass == 2;
+                let in_migrated = s.parent.is_some_and(|p| specs[p].migrate_root);
+                if in_migrated && pass == 2 && name == "m0" {
+                    name = "m0-renamed".into();
+                }
+                let rev = if change_others && !in_migrated && !s.migrate_root {
+                    pass
+                } else {
+                    1
+                };
                 let fut: BoxFuture<'static, Result<Urn, String>> = async move {
                     let mut options = ResourceOptions::default();
+                    if migrating {
+                        options.state_migrations = StateMigrations::new(vec![rename_m0()]);
+                    }
                     if let Some(p) = parent {
                         options.parent = Some(p.await?);
                     }
@@ -161,7 +228,13 @@ fn program(
                         options.depends_on.push(d.await?);
                     }
                     let mut inputs = PropertyMap::new();
-                    inputs.insert("name".into(), PropertyValue::String(name.clone()));
+                    if custom {
+                        let base = name.strip_suffix("-renamed").unwrap_or(&name).to_owned();
+                        inputs.insert("name".into(), PropertyValue::String(base));
+                        if rev > 1 {
+                            inputs.insert("rev".into(), PropertyValue::from(i64::from(rev)));
+                        }
+                    }
                     let goal = Goal {
                         ty: TypeToken::parse(ty).map_err(|e| e.to_string())?,
                         name,
@@ -220,9 +293,9 @@ async fn run(args: Args) -> Result<serde_json::Value, String> {
         "memory" => None,
         other => Some(other.parse()?),
     };
-    if !matches!(args.operation.as_str(), "up" | "noop" | "load") {
+    if !matches!(args.operation.as_str(), "up" | "noop" | "load" | "migrate") {
         return Err(format!(
-            "--operation {} is not available yet (up, noop, load; migrate arrives with component migrations)",
+            "unknown --operation {} (up, noop, migrate, load)",
             args.operation
         ));
     }
@@ -249,8 +322,16 @@ async fn run(args: Args) -> Result<serde_json::Value, String> {
     let mut engine_ms = 0.0;
     let mut makespan_ms = 0.0;
     let (mut bytes_written, mut fsyncs) = (0, 0);
-    let passes = if args.operation == "noop" { 2 } else { 1 };
-    for _ in 0..passes {
+    let passes = if matches!(args.operation.as_str(), "noop" | "migrate") {
+        2
+    } else {
+        1
+    };
+    let (mut migrate_ms, mut quiesce_ms) = (0.0, 0.0);
+    // With latency, the second pass of `migrate` also updates every other
+    // resource, so their steps are in flight when the migration arrives.
+    let change_others = args.operation == "migrate" && args.latency_ms > 0.0;
+    for pass in 1..=passes {
         let (prior, persister, open): (Deployment, Box<dyn Persister>, _) = match kind {
             None => (state, Box::new(MemoryPersister::new()), None),
             Some(kind) => {
@@ -263,7 +344,11 @@ async fn run(args: Args) -> Result<serde_json::Value, String> {
         };
         let started = Instant::now();
         let outcome = engine
-            .update(prior, program(specs.clone()), persister)
+            .update(
+                prior,
+                program(specs.clone(), pass, change_others),
+                persister,
+            )
             .await
             .map_err(|e| e.to_string())?;
         engine_ms = started.elapsed().as_secs_f64() * 1000.0;
@@ -271,6 +356,19 @@ async fn run(args: Args) -> Result<serde_json::Value, String> {
         // The last pass's I/O (noop: the second update's).
         bytes_written = outcome.bytes_written;
         fsyncs = outcome.fsyncs;
+        if let Some(m) = outcome.migrations.iter().find(|m| m.committed) {
+            migrate_ms = m.migrate_ms;
+            quiesce_ms = m.quiesce_ms;
+        }
+        if args.operation == "migrate"
+            && pass == 2
+            && !outcome.migrations.iter().any(|m| m.committed)
+        {
+            return Err(format!(
+                "the migration did not commit: {:?}",
+                outcome.migrations
+            ));
+        }
         state = outcome.snapshot;
         drop(open);
     }
@@ -310,8 +408,8 @@ async fn run(args: Args) -> Result<serde_json::Value, String> {
         "fsyncs": fsyncs,
         "checkpoint_bytes": bytes.len(),
         "peak_rss_kb": peak_rss_kb(),
-        "migrate_ms": 0.0,
-        "quiesce_ms": 0.0,
+        "migrate_ms": migrate_ms,
+        "quiesce_ms": quiesce_ms,
     }))
 }
 
