@@ -620,7 +620,10 @@ fn import_mismatch(goal: &State, obj: &crate::provider::ObjectState) -> Option<S
 async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, StepError> {
     let preview = shared.config.preview;
     let old_ref = step.old.clone();
-    let old = old_ref.as_ref().map(|o| lock(o).clone());
+    // A same step compares under the lock; every other step needs a copy.
+    let old = (step.kind != StepKind::Same)
+        .then(|| old_ref.as_ref().map(|o| lock(o).clone()))
+        .flatten();
     match step.kind {
         StepKind::Same if step.skipped => {
             // Outside the targets and new: the program learns its goal;
@@ -634,6 +637,19 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             let new = step
                 .new
                 .ok_or_else(|| StepError::Other("same step without a goal".into()))?;
+            // Nothing to change: keep the prior state object as it is (no
+            // copy, a tiny journal record, its JSON written back verbatim).
+            if let Some(o) = &old_ref {
+                let unchanged = lock(o).same_fields(&new);
+                if unchanged {
+                    let reg = registered(&new);
+                    shared
+                        .persist(Mutation::Apply(Change::Keep { old: o.clone() }))
+                        .await?;
+                    shared.news.insert(new.urn, o.clone());
+                    return Ok(Some(reg));
+                }
+            }
             write(shared, old_ref, new, false).await
         }
         StepKind::Create | StepKind::CreateReplacement | StepKind::Update => {

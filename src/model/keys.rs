@@ -184,6 +184,14 @@ macro_rules! json_object {
             const KEYS: &[&str] = &[$($key),*];
             assert!(KEYS.len() <= 64, "a json_object! has at most 64 keys");
 
+            impl $name {
+                /// Whether every field (and every unmodeled key) is equal,
+                /// regardless of which keys the source JSON had.
+                pub fn same_fields(&self, other: &Self) -> bool {
+                    $( self.$field == other.$field && )* self.extra == other.extra
+                }
+            }
+
             impl JsonEmpty for $name {
                 fn json_empty(&self) -> bool {
                     $( self.$field.json_empty() && )* self.extra.is_empty()

@@ -49,6 +49,11 @@ pub enum ChangeRecord {
         /// The state written.
         state: Box<State>,
     },
+    /// A prior state is written unchanged (moves to the written states).
+    Keep {
+        /// The state kept.
+        old: Ref,
+    },
     /// A state leaves the deployment.
     Remove {
         /// The state removed.
@@ -285,10 +290,10 @@ impl SnapshotBuilder {
     /// Names a state for the journal.
     pub fn locate(&self, s: &crate::plan::step::StateRef) -> Option<Ref> {
         let k = std::sync::Arc::as_ptr(s) as usize;
-        self.old_pos
+        self.new_pos
             .get(&k)
-            .map(|&i| Ref::Base(i))
-            .or_else(|| self.new_pos.get(&k).map(|&i| Ref::New(i)))
+            .map(|&i| Ref::New(i))
+            .or_else(|| self.old_pos.get(&k).map(|&i| Ref::Base(i)))
     }
 
     /// The state a journal reference names.
@@ -312,6 +317,9 @@ impl SnapshotBuilder {
                 },
                 mark_old_delete: *mark_old_delete,
                 state: Box::new(crate::plan::step::lock(new).clone()),
+            },
+            Change::Keep { old } => ChangeRecord::Keep {
+                old: self.locate(old)?,
             },
             Change::Remove { old } => ChangeRecord::Remove {
                 old: self.locate(old)?,
@@ -393,6 +401,9 @@ impl SnapshotBuilder {
                         },
                         new: share((**state).clone()),
                         mark_old_delete: *mark_old_delete,
+                    },
+                    ChangeRecord::Keep { old } => Change::Keep {
+                        old: find(self, *old)?,
                     },
                     ChangeRecord::Remove { old } => Change::Remove {
                         old: find(self, *old)?,

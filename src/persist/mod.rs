@@ -36,6 +36,12 @@ pub enum Change {
         /// Keep `old`, marked for deletion.
         mark_old_delete: bool,
     },
+    /// `old` is written unchanged (a same step with nothing to change): the
+    /// same state object moves to the written states; nothing is copied.
+    Keep {
+        /// The prior state kept.
+        old: StateRef,
+    },
     /// `old` leaves the deployment (delete).
     Remove {
         /// The state removed.
@@ -161,11 +167,12 @@ impl SnapshotBuilder {
     }
 
     fn retire(&mut self, s: &StateRef) {
+        // A kept prior state is in both lists: its written position counts.
         let k = key(s);
-        if let Some(&i) = self.old_pos.get(&k) {
-            self.old_done[i] = true;
-        } else if let Some(&i) = self.new_pos.get(&k) {
+        if let Some(&i) = self.new_pos.get(&k) {
             self.new_done[i] = true;
+        } else if let Some(&i) = self.old_pos.get(&k) {
+            self.old_done[i] = true;
         }
     }
 
@@ -185,6 +192,12 @@ impl SnapshotBuilder {
                 }
                 self.new_pos.insert(key(new), self.news.len());
                 self.news.push(new.clone());
+                self.new_done.push(false);
+            }
+            Change::Keep { old } => {
+                self.retire(old);
+                self.new_pos.insert(key(old), self.news.len());
+                self.news.push(old.clone());
                 self.new_done.push(false);
             }
             Change::Remove { old } => self.retire(old),

@@ -638,7 +638,21 @@ impl Planner {
                 new.aliases = vec![o.urn.clone()];
             }
             new.created = o.created.clone();
+            new.modified = o.modified.clone();
             new.import_id = o.import_id.clone();
+            // What the program does not say is kept from the prior state.
+            new.source_position.clone_from(&o.source_position);
+            new.stack_trace.clone_from(&o.stack_trace);
+            new.hide_diff.clone_from(&o.hide_diff);
+            new.replace_with.clone_from(&o.replace_with);
+            new.replacement_trigger.clone_from(&o.replacement_trigger);
+            new.refresh_before_update = o.refresh_before_update;
+            new.view_of.clone_from(&o.view_of);
+            new.resource_hooks.clone_from(&o.resource_hooks);
+            new.extension_ref.clone_from(&o.extension_ref);
+            new.snippet_id.clone_from(&o.snippet_id);
+            new.schema_version = o.schema_version;
+            new.extra.clone_from(&o.extra);
         }
         if is_stack {
             self.root = Some(urn.clone());
