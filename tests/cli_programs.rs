@@ -203,11 +203,13 @@ fn bad_program_files_exit_2_naming_file_resource_and_key() {
     check(
         &k,
         "migrations.yaml",
-        "name: p\nresources:\n  c:\n    type: a:b:C\n    component: true\n    options:\n      stateMigrations:\n        - rename: { from: old, to: new }\n        - command: [\"python3\", \"m.py\"]\n",
+        "name: p\nresources:\n  c:\n    type: a:b:C\n    component: true\n    options:\n      stateMigrations:\n        - rename: { from: old }\n        - command: []\n",
         &[
             "resource `c`",
-            "key `options.stateMigrations`",
-            "migration callbacks are not supported yet",
+            "key `options.stateMigrations[0].rename`",
+            "needs `from` and `to`",
+            "key `options.stateMigrations[1].command`",
+            "needs a non-empty argv list",
         ],
     );
     check(

@@ -6,8 +6,8 @@
 //! the resource and the key ([`Issue`]): unknown keys at any level, values
 //! of the wrong type, bad type tokens, unknown resources or config keys in
 //! references and resource options, `.id` of a component, reference cycles,
-//! and (for now) state migrations, which are parsed but not run yet. A file
-//! that passes is compiled onto the program API by [`super::run`].
+//! and malformed state migrations. A file that passes is compiled onto the
+//! program API by [`super::run`].
 //!
 //! Config values are literal (no `${...}`), and may be secrets
 //! (`{"fn::secret": value}`). Resources are named by their key in
@@ -15,6 +15,15 @@
 //! options that name resources (`parent`, `dependsOn`, `deletedWith`,
 //! `provider`, an alias's `parent`) take the bare name or `${name}`, and
 //! `provider` and an alias's `parent` also take a literal URN.
+//!
+//! `options.stateMigrations` (`cli.md` §3) is a list whose items each have
+//! exactly one key: `rename: {from, to}` (a descendant's name),
+//! `retype: {from, to}` (type tokens), `move: {resources: [names], under}`
+//! (re-parent descendants under a component of the prior subtree) or
+//! `command: [program, args...]` (an external program; a relative program
+//! path, and the program's relative arguments, resolve against the program
+//! file's directory, where it runs). `options.stateMigrationTimeout` (seconds,
+//! or text like `"2m"`; default 30 s) bounds each callback of the resource.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -47,6 +56,7 @@ const OPTION_KEYS: &[&str] = &[
     "provider",
     "additionalSecretOutputs",
     "stateMigrations",
+    "stateMigrationTimeout",
 ];
 /// The keys of an alias object.
 const ALIAS_KEYS: &[&str] = &["name", "type", "parent", "noParent", "stack", "project"];
@@ -169,8 +179,11 @@ pub struct OptionsSpec {
     pub provider: Option<ProviderSpec>,
     /// `additionalSecretOutputs`.
     pub additional_secret_outputs: Vec<String>,
-    /// `stateMigrations` (parsed; running them is not supported yet).
+    /// `stateMigrations`: the resource's migration callbacks, in order.
     pub state_migrations: Vec<StateMigration>,
+    /// `stateMigrationTimeout`: how long each of them may run (default:
+    /// [`crate::source::migration::DEFAULT_TIMEOUT`]).
+    pub state_migration_timeout: Option<std::time::Duration>,
 }
 
 /// An entry of `aliases`.
@@ -494,6 +507,16 @@ impl Checker {
                 None
             }
         }
+    }
+
+    /// A non-empty string.
+    fn nonempty(&mut self, key: &str, v: &Value) -> Option<String> {
+        let s = self.string(key, v)?;
+        if s.is_empty() {
+            self.issue(key, "must not be empty");
+            return None;
+        }
+        Some(s)
     }
 
     fn boolean(&mut self, key: &str, v: &Value) -> Option<bool> {
@@ -830,6 +853,7 @@ impl Checker {
                     }
                 }
                 "stateMigrations" => o.state_migrations = self.migrations(&key, v),
+                "stateMigrationTimeout" => o.state_migration_timeout = self.seconds(&key, v),
                 _ => {}
             }
         }
@@ -938,6 +962,32 @@ impl Checker {
         Some(t)
     }
 
+    /// A positive duration: seconds, or text like `"2m"`.
+    fn seconds(&mut self, key: &str, v: &Value) -> Option<std::time::Duration> {
+        let d = match v {
+            Value::Number(n) => n
+                .as_f64()
+                .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0 * 365.0)
+                .map(std::time::Duration::from_secs_f64),
+            Value::String(s) => humantime::parse_duration(s).ok().filter(|d| !d.is_zero()),
+            _ => None,
+        };
+        if d.is_none() {
+            self.issue(
+                key,
+                format!(
+                    "expected a positive duration (seconds, or text like \"2m\"), found {}",
+                    match v {
+                        Value::Number(n) => n.to_string(),
+                        Value::String(s) => format!("{s:?}"),
+                        other => describe(other).to_owned(),
+                    }
+                ),
+            );
+        }
+        d
+    }
+
     fn migrations(&mut self, key: &str, v: &Value) -> Vec<StateMigration> {
         let Value::Array(items) = v else {
             self.wrong(key, "a list of migrations", v);
@@ -966,17 +1016,33 @@ impl Checker {
             };
             let bk = join(&ik, kind);
             let pair = |c: &mut Self, body: &Value| -> Option<(String, String)> {
-                let m = c.mapping(&bk, body)?;
+                let Some(m) = c.mapping(&bk, body) else {
+                    c.issue(&bk, "needs `from` and `to`");
+                    return None;
+                };
                 c.known_keys(&bk, m, &["from", "to"]);
-                let from = m.get("from").and_then(|v| c.string(&join(&bk, "from"), v));
-                let to = m.get("to").and_then(|v| c.string(&join(&bk, "to"), v));
-                if from.is_none() || to.is_none() {
+                let from = m
+                    .get("from")
+                    .and_then(|v| c.nonempty(&join(&bk, "from"), v));
+                let to = m.get("to").and_then(|v| c.nonempty(&join(&bk, "to"), v));
+                if m.get("from").is_none() || m.get("to").is_none() {
                     c.issue(&bk, "needs `from` and `to`");
                 }
-                Some((from?, to?))
+                let (from, to) = (from?, to?);
+                if from == to {
+                    c.issue(&bk, format!("`from` and `to` are both `{from}`"));
+                    return None;
+                }
+                Some((from, to))
             };
             let parsed = match kind.as_str() {
-                "rename" => pair(self, body).map(|(from, to)| StateMigration::Rename { from, to }),
+                "rename" => pair(self, body).and_then(|(from, to)| {
+                    if let Some(problem) = name_problem(&to) {
+                        self.issue(join(&bk, "to"), problem);
+                        return None;
+                    }
+                    Some(StateMigration::Rename { from, to })
+                }),
                 "retype" => pair(self, body).and_then(|(from, to)| {
                     let parse = |c: &mut Self, k: &str, s: &str| match TypeToken::parse(s) {
                         Ok(t) => Some(t),
@@ -992,26 +1058,55 @@ impl Checker {
                         to: to?,
                     })
                 }),
-                "move" => self.mapping(&bk, body).and_then(|m| {
+                "move" => {
+                    let Some(m) = self.mapping(&bk, body) else {
+                        self.issue(&bk, "needs `resources` and `under`");
+                        continue;
+                    };
                     self.known_keys(&bk, m, &["resources", "under"]);
-                    let resources = m
-                        .get("resources")
-                        .map(|v| self.strings(&join(&bk, "resources"), v));
+                    let rk = join(&bk, "resources");
+                    let resources = m.get("resources").map(|v| {
+                        let before = self.issues.len();
+                        let names = self.strings(&rk, v);
+                        (names, self.issues.len() == before)
+                    });
                     let under = m
                         .get("under")
-                        .and_then(|v| self.string(&join(&bk, "under"), v));
-                    if resources.is_none() || under.is_none() {
+                        .and_then(|v| self.nonempty(&join(&bk, "under"), v));
+                    if m.get("resources").is_none() || m.get("under").is_none() {
                         self.issue(&bk, "needs `resources` and `under`");
                     }
-                    Some(StateMigration::Move {
-                        resources: resources?,
-                        under: under?,
-                    })
-                }),
+                    match (resources, under) {
+                        (Some((resources, true)), Some(under)) => {
+                            if resources.is_empty() {
+                                self.issue(&rk, "needs at least one resource name");
+                                None
+                            } else if let Some(i) = resources.iter().position(String::is_empty) {
+                                self.issue(
+                                    format!("{rk}[{i}]"),
+                                    "a resource name must not be empty",
+                                );
+                                None
+                            } else if resources.contains(&under) {
+                                self.issue(&rk, format!("`{under}` cannot move under itself"));
+                                None
+                            } else {
+                                Some(StateMigration::Move { resources, under })
+                            }
+                        }
+                        _ => None,
+                    }
+                }
                 "command" => {
+                    let before = self.issues.len();
                     let argv = self.strings(&bk, body);
-                    if argv.is_empty() {
-                        self.issue(&bk, "needs a non-empty argv list");
+                    if self.issues.len() != before {
+                        None
+                    } else if argv.first().is_none_or(String::is_empty) {
+                        self.issue(
+                            &bk,
+                            "needs a non-empty argv list: the program, then its arguments",
+                        );
                         None
                     } else {
                         Some(StateMigration::Command(argv))
@@ -1030,8 +1125,8 @@ impl Checker {
         out
     }
 
-    /// Checks that need the whole file: references, option targets, cycles,
-    /// and what is not supported yet.
+    /// Checks that need the whole file: references, option targets and
+    /// cycles.
     fn cross_check(&mut self, file: &ProgramFile) {
         let check_refs = |c: &mut Self, key: &str, t: &Template| {
             for r in t.references() {
@@ -1090,10 +1185,11 @@ impl Checker {
                     "only custom resources (not components or providers) take a provider",
                 );
             }
-            if !r.options.state_migrations.is_empty() {
+            if r.options.state_migration_timeout.is_some() && r.options.state_migrations.is_empty()
+            {
                 self.issue(
-                    "options.stateMigrations",
-                    "migration callbacks are not supported yet",
+                    "options.stateMigrationTimeout",
+                    "has no effect without `options.stateMigrations`",
                 );
             }
             self.resource = None;
@@ -1298,8 +1394,8 @@ resources:
     }
 
     #[test]
-    fn parses_and_rejects_state_migrations() {
-        let found = issues(
+    fn parses_state_migrations() {
+        let f = parse(
             r#"
 name: p
 resources:
@@ -1307,28 +1403,96 @@ resources:
     type: x:y:Site
     component: true
     options:
+      stateMigrationTimeout: 2m
       stateMigrations:
         - rename: { from: a, to: b }
         - retype: { from: "x:y:A", to: "x:y:B" }
-        - move: { resources: [a], under: b }
+        - move: { resources: [a, c], under: b }
         - command: ["python3", "m.py"]
 "#,
+        )
+        .unwrap();
+        let o = &f.resources["site"].options;
+        assert!(f.has_state_migrations());
+        assert_eq!(
+            o.state_migration_timeout,
+            Some(std::time::Duration::from_secs(120))
         );
         assert_eq!(
-            found,
-            vec!["resource `site`, key `options.stateMigrations`: migration callbacks are not supported yet"]
+            o.state_migrations,
+            vec![
+                StateMigration::Rename {
+                    from: "a".into(),
+                    to: "b".into()
+                },
+                StateMigration::Retype {
+                    from: TypeToken::parse("x:y:A").unwrap(),
+                    to: TypeToken::parse("x:y:B").unwrap()
+                },
+                StateMigration::Move {
+                    resources: vec!["a".into(), "c".into()],
+                    under: "b".into()
+                },
+                StateMigration::Command(vec!["python3".into(), "m.py".into()]),
+            ]
         );
+    }
+
+    #[test]
+    fn rejects_malformed_state_migrations() {
         let found = issues(
-            "name: p\nresources:\n  s:\n    type: x:y:S\n    options:\n      stateMigrations: [ { rename: { from: a } }, { frob: 1 } ]\n",
+            r#"
+name: p
+resources:
+  s:
+    type: x:y:S
+    options:
+      stateMigrationTimeout: -1
+      stateMigrations:
+        - { rename: { from: a } }
+        - { frob: 1 }
+        - { rename: { from: a, to: a } }
+        - { rename: { from: a, to: "b c" } }
+        - { retype: { from: "x:y:A", to: nope } }
+        - { move: { resources: [], under: t } }
+        - { move: { resources: [t], under: t } }
+        - { move: { resources: [1], under: t } }
+        - { move: { under: t } }
+        - { command: [] }
+        - { command: "python3 m.py" }
+        - { command: [python3, 3] }
+        - { rename: { from: a, to: b }, move: { resources: [a], under: b } }
+        - rename
+  t:
+    type: x:y:T
+    options: { stateMigrationTimeout: 5 }
+"#,
         );
-        assert!(
-            found.iter().any(|f| f.contains("needs `from` and `to`")),
-            "{found:#?}"
-        );
-        assert!(
-            found.iter().any(|f| f.contains("unknown migration `frob`")),
-            "{found:#?}"
-        );
+        let want = [
+            "resource `s`, key `options.stateMigrationTimeout`: expected a positive duration",
+            "resource `s`, key `options.stateMigrations[0].rename`: needs `from` and `to`",
+            "resource `s`, key `options.stateMigrations[1].frob`: unknown migration `frob`",
+            "resource `s`, key `options.stateMigrations[2].rename`: `from` and `to` are both `a`",
+            "resource `s`, key `options.stateMigrations[3].rename.to`: a resource name must not contain whitespace",
+            "resource `s`, key `options.stateMigrations[4].retype.to`: `nope` is not a type token",
+            "resource `s`, key `options.stateMigrations[5].move.resources`: needs at least one resource name",
+            "resource `s`, key `options.stateMigrations[6].move.resources`: `t` cannot move under itself",
+            "resource `s`, key `options.stateMigrations[7].move.resources[0]`: expected a string, found a number",
+            "resource `s`, key `options.stateMigrations[8].move`: needs `resources` and `under`",
+            "resource `s`, key `options.stateMigrations[9].command`: needs a non-empty argv list",
+            "resource `s`, key `options.stateMigrations[10].command`: expected a list of strings, found a string",
+            "resource `s`, key `options.stateMigrations[11].command[1]`: expected a string, found a number",
+            "resource `s`, key `options.stateMigrations[12]`: a migration has exactly one key",
+            "resource `s`, key `options.stateMigrations[13]`: expected a mapping with one of rename, retype, move, command, found a string",
+            "resource `t`, key `options.stateMigrationTimeout`: has no effect without `options.stateMigrations`",
+        ];
+        for w in want {
+            assert!(
+                found.iter().any(|f| f.starts_with(w)),
+                "{w} not in {found:#?}"
+            );
+        }
+        assert_eq!(found.len(), want.len(), "{found:#?}");
     }
 
     #[test]

@@ -7,17 +7,32 @@
 //! concurrently. When a resource fails, those that wait for it are not
 //! registered and the program fails, so the engine deletes nothing.
 //! Finally the stack's outputs are registered on the stack resource.
+//!
+//! A resource's `stateMigrations` become its migration callbacks, in order:
+//! the built-in helpers of [`crate::migrate::helpers`] and external
+//! programs ([`crate::source::command`]), which run in the program file's
+//! directory. Each callback may run for `stateMigrationTimeout` (default
+//! 30 s); an external program past it is killed and its callback fails with
+//! the end of its stderr (the engine's own deadline, a second later, is
+//! only a backstop).
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::{join_all, BoxFuture, FutureExt, Shared};
 
-use super::program::{AliasEntry, AliasParentSpec, ProgramFile, ProviderSpec, ResourceSpec};
+use super::program::{
+    AliasEntry, AliasParentSpec, OptionsSpec, ProgramFile, ProviderSpec, ResourceSpec,
+    StateMigration,
+};
 use super::template::Env;
+use crate::migrate::helpers;
 use crate::model::urn::UNKNOWN_ID;
 use crate::model::{PropertyMap, ProviderRef, Urn};
+use crate::source::command::CommandCallback;
 use crate::source::goal::{Alias, AliasParent, AliasSpec, Goal, Registered, ResourceOptions};
+use crate::source::migration::{MigrationCallback, StateMigrations, DEFAULT_TIMEOUT};
 use crate::source::{Context, Program, ProgramError, ProgramFuture};
 
 /// Why a program file's resource was not registered.
@@ -288,7 +303,51 @@ fn goal(
             ignore_changes: o.ignore_changes.clone(),
             replace_on_changes: o.replace_on_changes.clone(),
             additional_secret_outputs: o.additional_secret_outputs.clone(),
+            state_migrations: state_migrations(file, o),
             ..ResourceOptions::default()
         },
     })
+}
+
+/// How much longer than a command's own deadline the engine waits for its
+/// callback: the command's deadline, which kills the program and reports
+/// its stderr, passes first.
+const ENGINE_GRACE: Duration = Duration::from_secs(1);
+
+/// A resource's `stateMigrations` as callbacks.
+fn state_migrations(file: &ProgramFile, o: &OptionsSpec) -> StateMigrations {
+    if o.state_migrations.is_empty() {
+        return StateMigrations::default();
+    }
+    let timeout = o.state_migration_timeout.unwrap_or(DEFAULT_TIMEOUT);
+    // Commands run where the program file is (`None`: the current
+    // directory, for a file named without a directory).
+    let dir = file
+        .path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(ToOwned::to_owned);
+    let callbacks: Vec<MigrationCallback> = o
+        .state_migrations
+        .iter()
+        .map(|m| match m {
+            StateMigration::Rename { from, to } => helpers::rename(from, to),
+            StateMigration::Retype { from, to } => helpers::retype(from.as_str(), to.as_str()),
+            StateMigration::Move { resources, under } => {
+                let names: Vec<&str> = resources.iter().map(String::as_str).collect();
+                helpers::move_under(&names, under)
+            }
+            StateMigration::Command(argv) => {
+                let mut c = CommandCallback::new(argv.clone()).timeout(timeout);
+                if let Some(d) = &dir {
+                    c = c.in_dir(d.clone());
+                }
+                c.callback()
+            }
+        })
+        .collect();
+    StateMigrations {
+        callbacks,
+        timeout: timeout.saturating_add(ENGINE_GRACE),
+    }
 }

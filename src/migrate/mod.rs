@@ -25,6 +25,7 @@ pub mod chain;
 pub mod check;
 pub mod coordinator;
 mod fasthash;
+pub mod helpers;
 pub mod record;
 pub mod rewrite;
 pub mod rules;

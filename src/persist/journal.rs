@@ -318,8 +318,13 @@ impl SnapshotBuilder {
                 mark_old_delete: *mark_old_delete,
                 state: Box::new(crate::plan::step::lock(new).clone()),
             },
+            // Encoded after it was applied: the kept state now also sits
+            // among the written ones; the record names where it came from.
             Change::Keep { old } => ChangeRecord::Keep {
-                old: self.locate(old)?,
+                old: self
+                    .old_pos
+                    .get(&(std::sync::Arc::as_ptr(old) as usize))
+                    .map(|&i| Ref::Base(i))?,
             },
             Change::Remove { old } => ChangeRecord::Remove {
                 old: self.locate(old)?,

@@ -96,8 +96,10 @@ impl MigrationCallback {
                     }
                 }
                 Self::Async(f) => {
-                    let fut = f(args);
-                    match tokio::spawn(fut).await {
+                    // Aborted when this future is dropped (the timeout), so
+                    // an async callback does not outlive its deadline.
+                    let mut handle = AbortOnDrop(tokio::spawn(f(args)));
+                    match (&mut handle.0).await {
                         Ok(r) => r.map_err(|e| e.to_string()),
                         Err(e) => Err(panic_text(e)),
                     }
@@ -108,6 +110,15 @@ impl MigrationCallback {
             Ok(r) => r,
             Err(_) => Err(format!("it did not answer within {timeout:?}")),
         }
+    }
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

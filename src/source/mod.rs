@@ -9,6 +9,7 @@
 //! it would with an SDK; registrations that do not wait on each other
 //! proceed concurrently. Destroy uses no program (the null source).
 
+pub mod command;
 pub mod goal;
 pub mod hooks;
 pub mod migration;

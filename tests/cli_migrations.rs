@@ -1,0 +1,442 @@
+//! State migrations in program files, through the `keel` binary: the
+//! example programs (`examples/programs/{rename,fold,retype,split}-v1/v2`)
+//! migrate without replacing anything (the cloud's objects after v2 are the
+//! ones v1 made), a preview shows the migration and persists nothing, a
+//! third run is a no-op; a failing, garbage-printing or slow command fails
+//! the update with `callback-failed`, the end of its stderr and the state
+//! unchanged; malformed `stateMigrations` are refused with exit status 2.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+struct Keel {
+    dir: tempfile::TempDir,
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/programs")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// The JSON event lines of a `--json` run.
+fn events(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect()
+}
+
+fn summary(stdout: &str) -> Value {
+    events(stdout)
+        .into_iter()
+        .rfind(|e| e["event"] == "summary")
+        .expect("a summary line")
+}
+
+fn migration_events(stdout: &str) -> Vec<Value> {
+    events(stdout)
+        .into_iter()
+        .filter(|e| e["event"] == "migration")
+        .collect()
+}
+
+/// Only `same` steps.
+fn all_same(stdout: &str) {
+    let s = summary(stdout);
+    let steps = s["steps"].as_object().expect("steps");
+    assert!(
+        steps.keys().all(|k| k == "same"),
+        "only same steps, got {steps:?}"
+    );
+}
+
+impl Keel {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_keel"))
+            .current_dir(self.path())
+            .env_remove("KEEL_BACKEND")
+            .args(args)
+            .output()
+            .expect("run keel")
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        let o = self.run(args);
+        assert!(
+            o.status.success(),
+            "keel {args:?}\nstdout:\n{}\nstderr:\n{}",
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+        text(&o.stdout)
+    }
+
+    /// Runs a command that must fail with `code`; returns its stdout and
+    /// stderr.
+    fn fails(&self, code: i32, args: &[&str]) -> (String, String) {
+        let o = self.run(args);
+        assert_eq!(
+            o.status.code(),
+            Some(code),
+            "keel {args:?}\nstdout:\n{}\nstderr:\n{}",
+            text(&o.stdout),
+            text(&o.stderr)
+        );
+        (text(&o.stdout), text(&o.stderr))
+    }
+
+    fn write(&self, name: &str, content: &str) -> String {
+        let p = self.path().join(name);
+        std::fs::write(&p, content).expect("write file");
+        p.display().to_string()
+    }
+
+    fn files(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        fn walk(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else {
+                    out.insert(p.clone(), std::fs::read(&p).expect("read"));
+                }
+            }
+        }
+        let mut out = BTreeMap::new();
+        walk(&self.path().join(".keel"), &mut out);
+        out
+    }
+
+    /// The cloud's objects, sorted by ID.
+    fn cloud(&self) -> Vec<Value> {
+        let v: Value =
+            serde_json::from_str(&self.ok(&["cloud", "list", "--json"])).expect("cloud JSON");
+        let mut objects = v.as_array().expect("an array").clone();
+        objects.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+        objects
+    }
+
+    fn export(&self) -> String {
+        self.ok(&["stack", "export"])
+    }
+
+    /// The stack's resources by URN (the state without its manifest, whose
+    /// time every update refreshes, and without the order, which follows
+    /// the order in which concurrent registrations arrive).
+    fn resources(&self) -> BTreeMap<String, Value> {
+        let v: Value = serde_json::from_str(&self.export()).expect("export JSON");
+        v["deployment"]["resources"]
+            .as_array()
+            .expect("resources")
+            .iter()
+            .map(|r| (r["urn"].as_str().unwrap_or_default().to_owned(), r.clone()))
+            .collect()
+    }
+
+    /// Every resource's URN -> ID.
+    fn urns(&self) -> BTreeMap<String, String> {
+        let v: Value = serde_json::from_str(&self.export()).expect("export JSON");
+        v["deployment"]["resources"]
+            .as_array()
+            .expect("resources")
+            .iter()
+            .map(|r| {
+                (
+                    r["urn"].as_str().unwrap_or_default().to_owned(),
+                    r["id"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// v1 up; v2 preview (shows the migration, persists nothing); v2 up (the
+/// same cloud objects, only `same` steps, the new URNs in state); v2 again
+/// (no migration). Returns the migration event of the update.
+fn walkthrough(name: &str, new_urns: &[&str], gone: &[&str]) -> Value {
+    let k = Keel::new();
+    let (v1, v2) = (
+        example(&format!("{name}-v1.yaml")),
+        example(&format!("{name}-v2.yaml")),
+    );
+    k.ok(&["up", "--yes", "--program", &v1]);
+    let cloud = k.cloud();
+    assert!(!cloud.is_empty());
+    let ids: Vec<String> = k.urns().into_values().filter(|i| !i.is_empty()).collect();
+
+    let files = k.files();
+    let out = k.ok(&["preview", "--json", "--program", &v2]);
+    let previewed = migration_events(&out);
+    assert_eq!(previewed.len(), 1, "{name}: {out}");
+    all_same(&out);
+    assert!(k.files() == files, "{name}: the preview persisted nothing");
+
+    let out = k.ok(&["up", "--yes", "--json", "--program", &v2]);
+    let migrated = migration_events(&out);
+    assert_eq!(
+        migrated, previewed,
+        "{name}: the preview showed this migration"
+    );
+    all_same(&out);
+    assert_eq!(
+        k.cloud(),
+        cloud,
+        "{name}: nothing created, deleted or changed"
+    );
+    let urns = k.urns();
+    for u in new_urns {
+        assert!(urns.contains_key(*u), "{name}: {u} not in {urns:#?}");
+    }
+    for g in gone {
+        assert!(!urns.contains_key(*g), "{name}: {g} still in state");
+    }
+    let mut after: Vec<String> = urns.into_values().filter(|i| !i.is_empty()).collect();
+    let mut before = ids;
+    after.sort();
+    after.dedup();
+    before.sort();
+    assert_eq!(after, before, "{name}: the same physical IDs");
+    k.ok(&["state", "verify"]);
+
+    let state = k.resources();
+    let out = k.ok(&["up", "--yes", "--json", "--program", &v2]);
+    assert!(
+        migration_events(&out).is_empty(),
+        "{name}: idempotent: {out}"
+    );
+    all_same(&out);
+    assert_eq!(k.resources(), state);
+    migrated.into_iter().next().unwrap_or_default()
+}
+
+const SITE: &str = "urn:pulumi:dev::shop::shop:web:Site";
+
+#[test]
+fn rename_example_renames_a_child() {
+    let m = walkthrough(
+        "rename",
+        &[
+            &format!("{SITE}$aws:s3/bucket:Bucket::assets"),
+            &format!("{SITE}$aws:s3/bucket:Bucket$aws:s3/bucketPolicy:BucketPolicy::media-policy"),
+        ],
+        &[&format!("{SITE}$aws:s3/bucket:Bucket::media")],
+    );
+    assert_eq!(
+        m["successors"],
+        serde_json::json!({
+            format!("{SITE}$aws:s3/bucket:Bucket::media"): format!("{SITE}$aws:s3/bucket:Bucket::assets")
+        })
+    );
+}
+
+#[test]
+fn fold_example_moves_two_children_under_a_sub_component() {
+    let app = "urn:pulumi:dev::shop::shop:app:App";
+    let m = walkthrough(
+        "fold",
+        &[
+            &format!("{app}$shop:app:DataTier$aws:rds/instance:Instance::db"),
+            &format!("{app}$shop:app:DataTier$aws:elasticache/cluster:Cluster::cache"),
+        ],
+        &[
+            &format!("{app}$aws:rds/instance:Instance::db"),
+            &format!("{app}$aws:elasticache/cluster:Cluster::cache"),
+        ],
+    );
+    assert_eq!(m["successors"].as_object().map(|s| s.len()), Some(2));
+}
+
+#[test]
+fn retype_example_rewrites_every_urn_below_the_component() {
+    let v2 = "urn:pulumi:dev::shop::shop:web:SiteV2";
+    let m = walkthrough(
+        "retype",
+        &[
+            &format!("{v2}::site"),
+            &format!("{v2}$aws:s3/bucket:Bucket::bucket"),
+            &format!("{v2}$aws:s3/bucket:Bucket$aws:s3/bucketPolicy:BucketPolicy::policy"),
+            &format!("{v2}$aws:cloudfront:Distribution::cdn"),
+        ],
+        &[&format!("{SITE}::site")],
+    );
+    assert_eq!(m["successors"].as_object().map(|s| s.len()), Some(4));
+}
+
+#[test]
+fn split_example_runs_an_external_command() {
+    let settings = format!(
+        "{SITE}$aws:s3/bucketWebsiteConfiguration:BucketWebsiteConfiguration::assets-website"
+    );
+    let m = walkthrough("split", &[&settings], &[]);
+    assert_eq!(m["added"], serde_json::json!([settings]));
+}
+
+/// A stack at rename-v1, and a v2 program in the temp dir whose component
+/// runs `argv` (JSON) as its migration, with `extra` options.
+fn failing_setup(argv: &str, extra: &str) -> (Keel, String) {
+    let k = Keel::new();
+    k.ok(&["up", "--yes", "--program", &example("rename-v1.yaml")]);
+    let v2 = std::fs::read_to_string(example("rename-v2.yaml")).expect("read example");
+    let v2 = v2.replace(
+        "      stateMigrations:\n        - rename: { from: media, to: assets }\n",
+        &format!("{extra}      stateMigrations:\n        - command: {argv}\n"),
+    );
+    assert!(v2.contains("command:"), "the example changed: {v2}");
+    let path = k.write("v2.yaml", &v2);
+    (k, path)
+}
+
+/// `keel up` fails with exit status 1 and `callback-failed`, the state
+/// stays as it was; returns stderr.
+fn fails_with_callback_failed(k: &Keel, program: &str) -> String {
+    let state = k.resources();
+    let cloud = k.cloud();
+    let (_, stderr) = k.fails(1, &["up", "--yes", "--program", program]);
+    assert!(stderr.contains("callback-failed"), "{stderr}");
+    assert_eq!(k.resources(), state, "the state is unchanged");
+    assert_eq!(k.cloud(), cloud);
+    let (stdout, _) = k.fails(1, &["up", "--yes", "--json", "--program", program]);
+    let s = summary(&stdout);
+    assert_eq!(s["result"], "failed");
+    assert_eq!(s["rules"], serde_json::json!(["callback-failed"]));
+    assert_eq!(k.resources(), state);
+    // A preview fails the same way.
+    let files = k.files();
+    let (_, preview_err) = k.fails(1, &["preview", "--program", program]);
+    assert!(preview_err.contains("callback-failed"), "{preview_err}");
+    assert!(k.files() == files);
+    stderr
+}
+
+#[test]
+fn a_failing_command_fails_the_update_with_its_stderr() {
+    // A relative script path: it resolves in the program file's directory.
+    let (k, v2) = failing_setup(r#"["sh", "migrate.sh"]"#, "");
+    k.write(
+        "migrate.sh",
+        "cat >/dev/null\necho 'reading the state'\necho 'cannot migrate: no bucket named media' >&2\nexit 1\n",
+    );
+    let stderr = fails_with_callback_failed(&k, &v2);
+    assert!(stderr.contains("exit status 1"), "{stderr}");
+    assert!(
+        stderr.contains("cannot migrate: no bucket named media"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("sh migrate.sh"),
+        "names the command: {stderr}"
+    );
+}
+
+#[test]
+fn a_command_printing_garbage_fails_the_same_way() {
+    let (k, v2) = failing_setup(
+        r#"["sh", "-c", "cat >/dev/null; echo 'warning: guessing' >&2; echo 'this is not JSON'"]"#,
+        "",
+    );
+    let stderr = fails_with_callback_failed(&k, &v2);
+    assert!(stderr.contains("invalid JSON"), "{stderr}");
+    assert!(stderr.contains("this is not JSON"), "{stderr}");
+    assert!(stderr.contains("warning: guessing"), "{stderr}");
+    assert!(stderr.contains("exit status 0"), "{stderr}");
+}
+
+#[test]
+fn a_command_past_its_timeout_is_killed() {
+    let (k, v2) = failing_setup(
+        r#"["sh", "-c", "echo 'still thinking' >&2; exec sleep 60"]"#,
+        "      stateMigrationTimeout: 1\n",
+    );
+    let start = Instant::now();
+    let state = k.resources();
+    let (_, stderr) = k.fails(1, &["up", "--yes", "--program", &v2]);
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
+    assert!(stderr.contains("callback-failed"), "{stderr}");
+    assert!(stderr.contains("did not answer within 1s"), "{stderr}");
+    assert!(stderr.contains("still thinking"), "{stderr}");
+    assert_eq!(k.resources(), state);
+}
+
+#[test]
+fn a_command_that_changes_nothing_lets_the_update_run() {
+    let (k, v2) = failing_setup(r#"["python3", "-c", "print('null')"]"#, "");
+    let state = k.resources();
+    // The program renames `media` but the migration changes nothing: the
+    // update plans `assets` as new and `media` as gone.
+    let out = k.ok(&["preview", "--json", "--program", &v2]);
+    assert!(migration_events(&out).is_empty(), "{out}");
+    let steps = summary(&out)["steps"].clone();
+    assert_eq!(steps["create"], 1, "{steps}");
+    assert_eq!(steps["delete"], 1, "{steps}");
+    assert_eq!(k.resources(), state);
+}
+
+#[test]
+fn malformed_state_migrations_exit_2_before_anything_runs() {
+    let k = Keel::new();
+    k.ok(&["up", "--yes", "--program", &example("rename-v1.yaml")]);
+    let files = k.files();
+    let p = k.write(
+        "bad.yaml",
+        r#"
+name: shop
+resources:
+  site:
+    type: shop:web:Site
+    component: true
+    options:
+      stateMigrationTimeout: soon
+      stateMigrations:
+        - move: { under: tier }
+        - retype: { from: "shop:web:Site", to: "not a type" }
+        - command: []
+        - rename: { from: media, to: assets, also: x }
+"#,
+    );
+    for cmd in ["up", "preview"] {
+        let mut args = vec![cmd, "--program", &p];
+        if cmd == "up" {
+            args.insert(1, "--yes");
+        }
+        let (_, stderr) = k.fails(2, &args);
+        for want in [
+            "resource `site`, key `options.stateMigrationTimeout`: expected a positive duration",
+            "resource `site`, key `options.stateMigrations[0].move`: needs `resources` and `under`",
+            "resource `site`, key `options.stateMigrations[1].retype.to`: `not a type` is not a type token",
+            "resource `site`, key `options.stateMigrations[2].command`: needs a non-empty argv list",
+            "resource `site`, key `options.stateMigrations[3].rename.also`: unknown key",
+        ] {
+            assert!(stderr.contains(want), "{want} not in {stderr}");
+        }
+        assert!(stderr.contains("bad.yaml"), "names the file: {stderr}");
+        assert!(k.files() == files, "nothing ran");
+    }
+}
