@@ -1,9 +1,8 @@
 //! The command line's grammar (`cli.md` §1), declared with clap's derive
 //! API. Parsing only: [`super::commands`] carries the commands out.
 //!
-//! Flags for controls keel does not have yet (`--target`, `--exclude`,
-//! `--replace`, `--target-dependents`, `--refresh`, `--plan`,
-//! `--save-plan`) are accepted by the parser so that scripts written for
+//! Flags for controls keel does not have yet (`--refresh`, and filters on
+//! `refresh`) are accepted by the parser so that scripts written for
 //! the full interface get a clear answer: using one fails with exit status
 //! 2 and "not supported yet", never silently.
 
@@ -198,18 +197,22 @@ fn parse_rate(s: &str) -> Result<f64, String> {
     }
 }
 
-/// Resource filters: not supported yet (each fails with exit status 2).
+/// Resource filters (`--target`, `--exclude`): non-targeted resources keep
+/// their prior state; providers and the stack are always included.
 #[derive(Debug, Clone, Args)]
 pub struct FilterArgs {
-    /// Operate on this resource only (not supported yet).
+    /// Operate on this resource only (repeatable).
     #[arg(long, value_name = "URN")]
     pub target: Vec<String>,
-    /// Leave this resource out (not supported yet).
+    /// Leave this resource out (repeatable).
     #[arg(long, value_name = "URN")]
     pub exclude: Vec<String>,
-    /// Include the dependents of targets (not supported yet).
+    /// Include the dependents of targets.
     #[arg(long)]
     pub target_dependents: bool,
+    /// Also leave out the dependents of excluded resources.
+    #[arg(long)]
+    pub exclude_dependents: bool,
 }
 
 /// `keel up`.
@@ -227,16 +230,16 @@ pub struct UpArgs {
     /// Persistence.
     #[command(flatten)]
     pub persist: PersistArgs,
-    /// Filters (not supported yet).
+    /// Filters.
     #[command(flatten)]
     pub filters: FilterArgs,
-    /// Replace this resource (not supported yet).
+    /// Replace this resource (repeatable).
     #[arg(long, value_name = "URN")]
     pub replace: Vec<String>,
     /// Refresh the state before the update (not supported yet).
     #[arg(long)]
     pub refresh: bool,
-    /// Constrain the update to a saved plan (not supported yet).
+    /// Execute only what a plan saved by `keel preview --save-plan` allows.
     #[arg(long, value_name = "FILE")]
     pub plan: Option<PathBuf>,
     /// Output.
@@ -259,16 +262,16 @@ pub struct PreviewArgs {
     /// Steps planned at once [default: 4 x cores].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub parallel: Option<u32>,
-    /// Filters (not supported yet).
+    /// Filters.
     #[command(flatten)]
     pub filters: FilterArgs,
-    /// Replace this resource (not supported yet).
+    /// Replace this resource (repeatable).
     #[arg(long, value_name = "URN")]
     pub replace: Vec<String>,
     /// Refresh the state before the preview (not supported yet).
     #[arg(long)]
     pub refresh: bool,
-    /// Save the plan to a file (not supported yet).
+    /// Save the planned steps and goals to a file, for `keel up --plan`.
     #[arg(long, value_name = "FILE")]
     pub save_plan: Option<PathBuf>,
     /// Output.
@@ -295,7 +298,7 @@ pub struct OpArgs {
     /// Persistence.
     #[command(flatten)]
     pub persist: PersistArgs,
-    /// Filters (not supported yet).
+    /// Filters (`destroy` only; `refresh` refuses them).
     #[command(flatten)]
     pub filters: FilterArgs,
     /// Output.

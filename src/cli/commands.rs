@@ -21,11 +21,13 @@ use super::show;
 use super::CliError;
 use crate::engine::{Engine, EngineConfig, EngineError, Outcome};
 use crate::events::{EngineEvent, EventSink};
-use crate::model::{CheckpointFile, Deployment};
+use crate::model::{CheckpointFile, Deployment, Urn};
 use crate::persist::backend::{write_base, Backend, OpenStack};
 use crate::persist::fs::atomic_write;
 use crate::persist::journal_file::JournalOptions;
 use crate::persist::PersistError;
+use crate::plan::generator::UpdateOptions;
+use crate::plan::saved::SavedPlan;
 use crate::provider::{ProviderRegistry, SimCloud, SimConfig};
 
 /// The simulated cloud's file in the backend directory.
@@ -71,8 +73,32 @@ fn refuse_filters(f: &FilterArgs, replace: &[String]) -> Result<(), CliError> {
         ("--target", !f.target.is_empty()),
         ("--exclude", !f.exclude.is_empty()),
         ("--target-dependents", f.target_dependents),
+        ("--exclude-dependents", f.exclude_dependents),
         ("--replace", !replace.is_empty()),
     ])
+}
+
+/// The operator's controls from the flags (URNs checked before anything
+/// runs).
+fn update_options(f: &FilterArgs, replace: &[String]) -> Result<UpdateOptions, CliError> {
+    fn urns(flag: &'static str, list: &[String]) -> Result<Vec<Urn>, CliError> {
+        list.iter()
+            .map(|u| {
+                Urn::parse(u).map_err(|e| CliError::BadFlag {
+                    flag,
+                    message: e.to_string(),
+                })
+            })
+            .collect()
+    }
+    Ok(UpdateOptions {
+        targets: urns("--target", &f.target)?,
+        target_dependents: f.target_dependents,
+        excludes: urns("--exclude", &f.exclude)?,
+        exclude_dependents: f.exclude_dependents,
+        replaces: urns("--replace", replace)?,
+        ..UpdateOptions::default()
+    })
 }
 
 /// A stack name: a directory name and a URN part.
@@ -256,8 +282,20 @@ fn open_stack(backend: &Path, stack: &str, op: Op) -> Result<OpenStack, CliError
 }
 
 fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
-    refuse_filters(&a.filters, &a.replace)?;
-    refuse(&[("--refresh", a.refresh), ("--plan", a.plan.is_some())])?;
+    refuse(&[("--refresh", a.refresh)])?;
+    let mut options = update_options(&a.filters, &a.replace)?;
+    if let Some(path) = &a.plan {
+        let bytes = std::fs::read(path).map_err(|source| CliError::ReadInput {
+            path: path.clone(),
+            source,
+        })?;
+        let plan = SavedPlan::from_slice(&bytes).map_err(|e| CliError::BadFlag {
+            flag: "--plan",
+            message: format!("{}: {e}", path.display()),
+        })?;
+        options.apply_plan = true;
+        options.plan = Some(std::sync::Arc::new(plan));
+    }
     check_stack(&a.stack.stack)?;
     let file = ProgramFile::load(&a.program)?;
     let stack = a.stack.stack;
@@ -282,6 +320,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         } = a.engine;
         let mut config = engine_config(&stack, &file.name, parallel, continue_on_error);
         config.events = EventSink::new(tx);
+        config.update = options;
         let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
         let prior = std::mem::take(&mut open.deployment);
         let result = drive(
@@ -297,11 +336,10 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
 }
 
 fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
-    refuse_filters(&a.filters, &a.replace)?;
-    refuse(&[
-        ("--refresh", a.refresh),
-        ("--save-plan", a.save_plan.is_some()),
-    ])?;
+    refuse(&[("--refresh", a.refresh)])?;
+    let mut options = update_options(&a.filters, &a.replace)?;
+    options.generate_plan = a.save_plan.is_some();
+    let save_plan = a.save_plan.clone();
     check_stack(&a.stack.stack)?;
     let file = ProgramFile::load(&a.program)?;
     let stack = a.stack.stack;
@@ -321,6 +359,7 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let mut config = engine_config(&stack, &file.name, a.parallel, false);
         config.events = EventSink::new(tx);
+        config.update = options;
         let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
         let result = drive(
             engine.preview(loaded.deployment, FileProgram::new(file)),
@@ -328,6 +367,16 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
             &mut display,
         )
         .await;
+        if let (Some(path), Ok(outcome)) = (&save_plan, &result) {
+            if let Some(plan) = &outcome.plan {
+                atomic_write(path, &plan.to_vec_pretty(), false, &Default::default()).map_err(
+                    |source| CliError::Write {
+                        path: path.clone(),
+                        source,
+                    },
+                )?;
+            }
+        }
         conclude(Op::Preview, result, &mut display)
     })
 }
@@ -343,7 +392,14 @@ fn project_of(d: &Deployment) -> String {
 }
 
 fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
-    refuse_filters(&a.filters, &[])?;
+    // Destroy honours targets and excludes; refresh does not take them yet.
+    let options = match op {
+        Op::Destroy => update_options(&a.filters, &[])?,
+        _ => {
+            refuse_filters(&a.filters, &[])?;
+            UpdateOptions::default()
+        }
+    };
     let file = a.program.as_deref().map(ProgramFile::load).transpose()?;
     // Refresh and destroy work on an existing stack; they never make one.
     existing(backend, &a.stack.stack)?;
@@ -372,6 +428,7 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
             a.engine.continue_on_error,
         );
         config.events = EventSink::new(tx);
+        config.update = options;
         let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
         let prior = std::mem::take(&mut open.deployment);
         let result = match op {

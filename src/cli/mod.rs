@@ -37,6 +37,14 @@ pub enum CliError {
     /// A flag for a control keel does not have yet.
     #[error("{0} is not supported yet")]
     Unsupported(String),
+    /// A flag's value is invalid.
+    #[error("{flag}: {message}")]
+    BadFlag {
+        /// The flag.
+        flag: &'static str,
+        /// What is wrong.
+        message: String,
+    },
     /// A stack name that cannot name a directory and a URN part.
     #[error("invalid stack name `{0}`: use letters, digits, `-`, `_` and `.`")]
     BadStackName(String),
@@ -145,6 +153,7 @@ impl CliError {
     pub fn exit_code(&self) -> u8 {
         match self {
             Self::Unsupported(_)
+            | Self::BadFlag { .. }
             | Self::BadStackName(_)
             | Self::NoStack { .. }
             | Self::Program(_)

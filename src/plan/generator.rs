@@ -738,7 +738,15 @@ impl Planner {
                     if let Some(i) = old_index {
                         self.handled[i] = true;
                     }
-                    let kept = lock(&old_ref).clone();
+                    // The prior state is kept, under the registration's
+                    // URN (a rename through an alias is recorded, so
+                    // references to the old URN follow).
+                    let mut kept = lock(&old_ref).clone();
+                    if kept.urn != urn {
+                        kept.aliases = vec![kept.urn.clone()];
+                        kept.urn = urn.clone();
+                        kept.parent = new.parent.clone();
+                    }
                     Step::new(StepKind::Same, urn, Some(old_ref), Some(kept))
                 }
                 None => {
