@@ -556,6 +556,27 @@ fn targets_replace_and_saved_plans_through_the_cli() {
     let (_, err) = k.expect(1, &["up", "--program", &v1, "--plan", plan]);
     assert!(err.contains("deviates from the plan"), "{err}");
     k.ok(&["up", "--program", &v2, "--plan", plan]);
+    // --refresh first reconciles: an object deleted outside keel is
+    // recreated by the update that follows.
+    let assets = k
+        .cloud()
+        .iter()
+        .find(|o| o["name"] == "assets")
+        .map(|o| o["id"].clone())
+        .unwrap();
+    let cloud_file = k.backend().join("cloud.json");
+    let mut cloud: Value = serde_json::from_slice(&std::fs::read(&cloud_file).unwrap()).unwrap();
+    cloud["objects"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|o| o["id"] != assets);
+    std::fs::write(&cloud_file, serde_json::to_vec(&cloud).unwrap()).unwrap();
+    let out = k.ok(&["up", "--program", &v2, "--refresh", "--json"]);
+    assert_eq!(
+        steps(summary(&events(&out))).get("create"),
+        Some(&1),
+        "{out}"
+    );
     // --replace forces a replace: a new ID for cdn.
     let id = |cloud: &[Value]| {
         cloud

@@ -420,18 +420,25 @@ async fn the_parallel_bound_holds_and_independent_resources_run_concurrently() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refresh_reconciles_with_the_cloud() {
     let mut h = Harness::new(SimConfig::default());
-    h.up(vec![bucket("gone", &[]), bucket("drift", &[("k", "v")])])
-        .await
-        .unwrap();
+    h.up(vec![
+        bucket("gone", &[]),
+        bucket("drift", &[("k", "v")]),
+        bucket("dependent", &[]).dep("gone"),
+    ])
+    .await
+    .unwrap();
     let gone = h.state_of("gone").id.clone();
     let drift = h.state_of("drift").id.clone();
     assert!(h.cloud.remove_object(&gone));
     assert!(h.cloud.set_property(&drift, "k", "changed".into()));
     let o = h.refresh().await.unwrap();
-    assert_eq!(steps(&o, Refresh), 2);
+    assert_eq!(steps(&o, Refresh), 3);
     assert!(!h.names().contains(&"gone".to_owned()));
+    // The dependent's reference to the vanished resource is dropped (the
+    // state passed integrity in `keep`).
+    assert!(h.state_of("dependent").dependencies.is_empty());
     assert_eq!(h.state_of("drift").outputs["k"], "changed".into());
-    assert_eq!(h.cloud.counters().creates, 2, "refresh creates nothing");
+    assert_eq!(h.cloud.counters().creates, 3, "refresh creates nothing");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

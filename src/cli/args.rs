@@ -1,8 +1,8 @@
 //! The command line's grammar (`cli.md` §1), declared with clap's derive
 //! API. Parsing only: [`super::commands`] carries the commands out.
 //!
-//! Flags for controls keel does not have yet (`--refresh`, and filters on
-//! `refresh`) are accepted by the parser so that scripts written for
+//! Flags for controls keel does not have yet (filters on `refresh`) are
+//! accepted by the parser so that scripts written for
 //! the full interface get a clear answer: using one fails with exit status
 //! 2 and "not supported yet", never silently.
 
@@ -236,7 +236,7 @@ pub struct UpArgs {
     /// Replace this resource (repeatable).
     #[arg(long, value_name = "URN")]
     pub replace: Vec<String>,
-    /// Refresh the state before the update (not supported yet).
+    /// Reconcile the state with the cloud first, then update against it.
     #[arg(long)]
     pub refresh: bool,
     /// Execute only what a plan saved by `keel preview --save-plan` allows.
@@ -268,7 +268,7 @@ pub struct PreviewArgs {
     /// Replace this resource (repeatable).
     #[arg(long, value_name = "URN")]
     pub replace: Vec<String>,
-    /// Refresh the state before the preview (not supported yet).
+    /// Reconcile the state with the cloud (in memory) before previewing.
     #[arg(long)]
     pub refresh: bool,
     /// Save the planned steps and goals to a file, for `keel up --plan`.

@@ -116,8 +116,11 @@ fn check_stack(stack: &str) -> Result<(), CliError> {
     }
 }
 
-fn sim_config(a: &SimArgs) -> SimConfig {
+/// The simulated cloud's configuration from the flags, with the program
+/// file's `schemas`.
+fn sim_config(a: &SimArgs, file: Option<&ProgramFile>) -> SimConfig {
     SimConfig {
+        schemas: file.map(|f| f.schemas.clone()).unwrap_or_default(),
         latency: Duration::from_millis(a.sim_latency_ms),
         fail_rate: a.sim_fail_rate,
         fail: a.sim_fail.iter().cloned().collect(),
@@ -282,7 +285,6 @@ fn open_stack(backend: &Path, stack: &str, op: Op) -> Result<OpenStack, CliError
 }
 
 fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
-    refuse(&[("--refresh", a.refresh)])?;
     let mut options = update_options(&a.filters, &a.replace)?;
     if let Some(path) = &a.plan {
         let bytes = std::fs::read(path).map_err(|source| CliError::ReadInput {
@@ -301,7 +303,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
     let stack = a.stack.stack;
     let rt = runtime()?;
     rt.block_on(async move {
-        let cloud = load_cloud(backend, sim_config(&a.sim), true)?;
+        let cloud = load_cloud(backend, sim_config(&a.sim, Some(&file)), true)?;
         let mut open = open_stack(backend, &stack, Op::Update)?;
         let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
         let mut display = Display::new(
@@ -322,7 +324,10 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         config.events = EventSink::new(tx);
         config.update = options;
         let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
-        let prior = std::mem::take(&mut open.deployment);
+        let mut prior = std::mem::take(&mut open.deployment);
+        if a.refresh {
+            prior = refreshed(&engine, prior).await?;
+        }
         let result = drive(
             engine.update(prior, FileProgram::new(file), persister),
             rx,
@@ -336,7 +341,6 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
 }
 
 fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
-    refuse(&[("--refresh", a.refresh)])?;
     let mut options = update_options(&a.filters, &a.replace)?;
     options.generate_plan = a.save_plan.is_some();
     let save_plan = a.save_plan.clone();
@@ -346,7 +350,7 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
     let rt = runtime()?;
     rt.block_on(async move {
         // A preview changes nothing: no lock, no autosave.
-        let cloud = load_cloud(backend, sim_config(&a.sim), false)?;
+        let cloud = load_cloud(backend, sim_config(&a.sim, Some(&file)), false)?;
         let loaded = Backend::new(backend).load(&stack)?;
         let mut display = Display::new(
             Style::choose(a.output.json),
@@ -361,8 +365,13 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         config.events = EventSink::new(tx);
         config.update = options;
         let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
+        let prior = if a.refresh {
+            refreshed(&engine, loaded.deployment).await?
+        } else {
+            loaded.deployment
+        };
         let result = drive(
-            engine.preview(loaded.deployment, FileProgram::new(file)),
+            engine.preview(prior, FileProgram::new(file)),
             rx,
             &mut display,
         )
@@ -406,7 +415,7 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
     let stack = a.stack.stack;
     let rt = runtime()?;
     rt.block_on(async move {
-        let cloud = load_cloud(backend, sim_config(&a.sim), true)?;
+        let cloud = load_cloud(backend, sim_config(&a.sim, file.as_ref()), true)?;
         let mut open = open_stack(backend, &stack, op)?;
         let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
         let project = file
@@ -438,6 +447,22 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
         drop(open);
         conclude(op, result, &mut display)
     })
+}
+
+/// `--refresh`: the prior state reconciled with the cloud, in memory; the
+/// operation that follows plans against it and persists the result.
+async fn refreshed(engine: &Engine, prior: Deployment) -> Result<Deployment, CliError> {
+    match engine
+        .refresh(prior, Box::new(crate::persist::MemoryPersister::new()))
+        .await
+    {
+        Ok(o) => Ok(o.snapshot),
+        Err(EngineError::Failed(o)) => Err(CliError::Failed {
+            operation: "refresh",
+            summary: Box::new(o.summary),
+        }),
+        Err(e) => Err(CliError::Engine(e)),
+    }
 }
 
 /// Fails unless the stack exists in the backend.

@@ -24,6 +24,11 @@
 //! path, and the program's relative arguments, resolve against the program
 //! file's directory, where it runs). `options.stateMigrationTimeout` (seconds,
 //! or text like `"2m"`; default 30 s) bounds each callback of the resource.
+//!
+//! The top-level `schemas` key (`architecture.md` §8) declares the
+//! simulated cloud's schema version per type token:
+//! `{type: {version: N, renames: {old: new}}}`; its migration renames the
+//! keys in inputs and outputs.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -38,7 +43,9 @@ use crate::model::urn::STACK_TYPE;
 use crate::model::{PropertyValue, ProviderRef, TypeToken, Urn};
 
 /// The top-level keys of a program file.
-const TOP_KEYS: &[&str] = &["name", "config", "resources", "outputs"];
+const TOP_KEYS: &[&str] = &["name", "config", "resources", "outputs", "schemas"];
+/// The keys of one type's schema under `schemas`.
+const SCHEMA_KEYS: &[&str] = &["version", "renames"];
 /// The keys of a resource.
 const RESOURCE_KEYS: &[&str] = &["type", "component", "properties", "options"];
 /// The keys of a resource's options.
@@ -135,6 +142,8 @@ pub struct ProgramFile {
     pub resources: BTreeMap<String, ResourceSpec>,
     /// The stack's outputs.
     pub outputs: BTreeMap<String, Template>,
+    /// The simulated cloud's schemas per type token (`schemas`).
+    pub schemas: BTreeMap<String, crate::provider::SchemaDef>,
 }
 
 /// One resource of a program file.
@@ -628,16 +637,61 @@ impl Checker {
                 }
             }
         }
+        let schemas = top
+            .get("schemas")
+            .and_then(|v| self.mapping("schemas", v))
+            .map(|m| self.schemas(m))
+            .unwrap_or_default();
         let file = ProgramFile {
             path: path.to_owned(),
             name: name.clone().unwrap_or_default(),
             config,
             resources,
             outputs,
+            schemas,
         };
         // Checked even without a valid name, so every issue is reported.
         self.cross_check(&file);
         name.map(|_| file)
+    }
+
+    /// The `schemas` section: per type token, a version and key renames.
+    fn schemas(&mut self, m: &Map<String, Value>) -> BTreeMap<String, crate::provider::SchemaDef> {
+        let mut out = BTreeMap::new();
+        for (ty, v) in m {
+            let key = join("schemas", ty);
+            if let Err(e) = TypeToken::parse(ty) {
+                self.issue(&key, e.to_string());
+            }
+            let Value::Object(def) = v else {
+                self.wrong(&key, "a mapping", v);
+                continue;
+            };
+            self.known_keys(&key, def, SCHEMA_KEYS);
+            let mut schema = crate::provider::SchemaDef::default();
+            match def.get("version") {
+                Some(Value::Number(n)) if n.as_u64().is_some() => {
+                    schema.version = n.as_u64().unwrap_or_default();
+                }
+                Some(other) => self.wrong(&join(&key, "version"), "a whole number >= 0", other),
+                None => self.issue(
+                    join(&key, "version"),
+                    "missing: the schema version is required",
+                ),
+            }
+            if let Some(r) = def
+                .get("renames")
+                .and_then(|v| self.mapping(&join(&key, "renames"), v))
+            {
+                for (old, new) in r {
+                    if let Some(new) = self.nonempty(&join(&join(&key, "renames"), old), new) {
+                        schema.renames.insert(old.clone(), new);
+                    }
+                }
+            }
+            out.insert(ty.clone(), schema);
+        }
+        out
     }
 
     /// A config value: no references; `fn::secret` allowed.

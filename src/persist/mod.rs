@@ -67,6 +67,12 @@ pub enum Change {
         /// The outputs.
         outputs: PropertyMap,
     },
+    /// Prior states take their schema-upgraded contents (`architecture.md`
+    /// §8): one change for the whole batch, sent before anything else.
+    Upgrade {
+        /// Each prior state and what it becomes.
+        states: Vec<(StateRef, Box<State>)>,
+    },
 }
 
 /// One mutation reported to the persister.
@@ -120,6 +126,9 @@ pub struct SnapshotBuilder {
     pending: BTreeMap<OpId, PendingOperation>,
     /// The leading prior states written by this operation (before news).
     split: usize,
+    /// Resources a refresh found gone, with their parents: references to
+    /// them are dropped from the others (children move to the parent).
+    vanished: HashMap<crate::model::Urn, crate::model::Urn>,
 }
 
 fn key(s: &StateRef) -> usize {
@@ -143,6 +152,7 @@ impl SnapshotBuilder {
             new_done: Vec::new(),
             pending: BTreeMap::new(),
             split: 0,
+            vanished: HashMap::new(),
         }
     }
 
@@ -208,9 +218,19 @@ impl SnapshotBuilder {
             }
             Change::Refresh { old, new } => match new {
                 Some(n) => *lock(old) = (**n).clone(),
-                None => self.retire(old),
+                None => {
+                    let s = lock(old);
+                    self.vanished.insert(s.urn.clone(), s.parent.clone());
+                    drop(s);
+                    self.retire(old);
+                }
             },
             Change::Outputs { state, outputs } => lock(state).outputs = outputs.clone(),
+            Change::Upgrade { states } => {
+                for (s, new) in states {
+                    *lock(s) = (**new).clone();
+                }
+            }
         }
     }
 
@@ -255,6 +275,7 @@ impl SnapshotBuilder {
         let mut d = self.base.clone();
         d.resources = self.live().map(|s| lock(s).clone()).collect();
         normalize_aliases(&mut d.resources);
+        drop_vanished(&mut d.resources, &self.vanished);
         d
     }
 
@@ -357,6 +378,34 @@ pub fn normalize_aliases(resources: &mut [State]) {
                 s.provider = format!("{n}::{}", r.id());
             }
         }
+    }
+}
+
+/// Drops references to resources a refresh found gone: dependencies,
+/// property dependencies, `deletedWith` and `replaceWith` lose them, and
+/// their children move to their parent.
+fn drop_vanished(
+    resources: &mut [State],
+    vanished: &HashMap<crate::model::Urn, crate::model::Urn>,
+) {
+    if vanished.is_empty() {
+        return;
+    }
+    let live: std::collections::HashSet<crate::model::Urn> =
+        resources.iter().map(|s| s.urn.clone()).collect();
+    let gone = |u: &crate::model::Urn| vanished.contains_key(u) && !live.contains(u);
+    for s in resources.iter_mut() {
+        while gone(&s.parent) {
+            s.parent = vanished[&s.parent].clone();
+        }
+        s.dependencies.retain(|d| !gone(d));
+        for list in s.property_dependencies.values_mut().flatten() {
+            list.retain(|d| !gone(d));
+        }
+        if gone(&s.deleted_with) {
+            s.deleted_with = crate::model::Urn::default();
+        }
+        s.replace_with.retain(|d| !gone(d));
     }
 }
 
