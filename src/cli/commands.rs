@@ -253,7 +253,7 @@ fn conclude(
         }
         Err(e) => {
             display.finish(None);
-            Err(CliError::Engine(e))
+            Err(CliError::Engine(Box::new(e)))
         }
     }
 }
@@ -461,7 +461,7 @@ async fn refreshed(engine: &Engine, prior: Deployment) -> Result<Deployment, Cli
             operation: "refresh",
             summary: Box::new(o.summary),
         }),
-        Err(e) => Err(CliError::Engine(e)),
+        Err(e) => Err(CliError::Engine(Box::new(e))),
     }
 }
 

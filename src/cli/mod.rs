@@ -128,7 +128,7 @@ pub enum CliError {
     },
     /// The engine failed internally.
     #[error(transparent)]
-    Engine(EngineError),
+    Engine(Box<EngineError>),
 }
 
 fn failure_lines(s: &Summary) -> String {
