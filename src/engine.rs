@@ -45,6 +45,17 @@ pub enum EngineError {
     /// The final state could not be persisted.
     #[error(transparent)]
     Persist(#[from] PersistError),
+    /// The prior states could not be upgraded to their types' current
+    /// schema versions (`architecture.md` §8): the operation failed before
+    /// planning and nothing was changed.
+    #[error(transparent)]
+    Schema(Box<crate::provider::SchemaUpgradeError>),
+}
+
+impl From<crate::provider::SchemaUpgradeError> for EngineError {
+    fn from(e: crate::provider::SchemaUpgradeError) -> Self {
+        Self::Schema(Box::new(e))
+    }
 }
 
 fn failure_text(o: &Outcome) -> String {
@@ -269,7 +280,21 @@ impl Engine {
                 message: warning,
             });
         }
+        // Schema upgrades, before planning and before any component
+        // migration callback sees the state. A failure changes nothing.
+        let upgraded = match mode {
+            Mode::Destroy => Vec::new(),
+            _ => crate::provider::schema::upgrade(&self.registry, &mut prior.resources).await?,
+        };
         let olds = SnapshotBuilder::share_resources(&mut prior);
+        let upgrades: Vec<_> = upgraded
+            .iter()
+            .map(|&i| {
+                let s = olds[i].clone();
+                let contents = Box::new(crate::plan::step::lock(&s).clone());
+                (s, contents)
+            })
+            .collect();
         let snippets = prior.snippets.clone();
         let extensions = prior.extensions.clone();
         prior.manifest = Manifest::keel(
@@ -301,6 +326,27 @@ impl Engine {
         )
         .await
         .map_err(spawn_err)?;
+        // The upgraded entries are persisted first, as one mutation (a
+        // preview persists nothing).
+        if !preview && !upgrades.is_empty() {
+            let m = crate::persist::Mutation::Apply(crate::persist::Change::Upgrade {
+                states: upgrades,
+            });
+            let r = match persist
+                .call(|reply| PersistMsg::Mutate(m, reply), None)
+                .await
+            {
+                Ok(ractor::rpc::CallResult::Success(r)) => r,
+                Ok(other) => Err(PersistError::Stopped(format!("{other:?}"))),
+                Err(e) => Err(PersistError::Stopped(e.to_string())),
+            };
+            if let Err(e) = r {
+                stop_all(&[persist.get_cell()]);
+                sup.stop(None);
+                let _ = sup_handle.await;
+                return Err(EngineError::Persist(e));
+            }
+        }
         let gate = Gate::new();
         let shared = ExecShared::new(
             ExecConfig {
@@ -508,6 +554,7 @@ impl Engine {
                         adopted.id = obj.id;
                         adopted.inputs = obj.inputs;
                         adopted.outputs = obj.outputs;
+                        crate::provider::schema::stamp(&*p, &mut adopted);
                         prior.resources.push(adopted);
                     }
                     Ok(None) => warnings.push(format!("cleared the interrupted create of {}: no object was found in the cloud", s.urn)),

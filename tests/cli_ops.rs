@@ -446,14 +446,6 @@ fn flags_not_supported_yet_exit_2_and_change_nothing() {
     let u = "urn:pulumi:dev::site::aws:cloudfront:Distribution::cdn";
     let cases: &[(&[&str], &str)] = &[
         (
-            &["up", "--program", &v1, "--refresh"],
-            "--refresh is not supported yet",
-        ),
-        (
-            &["preview", "--program", &v1, "--refresh"],
-            "--refresh is not supported yet",
-        ),
-        (
             &["refresh", "--exclude", u],
             "--exclude is not supported yet",
         ),

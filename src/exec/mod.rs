@@ -26,7 +26,7 @@ use crate::persist::actor::PersistMsg;
 use crate::persist::{Change, Mutation, PersistError};
 use crate::plan::actor::GenMsg;
 use crate::plan::step::{lock, share, Chain, StateRef, Step, StepKind};
-use crate::provider::{Provider, ProviderError, ProviderRegistry, ResourceRequest};
+use crate::provider::{schema, Provider, ProviderError, ProviderRegistry, ResourceRequest};
 use crate::source::goal::Registered;
 use crate::source::hooks::{HookArgs, HookPoint, ResourceHooks};
 use crate::source::RegisterError;
@@ -689,6 +689,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 };
                 new.outputs = obj.outputs;
                 new.modified = stamp;
+                schema::stamp(&*provider, &mut new);
                 let reg = registered(&new);
                 let urn = new.urn.clone();
                 let new = share(new);
@@ -725,6 +726,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             };
             new.id = obj.id;
             new.outputs = obj.outputs;
+            schema::stamp(&*provider, &mut new);
             if !preview {
                 new.created = stamp.clone();
                 new.modified = stamp;
@@ -813,6 +815,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             };
             new.id = obj.id;
             new.outputs = obj.outputs;
+            schema::stamp(&*provider, &mut new);
             let reg = registered(&new);
             let urn = new.urn.clone();
             let new = share(new);
@@ -848,6 +851,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             };
             new.inputs = obj.inputs;
             new.outputs = obj.outputs;
+            schema::stamp(&*provider, &mut new);
             let reg = registered(&new);
             let urn = new.urn.clone();
             let new = share(new);
@@ -878,6 +882,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 let mut s = old.clone();
                 s.outputs = obj.outputs;
                 s.inputs = obj.inputs;
+                schema::stamp(&*provider, &mut s);
                 Box::new(s)
             });
             shared

@@ -282,24 +282,30 @@ impl Backend {
         if let Some(t) = &decoded.torn {
             warnings.push(format!("the journal of stack `{stack}` ended in a torn write: {t}; every whole record was kept"));
         }
-        let olds = SnapshotBuilder::share_resources(&mut base);
-        let mut builder = SnapshotBuilder::new(base, olds).with_split(split);
-        journal::replay(&mut builder, &decoded.records, seq).map_err(|source| {
-            BackendError::Journal {
-                stack: stack.to_owned(),
-                source,
-            }
-        })?;
-        let deployment = builder.snapshot();
-        crate::model::integrity::verify(&deployment).map_err(|e| BackendError::Checkpoint {
-            stack: stack.to_owned(),
-            source: e.into(),
-        })?;
         let replayed = decoded
             .records
             .iter()
             .filter(|r| r.entry.seq() > seq)
             .count();
+        // Nothing to replay: the base, verified on read, is the state.
+        let deployment = if replayed == 0 {
+            base
+        } else {
+            let olds = SnapshotBuilder::share_resources(&mut base);
+            let mut builder = SnapshotBuilder::new(base, olds).with_split(split);
+            journal::replay(&mut builder, &decoded.records, seq).map_err(|source| {
+                BackendError::Journal {
+                    stack: stack.to_owned(),
+                    source,
+                }
+            })?;
+            let deployment = builder.snapshot();
+            crate::model::integrity::verify(&deployment).map_err(|e| BackendError::Checkpoint {
+                stack: stack.to_owned(),
+                source: e.into(),
+            })?;
+            deployment
+        };
         let last = decoded
             .records
             .last()

@@ -66,6 +66,15 @@ pub enum ChangeRecord {
     },
 }
 
+/// One state of a [`Entry::SchemaUpgrade`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UpgradedState {
+    /// The state upgraded.
+    pub target: Ref,
+    /// Its upgraded contents.
+    pub state: Box<State>,
+}
+
 /// One journal entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
@@ -131,6 +140,16 @@ pub enum Entry {
         #[serde(flatten)]
         record: Box<super::migration::MigrationRecord>,
     },
+    /// Prior states were upgraded to their types' current schema versions
+    /// (`architecture.md` §8): one entry for the batch.
+    SchemaUpgrade {
+        /// Sequence number.
+        seq: u64,
+        /// The operation (0: not a provider operation).
+        op: OpId,
+        /// Each state upgraded and its upgraded contents.
+        states: Vec<UpgradedState>,
+    },
     /// A new base checkpoint was written.
     Compacted {
         /// Sequence number.
@@ -150,6 +169,7 @@ impl Entry {
             | Self::Refresh { seq, .. }
             | Self::Outputs { seq, .. }
             | Self::StateMigration { seq, .. }
+            | Self::SchemaUpgrade { seq, .. }
             | Self::Compacted { seq, .. } => *seq,
         }
     }
@@ -332,7 +352,9 @@ impl SnapshotBuilder {
             Change::MarkPendingReplacement { old } => ChangeRecord::PendingReplacement {
                 old: self.locate(old)?,
             },
-            Change::Refresh { .. } | Change::Outputs { .. } => return None,
+            Change::Refresh { .. } | Change::Outputs { .. } | Change::Upgrade { .. } => {
+                return None
+            }
         })
     }
 
@@ -365,6 +387,19 @@ impl SnapshotBuilder {
                     op: mutation_op(m),
                     target: self.locate(state)?,
                     outputs: outputs.clone(),
+                },
+                Change::Upgrade { states } => Entry::SchemaUpgrade {
+                    seq,
+                    op: mutation_op(m),
+                    states: states
+                        .iter()
+                        .map(|(s, new)| {
+                            Some(UpgradedState {
+                                target: self.locate(s)?,
+                                state: new.clone(),
+                            })
+                        })
+                        .collect::<Option<_>>()?,
                 },
                 other => Entry::Success {
                     seq,
@@ -426,6 +461,13 @@ impl SnapshotBuilder {
                     new: state.clone(),
                 },
             ),
+            Entry::SchemaUpgrade { op, states, .. } => {
+                let states = states
+                    .iter()
+                    .map(|u| Ok((find(self, u.target)?, u.state.clone())))
+                    .collect::<Result<_, String>>()?;
+                end_or_apply(*op, Change::Upgrade { states })
+            }
             Entry::Outputs {
                 op,
                 target,

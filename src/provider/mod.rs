@@ -4,6 +4,7 @@
 
 pub mod builtins;
 pub mod registry;
+pub mod schema;
 pub mod sim;
 
 use std::collections::BTreeSet;
@@ -14,7 +15,8 @@ use async_trait::async_trait;
 use crate::model::{PropertyMap, TypeToken, Urn};
 
 pub use registry::ProviderRegistry;
-pub use sim::{SimCloud, SimConfig, SimProvider};
+pub use schema::{SchemaInfo, SchemaState, SchemaUpgradeError};
+pub use sim::{SchemaDef, SimCloud, SimConfig, SimProvider};
 
 /// A provider's failure.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -44,6 +46,19 @@ pub enum ProviderError {
         urn: Urn,
         /// The ID looked up.
         id: String,
+    },
+    /// A persisted state could not be migrated to the type's current
+    /// schema version (`architecture.md` §8).
+    #[error("cannot migrate {urn} (type {ty}) from schema version {old_version}: {message}")]
+    Migrate {
+        /// The resource.
+        urn: Urn,
+        /// Its type.
+        ty: TypeToken,
+        /// The schema version its state was written with.
+        old_version: u64,
+        /// Why.
+        message: String,
     },
 }
 
@@ -169,5 +184,36 @@ pub trait Provider: Send + Sync + 'static {
     async fn find(&self, urn: &Urn, ty: &TypeToken) -> Result<Option<ObjectState>> {
         let _ = (urn, ty);
         Ok(None)
+    }
+
+    /// The current persisted schema of a resource type, when the provider
+    /// versions it (`architecture.md` §8). The default versions nothing:
+    /// `None`.
+    fn schema(&self, ty: &TypeToken) -> Option<SchemaInfo> {
+        let _ = ty;
+        None
+    }
+
+    /// Migrates a persisted state of `ty` written with schema version
+    /// `old_version` straight to the current version, inputs and outputs
+    /// together. Called only for types [`Provider::schema`] versions, with
+    /// `old_version` below the current one. The default has no migration.
+    ///
+    /// # Errors
+    /// [`ProviderError::Migrate`] when the state cannot be migrated.
+    async fn migrate_state(
+        &self,
+        urn: &Urn,
+        ty: &TypeToken,
+        old_version: u64,
+        state: SchemaState,
+    ) -> Result<SchemaState> {
+        let _ = state;
+        Err(ProviderError::Migrate {
+            urn: urn.clone(),
+            ty: ty.clone(),
+            old_version,
+            message: "the provider has no migration for this type".into(),
+        })
     }
 }

@@ -8,6 +8,13 @@
 //! ([`SimCall`]) and can persist its objects to a file so that runs build on
 //! each other.
 //!
+//! Types may be schema-versioned ([`SimConfig::schemas`], or
+//! [`SimCloud::set_schema`] to bump a version between runs): the provider
+//! declares the version, its migration renames keys in inputs and outputs
+//! from any older version straight to the current one (logged in
+//! [`SimCloud::schema_migrations`]), and reads return objects with the keys
+//! renamed.
+//!
 //! Physical operations are create, read, update and delete; previews of
 //! create, update and delete change nothing, sleep not at all and are not
 //! counted (a preview read is a real read).
@@ -62,6 +69,46 @@ pub struct SimConfig {
     pub delete_before_replace_types: BTreeSet<String>,
     /// Record physical operations in the call log ([`SimCloud::call_log`]).
     pub record_calls: bool,
+    /// Schema versions per type token (`architecture.md` §8): the
+    /// provider declares them, and its migration renames keys.
+    pub schemas: BTreeMap<String, SchemaDef>,
+}
+
+/// The simulated cloud's schema of one resource type.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct SchemaDef {
+    /// The current schema version.
+    pub version: u64,
+    /// Keys renamed since earlier versions (`old` -> `new`): a migration
+    /// from any older version renames them in inputs and outputs, and reads
+    /// return objects with them renamed.
+    pub renames: BTreeMap<String, String>,
+}
+
+impl SchemaDef {
+    /// Renames the keys of `map` (old -> new); a new key already present
+    /// wins over the old one.
+    pub fn rename(&self, map: &mut PropertyMap) {
+        for (old, new) in &self.renames {
+            if let Some(v) = map.remove(old) {
+                map.entry(new.clone()).or_insert(v);
+            }
+        }
+    }
+}
+
+/// One schema migration the simulated cloud's provider performed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimMigration {
+    /// The resource.
+    pub urn: String,
+    /// Its type token.
+    pub ty: String,
+    /// The version migrated from.
+    pub old_version: u64,
+    /// The version migrated to.
+    pub new_version: u64,
 }
 
 impl Default for SimConfig {
@@ -75,6 +122,7 @@ impl Default for SimConfig {
             replace_on_change_types: BTreeMap::new(),
             delete_before_replace_types: BTreeSet::new(),
             record_calls: true,
+            schemas: BTreeMap::new(),
         }
     }
 }
@@ -220,6 +268,11 @@ pub struct SimCloud {
     /// Serializes saves: two concurrent saves could otherwise rename in the
     /// opposite order of their snapshots and lose an object.
     saving: Mutex<()>,
+    /// The current schemas (from the configuration; see
+    /// [`SimCloud::set_schema`]).
+    schemas: Mutex<BTreeMap<String, SchemaDef>>,
+    /// Schema migrations performed, in order.
+    migrations: Mutex<Vec<SimMigration>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -312,6 +365,8 @@ impl SimCloud {
             seed
         };
         Self {
+            schemas: Mutex::new(config.schemas.clone()),
+            migrations: Mutex::new(Vec::new()),
             config,
             state: Mutex::new(state),
             rng: Mutex::new(seed),
@@ -360,6 +415,36 @@ impl SimCloud {
     /// The configuration.
     pub fn config(&self) -> &SimConfig {
         &self.config
+    }
+
+    /// Declares (or changes) the schema of a type token: the provider's
+    /// next operations see the new version (a provider upgrade).
+    pub fn set_schema(&self, ty: &str, schema: SchemaDef) {
+        lock(&self.schemas).insert(ty.to_owned(), schema);
+    }
+
+    /// The current schema of a type token, if it is versioned.
+    pub fn schema(&self, ty: &str) -> Option<SchemaDef> {
+        lock(&self.schemas).get(ty).cloned()
+    }
+
+    /// The schema migrations performed so far, in order.
+    pub fn schema_migrations(&self) -> Vec<SimMigration> {
+        lock(&self.migrations).clone()
+    }
+
+    /// An object as the type's current schema shows it (renamed keys).
+    fn current_shape(&self, o: SimObject) -> ObjectState {
+        let mut found = ObjectState {
+            id: o.id,
+            inputs: o.inputs,
+            outputs: o.outputs,
+        };
+        if let Some(schema) = self.schema(&o.ty) {
+            schema.rename(&mut found.inputs);
+            schema.rename(&mut found.outputs);
+        }
+        found
     }
 
     /// A snapshot of the counters.
@@ -706,11 +791,7 @@ impl Provider for SimProvider {
         cloud.counters.reads.fetch_add(1, Ordering::SeqCst);
         let guard = OpGuard::start(cloud, SimCallKind::Read, req.urn, req.id);
         cloud.sleep().await;
-        let found = cloud.object(req.id).map(|o| ObjectState {
-            id: o.id,
-            inputs: o.inputs,
-            outputs: o.outputs,
-        });
+        let found = cloud.object(req.id).map(|o| cloud.current_shape(o));
         drop(guard);
         Ok(found)
     }
@@ -781,11 +862,51 @@ impl Provider for SimProvider {
     }
 
     async fn find(&self, urn: &Urn, _ty: &crate::model::TypeToken) -> Result<Option<ObjectState>> {
-        Ok(self.cloud.find_by_urn(urn.as_str()).map(|o| ObjectState {
-            id: o.id,
-            inputs: o.inputs,
-            outputs: o.outputs,
-        }))
+        Ok(self
+            .cloud
+            .find_by_urn(urn.as_str())
+            .map(|o| self.cloud.current_shape(o)))
+    }
+
+    fn schema(&self, ty: &crate::model::TypeToken) -> Option<super::SchemaInfo> {
+        self.cloud
+            .schema(ty.as_str())
+            .map(|s| super::SchemaInfo { version: s.version })
+    }
+
+    async fn migrate_state(
+        &self,
+        urn: &Urn,
+        ty: &crate::model::TypeToken,
+        old_version: u64,
+        state: super::SchemaState,
+    ) -> Result<super::SchemaState> {
+        let fail = |message: String| ProviderError::Migrate {
+            urn: urn.clone(),
+            ty: ty.clone(),
+            old_version,
+            message,
+        };
+        let schema = self
+            .cloud
+            .schema(ty.as_str())
+            .ok_or_else(|| fail("the type has no schema version".into()))?;
+        if old_version >= schema.version {
+            return Err(fail(format!(
+                "the current schema version is {}",
+                schema.version
+            )));
+        }
+        let mut state = state;
+        schema.rename(&mut state.inputs);
+        schema.rename(&mut state.outputs);
+        lock(&self.cloud.migrations).push(SimMigration {
+            urn: urn.as_str().to_owned(),
+            ty: ty.as_str().to_owned(),
+            old_version,
+            new_version: schema.version,
+        });
+        Ok(state)
     }
 }
 

@@ -1,0 +1,196 @@
+//! Schema-versioned resources through the `keel` binary (`architecture.md`
+//! §8): a program file declares the simulated cloud's schema versions under
+//! `schemas:`; bumping a type's version with a key rename upgrades the
+//! stack's states in place (no create, no delete; the example programs
+//! `examples/programs/schema-v1.yaml` and `schema-v2.yaml`), and a bad
+//! `schemas:` section is refused with exit 2 naming the file and the key.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+struct Keel {
+    dir: tempfile::TempDir,
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+impl Keel {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Runs and expects exit status `code`; returns (stdout, stderr).
+    fn expect(&self, code: i32, args: &[&str]) -> (String, String) {
+        let o = Command::new(env!("CARGO_BIN_EXE_keel"))
+            .current_dir(self.path())
+            .env_remove("KEEL_BACKEND")
+            .args(args)
+            .output()
+            .expect("run keel");
+        let (out, err) = (text(&o.stdout), text(&o.stderr));
+        assert_eq!(
+            o.status.code(),
+            Some(code),
+            "keel {args:?}\nstdout:\n{out}\nstderr:\n{err}"
+        );
+        (out, err)
+    }
+
+    fn ok(&self, args: &[&str]) -> String {
+        self.expect(0, args).0
+    }
+
+    fn write(&self, name: &str, body: &str) -> PathBuf {
+        let p = self.path().join(name);
+        std::fs::write(&p, body).expect("write program");
+        p
+    }
+
+    /// Object ID by name, from `keel cloud list --json`.
+    fn cloud_ids(&self) -> BTreeMap<String, String> {
+        let out = self.ok(&["cloud", "list", "--json"]);
+        let Value::Array(objects) = serde_json::from_str(&out).expect("cloud list JSON") else {
+            panic!("expected an array: {out}");
+        };
+        objects
+            .iter()
+            .map(|o| {
+                (
+                    o["name"].as_str().expect("name").to_owned(),
+                    o["id"].as_str().expect("id").to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    fn export(&self) -> Value {
+        serde_json::from_str(&self.ok(&["stack", "export"])).expect("export JSON")
+    }
+}
+
+fn resource<'a>(state: &'a Value, name: &str) -> &'a Value {
+    state["deployment"]["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .find(|r| {
+            r["urn"]
+                .as_str()
+                .is_some_and(|u| u.ends_with(&format!("::{name}")))
+        })
+        .unwrap_or_else(|| panic!("no resource {name} in {state}"))
+}
+
+fn summary_steps(stdout: &str) -> BTreeMap<String, u64> {
+    let last: Value = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str(l).ok())
+        .expect("events");
+    assert_eq!(last["event"], "summary", "{last}");
+    last["steps"]
+        .as_object()
+        .expect("steps")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().expect("count")))
+        .collect()
+}
+
+fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/programs")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn a_schema_bump_with_a_rename_upgrades_in_place() {
+    let k = Keel::new();
+    let (v1, v2) = (example("schema-v1.yaml"), example("schema-v2.yaml"));
+    let (v1, v2) = (v1.as_str(), v2.as_str());
+
+    let out = k.ok(&["up", "--program", v1, "--json"]);
+    // The stack, the default provider and three resources.
+    assert_eq!(summary_steps(&out).get("create"), Some(&5), "{out}");
+    let ids = k.cloud_ids();
+    assert_eq!(ids.len(), 3);
+    let state = k.export();
+    assert_eq!(resource(&state, "assets")["schemaVersion"], 1);
+    assert!(
+        resource(&state, "queue").get("schemaVersion").is_none(),
+        "an unversioned type has no schemaVersion"
+    );
+
+    let out = k.ok(&["up", "--program", v2, "--json"]);
+    let steps = summary_steps(&out);
+    assert_eq!(steps.get("create"), None, "{out}");
+    assert_eq!(steps.get("delete"), None, "{out}");
+    assert_eq!(steps.get("update"), None, "{out}");
+    assert_eq!(k.cloud_ids(), ids, "the same objects");
+
+    let state = k.export();
+    for (name, value) in [("assets", "shop-assets"), ("logs", "shop-logs")] {
+        let r = resource(&state, name);
+        assert_eq!(r["schemaVersion"], 2, "{r}");
+        assert_eq!(r["inputs"]["bucket"], value, "{r}");
+        assert_eq!(r["outputs"]["bucket"], value, "{r}");
+        assert!(r["inputs"].get("bucketName").is_none(), "{r}");
+        assert!(r["outputs"].get("bucketName").is_none(), "{r}");
+    }
+    assert!(resource(&state, "queue").get("schemaVersion").is_none());
+
+    // Converged: a refresh reads the objects in the current shape, and the
+    // next up changes nothing.
+    k.ok(&["refresh", "--yes", "--program", v2]);
+    let out = k.ok(&["up", "--program", v2, "--json"]);
+    let steps = summary_steps(&out);
+    assert_eq!(steps.keys().collect::<Vec<_>>(), ["same"], "{out}");
+
+    // Going back to version 1 is a downgrade: refused, nothing changed.
+    let before = k.export();
+    let (_, err) = k.expect(1, &["up", "--program", v1]);
+    assert!(err.contains("schema version 2"), "{err}");
+    assert!(err.contains("version 1"), "{err}");
+    assert!(err.contains("::assets") || err.contains("::logs"), "{err}");
+    assert_eq!(k.export(), before);
+    assert_eq!(k.cloud_ids(), ids);
+}
+
+#[test]
+fn a_bad_schemas_section_exits_2_naming_the_file_and_key() {
+    let k = Keel::new();
+    let bad = k.write(
+        "bad.yaml",
+        r#"
+name: shop
+schemas:
+  aws:s3/bucket:Bucket:
+    version: two
+    renamez: {a: b}
+resources: {}
+"#,
+    );
+    let (_, err) = k.expect(2, &["up", "--program", bad.to_str().unwrap()]);
+    assert!(err.contains("bad.yaml"), "{err}");
+    assert!(
+        err.contains("schemas.aws:s3/bucket:Bucket.renamez"),
+        "{err}"
+    );
+    assert!(
+        err.contains("schemas.aws:s3/bucket:Bucket.version"),
+        "{err}"
+    );
+    assert!(!k.path().join(".keel").join("stacks").exists());
+}
