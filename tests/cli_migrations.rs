@@ -6,28 +6,13 @@
 //! the update with `callback-failed`, the end of its stderr and the state
 //! unchanged; malformed `stateMigrations` are refused with exit status 2.
 
+mod common;
+
+use common::cli::*;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-
-struct Keel {
-    dir: tempfile::TempDir,
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn example(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/programs")
-        .join(name)
-        .display()
-        .to_string()
-}
 
 /// The JSON event lines of a `--json` run.
 fn events(stdout: &str) -> Vec<Value> {
@@ -62,75 +47,6 @@ fn all_same(stdout: &str) {
 }
 
 impl Keel {
-    fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().expect("temp dir"),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_keel"))
-            .current_dir(self.path())
-            .env_remove("KEEL_BACKEND")
-            .args(args)
-            .output()
-            .expect("run keel")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let o = self.run(args);
-        assert!(
-            o.status.success(),
-            "keel {args:?}\nstdout:\n{}\nstderr:\n{}",
-            text(&o.stdout),
-            text(&o.stderr)
-        );
-        text(&o.stdout)
-    }
-
-    /// Runs a command that must fail with `code`; returns its stdout and
-    /// stderr.
-    fn fails(&self, code: i32, args: &[&str]) -> (String, String) {
-        let o = self.run(args);
-        assert_eq!(
-            o.status.code(),
-            Some(code),
-            "keel {args:?}\nstdout:\n{}\nstderr:\n{}",
-            text(&o.stdout),
-            text(&o.stderr)
-        );
-        (text(&o.stdout), text(&o.stderr))
-    }
-
-    fn write(&self, name: &str, content: &str) -> String {
-        let p = self.path().join(name);
-        std::fs::write(&p, content).expect("write file");
-        p.display().to_string()
-    }
-
-    fn files(&self) -> BTreeMap<PathBuf, Vec<u8>> {
-        fn walk(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                return;
-            };
-            for e in entries.flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    walk(&p, out);
-                } else {
-                    out.insert(p.clone(), std::fs::read(&p).expect("read"));
-                }
-            }
-        }
-        let mut out = BTreeMap::new();
-        walk(&self.path().join(".keel"), &mut out);
-        out
-    }
-
     /// The cloud's objects, sorted by ID.
     fn cloud(&self) -> Vec<Value> {
         let v: Value =
@@ -315,18 +231,18 @@ fn failing_setup(argv: &str, extra: &str) -> (Keel, String) {
 fn fails_with_callback_failed(k: &Keel, program: &str) -> String {
     let state = k.resources();
     let cloud = k.cloud();
-    let (_, stderr) = k.fails(1, &["up", "--yes", "--program", program]);
+    let (_, stderr) = k.expect(1, &["up", "--yes", "--program", program]);
     assert!(stderr.contains("callback-failed"), "{stderr}");
     assert_eq!(k.resources(), state, "the state is unchanged");
     assert_eq!(k.cloud(), cloud);
-    let (stdout, _) = k.fails(1, &["up", "--yes", "--json", "--program", program]);
+    let (stdout, _) = k.expect(1, &["up", "--yes", "--json", "--program", program]);
     let s = summary(&stdout);
     assert_eq!(s["result"], "failed");
     assert_eq!(s["rules"], serde_json::json!(["callback-failed"]));
     assert_eq!(k.resources(), state);
     // A preview fails the same way.
     let files = k.files();
-    let (_, preview_err) = k.fails(1, &["preview", "--program", program]);
+    let (_, preview_err) = k.expect(1, &["preview", "--program", program]);
     assert!(preview_err.contains("callback-failed"), "{preview_err}");
     assert!(k.files() == files);
     stderr
@@ -373,7 +289,7 @@ fn a_command_past_its_timeout_is_killed() {
     );
     let start = Instant::now();
     let state = k.resources();
-    let (_, stderr) = k.fails(1, &["up", "--yes", "--program", &v2]);
+    let (_, stderr) = k.expect(1, &["up", "--yes", "--program", &v2]);
     assert!(
         start.elapsed() < Duration::from_secs(20),
         "{:?}",
@@ -426,7 +342,7 @@ resources:
         if cmd == "up" {
             args.insert(1, "--yes");
         }
-        let (_, stderr) = k.fails(2, &args);
+        let (_, stderr) = k.expect(2, &args);
         for want in [
             "resource `site`, key `options.stateMigrationTimeout`: expected a positive duration",
             "resource `site`, key `options.stateMigrations[0].move`: needs `resources` and `under`",

@@ -2,89 +2,16 @@
 //! on the example programs, `--json` events, export/import, state verify,
 //! the stack lock, failures, and flags not supported yet.
 
+mod common;
+
+use common::cli::*;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-struct Keel {
-    dir: tempfile::TempDir,
-}
-
-fn example(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/programs")
-        .join(name)
-        .display()
-        .to_string()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 impl Keel {
-    fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().expect("temp dir"),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn backend(&self) -> PathBuf {
-        self.path().join(".keel")
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_keel"))
-            .current_dir(self.path())
-            .env_remove("KEEL_BACKEND")
-            .args(args)
-            .output()
-            .expect("run keel")
-    }
-
-    /// Runs and expects exit status `code`; returns (stdout, stderr).
-    fn expect(&self, code: i32, args: &[&str]) -> (String, String) {
-        let o = self.run(args);
-        let (out, err) = (text(&o.stdout), text(&o.stderr));
-        assert_eq!(
-            o.status.code(),
-            Some(code),
-            "keel {args:?}\nstdout:\n{out}\nstderr:\n{err}"
-        );
-        (out, err)
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        self.expect(0, args).0
-    }
-
-    /// Every file under the backend, with its bytes.
-    fn files(&self) -> BTreeMap<PathBuf, Vec<u8>> {
-        fn walk(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                return;
-            };
-            for e in entries.flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    walk(&p, out);
-                } else {
-                    out.insert(p.clone(), std::fs::read(&p).expect("read"));
-                }
-            }
-        }
-        let mut out = BTreeMap::new();
-        walk(&self.backend(), &mut out);
-        out
-    }
-
     fn cloud(&self) -> Vec<Value> {
         let out = self.ok(&["cloud", "list", "--json"]);
         match serde_json::from_str(&out).expect("cloud list JSON") {

@@ -3,76 +3,13 @@
 //! the key, and state files left byte-identical; and the features of good
 //! files (config, embedded references, secrets, JSON files, options).
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
+
+use common::cli::*;
 
 use serde_json::Value;
 
-struct Keel {
-    dir: tempfile::TempDir,
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 impl Keel {
-    fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().expect("temp dir"),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_keel"))
-            .current_dir(self.path())
-            .env_remove("KEEL_BACKEND")
-            .args(args)
-            .output()
-            .expect("run keel")
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        let o = self.run(args);
-        assert!(
-            o.status.success(),
-            "keel {args:?}\nstdout:\n{}\nstderr:\n{}",
-            text(&o.stdout),
-            text(&o.stderr)
-        );
-        text(&o.stdout)
-    }
-
-    fn write(&self, name: &str, content: &str) -> String {
-        let p = self.path().join(name);
-        std::fs::write(&p, content).expect("write program");
-        p.display().to_string()
-    }
-
-    fn files(&self) -> BTreeMap<PathBuf, Vec<u8>> {
-        fn walk(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                return;
-            };
-            for e in entries.flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    walk(&p, out);
-                } else {
-                    out.insert(p.clone(), std::fs::read(&p).expect("read"));
-                }
-            }
-        }
-        let mut out = BTreeMap::new();
-        walk(&self.path().join(".keel"), &mut out);
-        out
-    }
-
     fn state(&self) -> Value {
         serde_json::from_str(&self.ok(&["stack", "export"])).expect("export JSON")
     }

@@ -5,53 +5,16 @@
 //! `examples/programs/schema-v1.yaml` and `schema-v2.yaml`), and a bad
 //! `schemas:` section is refused with exit 2 naming the file and the key.
 
+mod common;
+
+use common::cli::*;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use serde_json::Value;
 
-struct Keel {
-    dir: tempfile::TempDir,
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 impl Keel {
-    fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().expect("temp dir"),
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-
-    /// Runs and expects exit status `code`; returns (stdout, stderr).
-    fn expect(&self, code: i32, args: &[&str]) -> (String, String) {
-        let o = Command::new(env!("CARGO_BIN_EXE_keel"))
-            .current_dir(self.path())
-            .env_remove("KEEL_BACKEND")
-            .args(args)
-            .output()
-            .expect("run keel");
-        let (out, err) = (text(&o.stdout), text(&o.stderr));
-        assert_eq!(
-            o.status.code(),
-            Some(code),
-            "keel {args:?}\nstdout:\n{out}\nstderr:\n{err}"
-        );
-        (out, err)
-    }
-
-    fn ok(&self, args: &[&str]) -> String {
-        self.expect(0, args).0
-    }
-
-    fn write(&self, name: &str, body: &str) -> PathBuf {
+    fn write_file(&self, name: &str, body: &str) -> PathBuf {
         let p = self.path().join(name);
         std::fs::write(&p, body).expect("write program");
         p
@@ -105,14 +68,6 @@ fn summary_steps(stdout: &str) -> BTreeMap<String, u64> {
         .iter()
         .map(|(k, v)| (k.clone(), v.as_u64().expect("count")))
         .collect()
-}
-
-fn example(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/programs")
-        .join(name)
-        .display()
-        .to_string()
 }
 
 #[test]
@@ -171,7 +126,7 @@ fn a_schema_bump_with_a_rename_upgrades_in_place() {
 #[test]
 fn a_bad_schemas_section_exits_2_naming_the_file_and_key() {
     let k = Keel::new();
-    let bad = k.write(
+    let bad = k.write_file(
         "bad.yaml",
         r#"
 name: shop

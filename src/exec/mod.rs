@@ -483,6 +483,38 @@ async fn write(
     Ok(Some(reg))
 }
 
+/// Ends a provider operation by writing `new` (superseding `old`, or
+/// keeping it marked for deletion), runs the after hook once that is
+/// durable, and records the state as written this operation.
+async fn end_write(
+    shared: &ExecShared,
+    op: u64,
+    old: Option<StateRef>,
+    new: State,
+    mark_old_delete: bool,
+    hooks: Option<&ResourceHooks>,
+    after: Option<HookPoint>,
+) -> Result<Option<Registered>, StepError> {
+    let reg = registered(&new);
+    let urn = new.urn.clone();
+    let new = share(new);
+    end(
+        shared,
+        op,
+        Change::Write {
+            old,
+            new: new.clone(),
+            mark_old_delete,
+        },
+    )
+    .await?;
+    if let Some(point) = after {
+        hook(hooks, point, &lock(&new), Some(&reg.outputs))?;
+    }
+    shared.news.insert(urn, new);
+    Ok(Some(reg))
+}
+
 /// Brackets a provider call with `begin` and its end mutation.
 async fn bracket<T>(
     shared: &ExecShared,
@@ -690,28 +722,17 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 new.outputs = obj.outputs;
                 new.modified = stamp;
                 schema::stamp(&*provider, &mut new);
-                let reg = registered(&new);
-                let urn = new.urn.clone();
-                let new = share(new);
-                end(
+                // After hooks run once the result is durable.
+                return end_write(
                     shared,
                     op,
-                    Change::Write {
-                        old: old_ref,
-                        new: new.clone(),
-                        mark_old_delete: false,
-                    },
-                )
-                .await?;
-                // After hooks run once the result is durable.
-                hook(
+                    old_ref,
+                    new,
+                    false,
                     hooks,
-                    HookPoint::AfterUpdate,
-                    &lock(&new),
-                    Some(&reg.outputs),
-                )?;
-                shared.news.insert(urn, new);
-                return Ok(Some(reg));
+                    Some(HookPoint::AfterUpdate),
+                )
+                .await;
             }
             hook(hooks, HookPoint::BeforeCreate, &new, None)?;
             let mut attempt = 0;
@@ -731,27 +752,16 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 new.created = stamp.clone();
                 new.modified = stamp;
             }
-            let reg = registered(&new);
-            let urn = new.urn.clone();
-            let new = share(new);
-            end(
+            end_write(
                 shared,
                 op,
-                Change::Write {
-                    old: old_ref,
-                    new: new.clone(),
-                    mark_old_delete,
-                },
-            )
-            .await?;
-            hook(
+                old_ref,
+                new,
+                mark_old_delete,
                 hooks,
-                HookPoint::AfterCreate,
-                &lock(&new),
-                Some(&reg.outputs),
-            )?;
-            shared.news.insert(urn, new);
-            Ok(Some(reg))
+                Some(HookPoint::AfterCreate),
+            )
+            .await
         }
         StepKind::Delete | StepKind::DeleteReplaced | StepKind::RemovePendingReplace => {
             let old_ref =
@@ -816,21 +826,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             new.id = obj.id;
             new.outputs = obj.outputs;
             schema::stamp(&*provider, &mut new);
-            let reg = registered(&new);
-            let urn = new.urn.clone();
-            let new = share(new);
-            end(
-                shared,
-                op,
-                Change::Write {
-                    old: old_ref,
-                    new: new.clone(),
-                    mark_old_delete: false,
-                },
-            )
-            .await?;
-            shared.news.insert(urn, new);
-            Ok(Some(reg))
+            end_write(shared, op, old_ref, new, false, None, None).await
         }
         StepKind::Read => {
             let mut new = step
@@ -852,21 +848,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             new.inputs = obj.inputs;
             new.outputs = obj.outputs;
             schema::stamp(&*provider, &mut new);
-            let reg = registered(&new);
-            let urn = new.urn.clone();
-            let new = share(new);
-            end(
-                shared,
-                op,
-                Change::Write {
-                    old: old_ref,
-                    new: new.clone(),
-                    mark_old_delete: false,
-                },
-            )
-            .await?;
-            shared.news.insert(urn, new);
-            Ok(Some(reg))
+            end_write(shared, op, old_ref, new, false, None, None).await
         }
         StepKind::Refresh => {
             let old_ref =

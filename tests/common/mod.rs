@@ -3,6 +3,8 @@
 
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
+pub mod cli;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

@@ -1,0 +1,94 @@
+//! The harness of tests that run the built `keel` binary in a temporary
+//! directory (its backend is `./.keel` there).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A temporary working directory to run `keel` in.
+pub struct Keel {
+    pub dir: tempfile::TempDir,
+}
+
+/// Bytes as text.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The path of an example program.
+pub fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/programs")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+impl Keel {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().expect("temp dir"),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn backend(&self) -> PathBuf {
+        self.path().join(".keel")
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_keel"))
+            .current_dir(self.path())
+            .env_remove("KEEL_BACKEND")
+            .args(args)
+            .output()
+            .expect("run keel")
+    }
+
+    /// Runs and expects exit status `code`; returns (stdout, stderr).
+    pub fn expect(&self, code: i32, args: &[&str]) -> (String, String) {
+        let o = self.run(args);
+        let (out, err) = (text(&o.stdout), text(&o.stderr));
+        assert_eq!(
+            o.status.code(),
+            Some(code),
+            "keel {args:?}\nstdout:\n{out}\nstderr:\n{err}"
+        );
+        (out, err)
+    }
+
+    /// Runs and expects success; returns stdout.
+    pub fn ok(&self, args: &[&str]) -> String {
+        self.expect(0, args).0
+    }
+
+    /// Writes a file in the directory; returns its path.
+    pub fn write(&self, name: &str, content: &str) -> String {
+        let p = self.path().join(name);
+        std::fs::write(&p, content).expect("write file");
+        p.display().to_string()
+    }
+
+    /// Every file under the backend, with its bytes.
+    pub fn files(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        fn walk(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(&p, out);
+                } else {
+                    out.insert(p.clone(), std::fs::read(&p).expect("read"));
+                }
+            }
+        }
+        let mut out = BTreeMap::new();
+        walk(&self.backend(), &mut out);
+        out
+    }
+}
