@@ -277,39 +277,14 @@ impl Actor for ExecutorActor {
                         if shared.stopped() {
                             break;
                         }
-                        let tasks: Vec<_> = group
-                            .into_iter()
-                            .map(|step| {
-                                let shared = shared.clone();
-                                tokio::spawn(async move {
-                                    let reservation = shared.gate.reserve().await;
-                                    let _ =
-                                        Box::pin(run_steps(&shared, vec![step], reservation)).await;
-                                })
-                            })
-                            .collect();
-                        for t in tasks {
-                            let _ = t.await;
-                        }
+                        run_group(&shared, group).await;
                     }
                     let _ = generator.cast(GenMsg::DeletesDone);
                 });
             }
             ExecMsg::Refreshes(steps) => {
                 tokio::spawn(async move {
-                    let tasks: Vec<_> = steps
-                        .into_iter()
-                        .map(|step| {
-                            let shared = shared.clone();
-                            tokio::spawn(async move {
-                                let reservation = shared.gate.reserve().await;
-                                let _ = Box::pin(run_steps(&shared, vec![step], reservation)).await;
-                            })
-                        })
-                        .collect();
-                    for t in tasks {
-                        let _ = t.await;
-                    }
+                    run_group(&shared, steps).await;
                     let _ = generator.cast(GenMsg::DeletesDone);
                 });
             }
@@ -324,6 +299,24 @@ impl Actor for ExecutorActor {
             }
         }
         Ok(())
+    }
+}
+
+/// Runs independent steps in parallel, each under its own reservation, and
+/// waits for all of them (a delete antichain, or refreshes).
+async fn run_group(shared: &Arc<ExecShared>, steps: Vec<Step>) {
+    let tasks: Vec<_> = steps
+        .into_iter()
+        .map(|step| {
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let reservation = shared.gate.reserve().await;
+                let _ = Box::pin(run_steps(&shared, vec![step], reservation)).await;
+            })
+        })
+        .collect();
+    for t in tasks {
+        let _ = t.await;
     }
 }
 
