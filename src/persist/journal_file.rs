@@ -38,7 +38,7 @@ impl Default for JournalOptions {
         Self {
             batch_max: 4096,
             batch_time: Duration::ZERO,
-            compact_bytes: 64 << 20,
+            compact_bytes: 256 << 20,
         }
     }
 }
