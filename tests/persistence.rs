@@ -410,3 +410,50 @@ async fn kill_9_at_any_instant_forgets_nothing() {
         "only {killed_mid_run} of 20 kills landed mid-run: widen the window"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compactions_in_the_middle_of_an_operation_keep_the_state_replayable() {
+    let options = JournalOptions {
+        compact_bytes: 4 << 10,
+        ..JournalOptions::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path());
+    let cloud = SimCloud::new(SimConfig::default());
+    // A whole run with many compactions: the persisted state is the outcome.
+    let open = backend.open(STACK, "keel up").unwrap();
+    let p = open
+        .persister(PersistenceKind::Journal, options.clone())
+        .unwrap();
+    let o = engine(&cloud)
+        .update(open.deployment.clone(), program(many(60)), p)
+        .await
+        .unwrap();
+    drop(open);
+    let loaded = backend.load(STACK).unwrap();
+    assert!(json(&loaded.deployment.resources) == json(&o.snapshot.resources));
+
+    // A run that fails partway, after several compactions: what is on disk
+    // replays, passes integrity and forgets nothing.
+    let open = backend.open(STACK, "keel up").unwrap();
+    let p = Box::new(
+        JournalPersister::open(
+            open.paths.clone(),
+            open.seq(),
+            options,
+            open.counters().clone(),
+        )
+        .unwrap()
+        .fail_at(90),
+    );
+    let mut v2 = many(60);
+    v2.extend((60..120).map(|i| bucket(&format!("b{i}"), &[("size", "2")]).dep("b0")));
+    let r = engine(&cloud)
+        .update(open.deployment.clone(), program(v2), p)
+        .await;
+    assert!(matches!(r, Err(EngineError::Failed(_))), "{r:?}");
+    drop(open);
+    let loaded = backend.load(STACK).unwrap();
+    verify(&loaded.deployment).unwrap();
+    nothing_forgotten(&loaded.deployment, &cloud);
+}
