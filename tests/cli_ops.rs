@@ -7,7 +7,6 @@ mod common;
 use common::cli::*;
 use std::collections::BTreeMap;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -323,12 +322,9 @@ fn second_up_fails_at_once_while_the_stack_is_locked() {
         .open("dev", "cli test holding the lock")
         .expect("open the stack");
     let before = k.files();
-    let started = Instant::now();
+    // The lock stays held until the end of this test: a second operation
+    // that waited for it would never return.
     let (_, err) = k.expect(1, &["up", "--program", &v1]);
-    assert!(
-        started.elapsed() < Duration::from_secs(10),
-        "it must not wait"
-    );
     assert!(err.contains("locked by another operation"), "{err}");
     assert!(err.contains("cli test holding the lock"), "{err}");
     assert!(

@@ -373,7 +373,6 @@ fn kind(v: &Value) -> &'static str {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Instant;
 
     use serde_json::json;
 
@@ -543,9 +542,9 @@ print(json.dumps({"newState": states, "successors": {old[0]: new}}))
         let cb = CommandCallback::new(sh(&body))
             .timeout(Duration::from_millis(300))
             .callback();
-        let start = Instant::now();
+        // The message and the dead process prove the deadline fired (the
+        // program sleeps 30 s).
         let e = cb.call(args(), LONG).await.unwrap_err();
-        assert!(start.elapsed() < Duration::from_secs(10));
         assert!(
             e.contains("did not answer within") && e.contains("killed"),
             "{e}"
