@@ -25,7 +25,7 @@ use crate::plan::actor::{GenArgs, GenMsg, GeneratorActor, MigrationEnv, Migratio
 use crate::plan::generator::{PlanOptions, Planner, UpdateOptions};
 use crate::provider::ProviderRegistry;
 use crate::source::goal::Goal;
-use crate::source::{Context, Program, SourceActor};
+use crate::source::{Context, NullSource, Program, SourceActor};
 use crate::sync::gate::Gate;
 use crate::sync::shim::ArcSwap;
 
@@ -242,7 +242,14 @@ impl Engine {
         prior: Deployment,
         persister: Box<dyn Persister>,
     ) -> Result<Outcome> {
-        self.run(Mode::Refresh, false, prior, None, persister).await
+        self.run(
+            Mode::Refresh,
+            false,
+            prior,
+            Some(Arc::new(NullSource)),
+            persister,
+        )
+        .await
     }
 
     /// Deletes every resource of the stack.
@@ -255,7 +262,14 @@ impl Engine {
         prior: Deployment,
         persister: Box<dyn Persister>,
     ) -> Result<Outcome> {
-        self.run(Mode::Destroy, false, prior, None, persister).await
+        self.run(
+            Mode::Destroy,
+            false,
+            prior,
+            Some(Arc::new(NullSource)),
+            persister,
+        )
+        .await
     }
 
     async fn run(
@@ -430,6 +444,10 @@ impl Engine {
         .with_prior(published_for_ctx);
         match program {
             Some(program) => {
+                // An update's program runs under the stack resource, which
+                // the engine registers first (as an SDK does); refresh and
+                // destroy run the null source, which registers nothing.
+                let register_root = mode == Mode::Update;
                 tokio::spawn(async move {
                     let stack = Goal::component(
                         TypeToken::parse(STACK_TYPE).unwrap_or_default(),
@@ -437,7 +455,9 @@ impl Engine {
                     );
                     let run_ctx = ctx.clone();
                     let task = tokio::spawn(async move {
-                        run_ctx.register(stack).await.map_err(|e| e.to_string())?;
+                        if register_root {
+                            run_ctx.register(stack).await.map_err(|e| e.to_string())?;
+                        }
                         program.run(run_ctx).await.map_err(|e| e.to_string())
                     });
                     let err = match task.await {

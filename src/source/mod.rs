@@ -185,6 +185,17 @@ where
     }
 }
 
+/// The program of refresh and destroy: it registers nothing, so every prior
+/// resource is refreshed (refresh) or deleted (destroy).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NullSource;
+
+impl Program for NullSource {
+    fn run(&self, _ctx: Context) -> ProgramFuture {
+        Box::pin(async { Ok(()) })
+    }
+}
+
 /// What a program uses to talk to the engine (cheap to clone; clones share
 /// the connection).
 #[derive(Debug, Clone)]
