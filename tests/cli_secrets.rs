@@ -1,0 +1,182 @@
+//! Secrets at rest (issue 10) through the `keel` binary and the backend:
+//! a passphrase stack keeps its ciphertexts across operations (no churn),
+//! refuses a wrong or missing passphrase before anything runs, and stacks
+//! of other providers (`service`) round-trip untouched.
+
+mod common;
+
+use common::cli::*;
+
+use keel::model::property::{PropertyValue, Secret};
+use keel::model::{Deployment, State, TypeToken, Urn};
+use keel::persist::backend::{write_base_with, Backend};
+use keel::secrets::key_derivations;
+use serde_json::Value;
+
+const PROGRAM: &str = "name: vault\nresources:\n  db:\n    type: \"aws:rds:Instance\"\n    properties: { password: { \"fn::secret\": \"pa55-w0rd-xyz\" }, size: 1 }\n";
+
+/// Every ciphertext in a JSON document, in order.
+fn ciphertexts(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::String(c)) = m.get("ciphertext") {
+                out.push(c.clone());
+            }
+            m.values().for_each(|v| ciphertexts(v, out));
+        }
+        Value::Array(a) => a.iter().for_each(|v| ciphertexts(v, out)),
+        _ => {}
+    }
+}
+
+fn export(k: &Keel, extra: &[&str]) -> Value {
+    let mut args = vec!["stack", "export"];
+    args.extend_from_slice(extra);
+    serde_json::from_str(&k.ok(&args)).expect("export JSON")
+}
+
+#[test]
+fn passphrase_stack_no_churn_and_clear_errors() {
+    let mut k = Keel::new();
+    k.passphrase = Some("s3cure".into());
+    let program = k.write("vault.yaml", PROGRAM);
+    k.ok(&["up", "--program", &program]);
+    let first = export(&k, &[]);
+    let mut before = Vec::new();
+    ciphertexts(&first, &mut before);
+    assert!(!before.is_empty(), "{first}");
+    assert!(!first.to_string().contains("pa55-w0rd-xyz"));
+
+    // A second `up` with the same program: the same ciphertexts.
+    k.ok(&["up", "--program", &program]);
+    let mut after = Vec::new();
+    ciphertexts(&export(&k, &[]), &mut after);
+    assert_eq!(before, after, "unchanged secrets keep their ciphertexts");
+
+    // --show-secrets shows the plaintext.
+    let shown = export(&k, &["--show-secrets"]).to_string();
+    assert!(shown.contains("pa55-w0rd-xyz"), "{shown}");
+
+    // A wrong passphrase is refused before anything runs.
+    let files = k.files();
+    k.passphrase = Some("wrong".into());
+    let (_, err) = k.expect(2, &["up", "--program", &program]);
+    assert!(err.contains("incorrect passphrase"), "{err}");
+    // No passphrase: the stack holds secrets, say which variable to set.
+    k.passphrase = None;
+    let (_, err) = k.expect(2, &["up", "--program", &program]);
+    assert!(err.contains("KEEL_CONFIG_PASSPHRASE"), "{err}");
+    let (_, err) = k.expect(2, &["stack", "export", "--show-secrets"]);
+    assert!(err.contains("KEEL_CONFIG_PASSPHRASE"), "{err}");
+    // Export without --show-secrets needs no passphrase.
+    let mut stored = Vec::new();
+    ciphertexts(&export(&k, &[]), &mut stored);
+    assert_eq!(stored, before);
+    let same = |(p, b): (&std::path::PathBuf, &Vec<u8>)| !p.ends_with("lock") || b.is_empty();
+    assert!(k.files().iter().all(same));
+    let (a, b) = (files, k.files());
+    for (p, bytes) in &a {
+        if p.to_string_lossy().contains("checkpoint.json") {
+            assert_eq!(Some(bytes), b.get(p), "{} changed", p.display());
+        }
+    }
+}
+
+#[test]
+fn service_secrets_round_trip_through_import_and_export() {
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/pulumi");
+    for (name, stack, encrypted) in [
+        ("examples__ec2__stack.json", "test", true),
+        ("aws-ts-lambda-efs__stack.json", "dev", false),
+    ] {
+        let path = fixtures.join(name);
+        let original: Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).expect("fixture JSON");
+        assert_eq!(
+            original["deployment"]["secrets_providers"]["type"], "service",
+            "{name}"
+        );
+        // With a passphrase set, too: the service ciphertexts are untouched.
+        for passphrase in [None, Some("pw")] {
+            let mut k = Keel::new();
+            k.passphrase = passphrase.map(str::to_owned);
+            let p = path.to_str().unwrap();
+            k.ok(&["stack", "import", "--stack", stack, "--file", p]);
+            let back = export(&k, &["--stack", stack]);
+            assert_eq!(
+                back["deployment"]["secrets_providers"],
+                original["deployment"]["secrets_providers"]
+            );
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            ciphertexts(&original, &mut a);
+            ciphertexts(&back, &mut b);
+            assert_eq!(!a.is_empty(), encrypted, "{name}");
+            assert_eq!(a, b, "{name}");
+            assert_eq!(back["deployment"], original["deployment"], "{name}");
+            // Decrypting them is refused, naming the provider.
+            if !encrypted {
+                continue;
+            }
+            let (_, err) = k.expect(2, &["stack", "export", "--stack", stack, "--show-secrets"]);
+            assert!(err.contains("`service`"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn backend_encrypts_at_rest_and_derives_the_key_once_per_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path()).with_passphrase(Some("pw".into()));
+    let start = key_derivations();
+    let open = backend.open("dev", "test").unwrap();
+    let mut d = Deployment::default();
+    let ty = "pulumi:pulumi:Stack";
+    let urn = Urn::parse(&format!("urn:pulumi:dev::proj::{ty}::proj-dev")).unwrap();
+    let mut s = State::new(urn, TypeToken::parse(ty).unwrap(), false);
+    s.outputs.insert(
+        "token".into(),
+        PropertyValue::Secret(Secret::plaintext(PropertyValue::String(
+            "tok-123456".into(),
+        ))),
+    );
+    d.resources.push(s);
+    for _ in 0..3 {
+        write_base_with(&open.paths.base, &d, 0, 0, open.counters(), &open.crypter).unwrap();
+    }
+    assert_eq!(
+        key_derivations() - start,
+        1,
+        "one derivation for the operation"
+    );
+    let bytes = std::fs::read(&open.paths.base).unwrap();
+    let first = String::from_utf8(bytes).unwrap();
+    assert!(!first.contains("tok-123456"), "{first}");
+    drop(open);
+
+    // The next operation: decrypted in memory, written back unchanged.
+    let open = backend.open("dev", "test").unwrap();
+    assert_eq!(key_derivations() - start, 2);
+    assert_eq!(
+        open.deployment.resources[0].outputs["token"],
+        d.resources[0].outputs["token"]
+    );
+    let reread = open.deployment.clone();
+    write_base_with(
+        &open.paths.base,
+        &reread,
+        0,
+        0,
+        open.counters(),
+        &open.crypter,
+    )
+    .unwrap();
+    let again = std::fs::read_to_string(&open.paths.base).unwrap();
+    assert_eq!(first, again, "no churn");
+    drop(open);
+
+    // A wrong passphrase is refused at open.
+    let wrong = Backend::new(dir.path()).with_passphrase(Some("nope".into()));
+    let err = wrong.open("dev", "test").unwrap_err();
+    assert!(err.to_string().contains("incorrect passphrase"), "{err}");
+}
