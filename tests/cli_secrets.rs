@@ -180,3 +180,94 @@ fn backend_encrypts_at_rest_and_derives_the_key_once_per_operation() {
     let err = wrong.open("dev", "test").unwrap_err();
     assert!(err.to_string().contains("incorrect passphrase"), "{err}");
 }
+
+fn secret_buckets(n: usize) -> Vec<common::Res> {
+    (0..n)
+        .map(|i| {
+            let mut r = common::bucket(&format!("b{i}"), &[("size", "1")]);
+            r.inputs.insert(
+                "password".into(),
+                PropertyValue::Secret(Secret::plaintext(PropertyValue::String(format!(
+                    "hush-{i}-plain"
+                )))),
+            );
+            r
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_writes_no_plaintext_to_journal_or_checkpoint() {
+    use keel::engine::{Engine, EngineConfig};
+    use keel::persist::backend::PersistenceKind;
+    use keel::persist::journal_file::{JournalOptions, JournalPersister};
+    use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
+
+    let engine = |cloud: &std::sync::Arc<SimCloud>| {
+        Engine::new(
+            EngineConfig {
+                project: "proj".into(),
+                parallel: 2,
+                ..EngineConfig::default()
+            },
+            ProviderRegistry::simulated(cloud.clone()),
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path()).with_passphrase(Some("pw".into()));
+    let cloud = SimCloud::new(SimConfig::default());
+
+    // Interrupted mid-operation: the journal holds entries, all encrypted.
+    let open = backend.open("dev", "keel up").unwrap();
+    let persister = JournalPersister::open(
+        open.paths.clone(),
+        open.seq(),
+        JournalOptions::default(),
+        open.counters().clone(),
+    )
+    .unwrap()
+    .with_crypter(open.crypter.clone())
+    .fail_at(6);
+    let _ = engine(&cloud)
+        .update(
+            open.deployment.clone(),
+            common::program(secret_buckets(4)),
+            Box::new(persister),
+        )
+        .await;
+    let journal = std::fs::read(&open.paths.journal).unwrap();
+    assert!(journal.len() > 100, "the journal holds entries");
+    let text = String::from_utf8_lossy(&journal);
+    assert!(
+        !text.contains("plain") && text.contains("ciphertext"),
+        "{text}"
+    );
+    drop(open);
+    let loaded = backend.load("dev").unwrap();
+    assert!(loaded.replayed > 0);
+    assert!(format!("{:?}", loaded.deployment).contains("hush-"));
+
+    // Complete runs with both persisters: no plaintext anywhere on disk.
+    for kind in [PersistenceKind::Journal, PersistenceKind::Checkpoint] {
+        let open = backend.open("dev", "keel up").unwrap();
+        let persister = open.persister(kind, JournalOptions::default()).unwrap();
+        engine(&cloud)
+            .update(
+                open.deployment.clone(),
+                common::program(secret_buckets(4)),
+                persister,
+            )
+            .await
+            .unwrap();
+        for path in [&open.paths.base, &open.paths.journal] {
+            let bytes = std::fs::read(path).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains("plain"),
+                "{kind:?}"
+            );
+        }
+        drop(open);
+        let loaded = backend.load("dev").unwrap();
+        assert_eq!(loaded.deployment.resources.len(), 6, "{kind:?}");
+    }
+}

@@ -410,7 +410,7 @@ impl Backend {
             })
         })?;
         let lock = StackLock::acquire(&paths.lock, &Holder::me(command))?;
-        let loaded = self.load(stack)?;
+        let mut loaded = self.load(stack)?;
         if loaded.crypter.manager().is_none()
             && loaded.deployment.secrets_providers.ty == PASSPHRASE_TYPE
             && Crypter::has_ciphertext(&loaded.deployment)
@@ -421,7 +421,18 @@ impl Backend {
             });
         }
         let counters = Arc::new(IoCounters::default());
-        if loaded.replayed > 0 || loaded.journal_len > 0 {
+        // A stack getting its secrets provider now (a new stack, a
+        // passphrase set): record the provider's salt before any journal
+        // entry is encrypted with it.
+        let new_provider = match loaded.crypter.manager() {
+            Some(m) if loaded.deployment.secrets_providers.ty.is_empty() => {
+                loaded.deployment.secrets_providers.ty = m.provider_type().to_owned();
+                loaded.deployment.secrets_providers.state = m.state_json();
+                true
+            }
+            _ => false,
+        };
+        if loaded.replayed > 0 || loaded.journal_len > 0 || new_provider {
             // Fold the journal into a new base; a torn tail goes with it.
             let _ = loaded.valid_len;
             write_base_with(
