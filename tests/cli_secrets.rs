@@ -271,3 +271,103 @@ async fn engine_writes_no_plaintext_to_journal_or_checkpoint() {
         assert_eq!(loaded.deployment.resources.len(), 6, "{kind:?}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_callback_sees_plaintext_and_its_result_is_re_encrypted() {
+    use keel::engine::{Engine, EngineConfig};
+    use keel::persist::journal_file::JournalOptions;
+    use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
+    use keel::source::migration::{
+        MigrationCallback, StateMigrationArgs, StateMigrationResult, StateMigrations,
+    };
+    use std::sync::{Arc, Mutex};
+
+    let seen: Arc<Mutex<Option<Value>>> = Arc::default();
+    let seen2 = seen.clone();
+    // Renames `b0` to `renamed`, keeping everything else.
+    let rename = MigrationCallback::sync(move |args: StateMigrationArgs| {
+        *seen2.lock().unwrap() = Some(Value::Array(args.old_state.clone()));
+        let mut states = args.old_state.clone();
+        let Some(old) = states
+            .iter()
+            .map(|s| s["urn"].as_str().unwrap().to_owned())
+            .find(|u| u.ends_with("::b0"))
+        else {
+            return Ok(None);
+        };
+        let new = format!("{}::renamed", old.rsplit_once("::").unwrap().0);
+        for s in &mut states {
+            if s["urn"] == old.as_str() {
+                s["urn"] = serde_json::json!(new);
+            }
+        }
+        Ok(Some(StateMigrationResult {
+            new_state: Value::Array(states),
+            successors: [(old, new)].into_iter().collect(),
+        }))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path()).with_passphrase(Some("pw".into()));
+    let cloud = SimCloud::new(SimConfig::default());
+    let engine = Engine::new(
+        EngineConfig {
+            project: "proj".into(),
+            ..EngineConfig::default()
+        },
+        ProviderRegistry::simulated(cloud.clone()),
+    );
+    let with_secret = |name: &str| {
+        let mut r = common::bucket(name, &[]).parent("app");
+        r.inputs.insert(
+            "password".into(),
+            PropertyValue::Secret(Secret::plaintext(PropertyValue::String(
+                "hush-0-plain".into(),
+            ))),
+        );
+        r
+    };
+    for (v, kind) in [
+        (
+            vec![common::component("app"), with_secret("b0")],
+            keel::persist::backend::PersistenceKind::Journal,
+        ),
+        (
+            vec![
+                common::component("app")
+                    .with(move |o| o.state_migrations = StateMigrations::new(vec![rename])),
+                with_secret("renamed"),
+            ],
+            keel::persist::backend::PersistenceKind::Checkpoint,
+        ),
+    ] {
+        let open = backend.open("dev", "test").unwrap();
+        let p = open.persister(kind, JournalOptions::default()).unwrap();
+        engine
+            .update(open.deployment.clone(), common::program(v), p)
+            .await
+            .unwrap();
+        for path in [&open.paths.base, &open.paths.journal] {
+            let bytes = std::fs::read(path).unwrap();
+            assert!(!String::from_utf8_lossy(&bytes).contains("plain"));
+        }
+    }
+    let envelope = seen.lock().unwrap().clone().expect("the callback ran");
+    assert!(
+        envelope.to_string().contains("hush-0-plain"),
+        "plaintext in the envelope: {envelope}"
+    );
+    assert!(!envelope.to_string().contains("ciphertext"), "{envelope}");
+    let d = backend.load("dev").unwrap().deployment;
+    let renamed = d
+        .resources
+        .iter()
+        .find(|s| s.urn.as_str().ends_with("::renamed"))
+        .expect("migrated");
+    assert_eq!(
+        renamed.inputs["password"],
+        PropertyValue::Secret(Secret::plaintext(PropertyValue::String(
+            "hush-0-plain".into()
+        )))
+    );
+    assert_eq!(cloud.counters().creates, 1, "nothing re-created");
+}
