@@ -306,8 +306,7 @@ fn open_stack(backend: &Path, stack: &str, op: Op) -> Result<OpenStack, CliError
 /// Refuses, before anything runs, a program that creates secrets on a
 /// stack that cannot encrypt them.
 fn check_secrets(file: &ProgramFile, stack: &str, open: &OpenStack) -> Result<(), CliError> {
-    let text = std::fs::read_to_string(&file.path).unwrap_or_default();
-    if text.contains("fn::secret") && open.crypter.manager().is_none() {
+    if file.creates_secrets() && open.crypter.manager().is_none() {
         return Err(CliError::Secrets {
             stack: stack.to_owned(),
             source: if open.deployment.secrets_providers.ty.is_empty() {

@@ -11,6 +11,8 @@ pub struct Keel {
     /// `KEEL_CONFIG_PASSPHRASE` for every run (none: every passphrase
     /// variable is removed).
     pub passphrase: Option<String>,
+    /// More environment variables for every run.
+    pub env: Vec<(String, String)>,
 }
 
 /// Bytes as text.
@@ -32,6 +34,7 @@ impl Keel {
         Self {
             dir: tempfile::tempdir().expect("temp dir"),
             passphrase: None,
+            env: Vec::new(),
         }
     }
 
@@ -52,6 +55,7 @@ impl Keel {
         if let Some(p) = &self.passphrase {
             c.env("KEEL_CONFIG_PASSPHRASE", p);
         }
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
         c.args(args).output().expect("run keel")
     }
 
