@@ -66,6 +66,8 @@ fn passphrase_stack_no_churn_and_clear_errors() {
     k.passphrase = None;
     let (_, err) = k.expect(2, &["up", "--program", &program]);
     assert!(err.contains("KEEL_CONFIG_PASSPHRASE"), "{err}");
+    let (_, err) = k.expect(2, &["preview", "--program", &program]);
+    assert!(err.contains("KEEL_CONFIG_PASSPHRASE"), "{err}");
     let (_, err) = k.expect(2, &["stack", "export", "--show-secrets"]);
     assert!(err.contains("KEEL_CONFIG_PASSPHRASE"), "{err}");
     // The passphrase from a file, with Pulumi's variable name.

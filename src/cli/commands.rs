@@ -392,6 +392,10 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         let loaded = with_passphrase(backend, &stack)?
             .load(&stack)
             .map_err(secrets_first)?;
+        loaded.check_secrets().map_err(|source| CliError::Secrets {
+            stack: stack.clone(),
+            source,
+        })?;
         let mut display = Display::new(
             Style::choose(a.output.json),
             Op::Preview.name(),

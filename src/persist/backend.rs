@@ -179,6 +179,23 @@ pub struct Loaded {
     journal_len: u64,
 }
 
+impl Loaded {
+    /// Refuses a passphrase stack holding secrets when no passphrase was
+    /// given (an operation would see ciphertexts where values belong).
+    ///
+    /// # Errors
+    /// [`SecretsError::NoPassphrase`].
+    pub fn check_secrets(&self) -> Result<(), SecretsError> {
+        if self.crypter.manager().is_none()
+            && self.deployment.secrets_providers.ty == PASSPHRASE_TYPE
+            && Crypter::has_ciphertext(&self.deployment)
+        {
+            return Err(SecretsError::NoPassphrase);
+        }
+        Ok(())
+    }
+}
+
 /// A stack opened for an operation: locked, replayed and compacted.
 #[derive(Debug)]
 pub struct OpenStack {
@@ -411,15 +428,12 @@ impl Backend {
         })?;
         let lock = StackLock::acquire(&paths.lock, &Holder::me(command))?;
         let mut loaded = self.load(stack)?;
-        if loaded.crypter.manager().is_none()
-            && loaded.deployment.secrets_providers.ty == PASSPHRASE_TYPE
-            && Crypter::has_ciphertext(&loaded.deployment)
-        {
-            return Err(BackendError::Secrets {
+        loaded
+            .check_secrets()
+            .map_err(|source| BackendError::Secrets {
                 stack: stack.to_owned(),
-                source: SecretsError::NoPassphrase,
-            });
-        }
+                source,
+            })?;
         let counters = Arc::new(IoCounters::default());
         // A stack getting its secrets provider now (a new stack, a
         // passphrase set): record the provider's salt before any journal
