@@ -62,6 +62,9 @@ pub enum SecretsError {
     /// A ciphertext does not decrypt with the key (tampered or foreign).
     #[error("a secret does not decrypt with this stack's key (tampered or from another stack)")]
     Decrypt,
+    /// AES-GCM refused to encrypt (a value too long for one message).
+    #[error("a secret could not be encrypted")]
+    Encrypt,
     /// A decrypted secret is not JSON.
     #[error("a decrypted secret is not JSON: {0}")]
     NotJson(serde_json::Error),
@@ -127,7 +130,7 @@ fn seal(cipher: &Aes256Gcm, plaintext: &str) -> Result<String, SecretsError> {
     random(&mut nonce)?;
     let sealed = cipher
         .encrypt(&nonce.into(), plaintext.as_bytes())
-        .map_err(|_| SecretsError::Random("encryption failed".into()))?;
+        .map_err(|_| SecretsError::Encrypt)?;
     Ok(format!("v1:{}:{}", B64.encode(nonce), B64.encode(sealed)))
 }
 
@@ -287,6 +290,9 @@ pub fn passphrase_from_env() -> Result<Option<String>, SecretsError> {
 ///
 /// Without a manager (no provider, or one keel cannot decrypt) ciphertexts
 /// pass through untouched and writing a plaintext secret is an error.
+///
+/// Equal plaintexts share one ciphertext within a stack (the cache is keyed
+/// by the value's JSON text), as they would after a re-read anyway.
 #[derive(Debug, Default)]
 pub struct Crypter {
     manager: Option<Arc<dyn SecretsManager>>,
