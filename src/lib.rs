@@ -32,5 +32,6 @@ pub mod model;
 pub mod persist;
 pub mod plan;
 pub mod provider;
+pub mod secrets;
 pub mod source;
 pub mod sync;

@@ -212,12 +212,44 @@ fn program_features_config_references_secrets_and_options() {
         "shop.json",
         &serde_json::to_string_pretty(&program).unwrap(),
     );
+    // Secrets need a provider: without a passphrase, nothing runs.
+    let (_, err) = k.expect(2, &["up", "--program", &path]);
+    assert!(err.contains("KEEL_CONFIG_PASSPHRASE"), "{err}");
+    let mut k = k;
+    k.passphrase = Some("correct horse".into());
     let out = k.ok(&["up", "--program", &path]);
     assert!(
         out.contains("secret: [secret]"),
         "secrets are masked: {out}"
     );
-    let state = k.state();
+    // Encrypted at rest: no byte of the backend holds a plaintext secret.
+    let stacks = k.files();
+    let stacks = stacks
+        .iter()
+        .filter(|(f, _)| f.to_string_lossy().contains("stacks"));
+    let mut checked = 0;
+    for (file, bytes) in stacks {
+        checked += 1;
+        let t = text(bytes);
+        assert!(
+            !t.contains("hunter2") && !t.contains("s3cr3t"),
+            "{}: {t}",
+            file.display()
+        );
+    }
+    assert!(checked >= 2, "the checkpoint and the journal were checked");
+    let stored = k.state();
+    assert_eq!(
+        stored["deployment"]["secrets_providers"]["type"],
+        "passphrase"
+    );
+    let exported = stored.to_string();
+    assert!(
+        !exported.contains("hunter2") && exported.contains("\"ciphertext\":\"v1:"),
+        "{exported}"
+    );
+    let state: Value =
+        serde_json::from_str(&k.ok(&["stack", "export", "--show-secrets"])).expect("export JSON");
     let find = |name: &str| {
         state["deployment"]["resources"]
             .as_array()

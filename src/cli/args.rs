@@ -317,8 +317,9 @@ pub enum StackCommand {
   keel stack export > dev.json
   keel stack export --stack prod --file prod.json
 
-keel has no secrets provider yet: secrets are kept in the checkpoint's
-plaintext form and exported as stored, with or without --show-secrets.")]
+Secrets are exported encrypted, as stored; --show-secrets decrypts them
+(set KEEL_CONFIG_PASSPHRASE or KEEL_CONFIG_PASSPHRASE_FILE for a stack of
+the passphrase secrets provider).")]
     Export {
         /// The stack.
         #[command(flatten)]
@@ -326,7 +327,7 @@ plaintext form and exported as stored, with or without --show-secrets.")]
         /// Write here instead of stdout.
         #[arg(long, value_name = "FILE")]
         file: Option<PathBuf>,
-        /// Show secrets in plaintext (they are stored so already).
+        /// Show secrets in plaintext (needs the stack's passphrase).
         #[arg(long)]
         show_secrets: bool,
     },

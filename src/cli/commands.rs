@@ -22,7 +22,7 @@ use super::CliError;
 use crate::engine::{Engine, EngineConfig, EngineError, Outcome};
 use crate::events::{EngineEvent, EventSink};
 use crate::model::{CheckpointFile, Deployment, Urn};
-use crate::persist::backend::{write_base, Backend, OpenStack};
+use crate::persist::backend::{write_base_with, Backend, BackendError, OpenStack};
 use crate::persist::fs::atomic_write;
 use crate::persist::journal_file::JournalOptions;
 use crate::persist::PersistError;
@@ -47,8 +47,8 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::Stack(StackCommand::Export {
             stack,
             file,
-            show_secrets: _,
-        }) => export(&backend, &stack.stack, file.as_deref()),
+            show_secrets,
+        }) => export(&backend, &stack.stack, file.as_deref(), show_secrets),
         Command::Stack(StackCommand::Import { stack, file }) => {
             import(&backend, &stack.stack, &file)
         }
@@ -280,8 +280,45 @@ fn total(file: Option<&ProgramFile>, stack: &str, prior: &Deployment) -> usize {
     urns.len()
 }
 
+/// The backend at `backend`, with the passphrase from the environment.
+fn with_passphrase(backend: &Path, stack: &str) -> Result<Backend, CliError> {
+    let passphrase = crate::secrets::passphrase_from_env().map_err(|source| CliError::Secrets {
+        stack: stack.to_owned(),
+        source,
+    })?;
+    Ok(Backend::new(backend).with_passphrase(passphrase))
+}
+
+/// Secrets errors become usage errors (exit 2), reported before anything runs.
+fn secrets_first(e: BackendError) -> CliError {
+    match e {
+        BackendError::Secrets { stack, source } => CliError::Secrets { stack, source },
+        other => CliError::Backend(other),
+    }
+}
+
 fn open_stack(backend: &Path, stack: &str, op: Op) -> Result<OpenStack, CliError> {
-    Ok(Backend::new(backend).open(stack, op.command())?)
+    with_passphrase(backend, stack)?
+        .open(stack, op.command())
+        .map_err(secrets_first)
+}
+
+/// Refuses, before anything runs, a program that creates secrets on a
+/// stack that cannot encrypt them.
+fn check_secrets(file: &ProgramFile, stack: &str, open: &OpenStack) -> Result<(), CliError> {
+    if file.creates_secrets() && open.crypter.manager().is_none() {
+        return Err(CliError::Secrets {
+            stack: stack.to_owned(),
+            source: if open.deployment.secrets_providers.ty.is_empty() {
+                crate::secrets::SecretsError::NoProvider
+            } else {
+                crate::secrets::SecretsError::Unsupported(
+                    open.deployment.secrets_providers.ty.clone(),
+                )
+            },
+        });
+    }
+    Ok(())
 }
 
 fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
@@ -305,6 +342,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
     rt.block_on(async move {
         let cloud = load_cloud(backend, sim_config(&a.sim, Some(&file)), true)?;
         let mut open = open_stack(backend, &stack, Op::Update)?;
+        check_secrets(&file, &stack, &open)?;
         let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
         let mut display = Display::new(
             Style::choose(a.output.json),
@@ -351,7 +389,13 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
     rt.block_on(async move {
         // A preview changes nothing: no lock, no autosave.
         let cloud = load_cloud(backend, sim_config(&a.sim, Some(&file)), false)?;
-        let loaded = Backend::new(backend).load(&stack)?;
+        let loaded = with_passphrase(backend, &stack)?
+            .load(&stack)
+            .map_err(secrets_first)?;
+        loaded.check_secrets().map_err(|source| CliError::Secrets {
+            stack: stack.clone(),
+            source,
+        })?;
         let mut display = Display::new(
             Style::choose(a.output.json),
             Op::Preview.name(),
@@ -479,8 +523,30 @@ fn existing(backend: &Path, stack: &str) -> Result<Backend, CliError> {
     }
 }
 
-fn export(backend: &Path, stack: &str, file: Option<&Path>) -> Result<(), CliError> {
-    let loaded = existing(backend, stack)?.load(stack)?;
+fn export(
+    backend: &Path,
+    stack: &str,
+    file: Option<&Path>,
+    show_secrets: bool,
+) -> Result<(), CliError> {
+    let b = existing(backend, stack)?;
+    // Without --show-secrets the stored ciphertexts are exported as they
+    // are, with no passphrase needed.
+    let b = if show_secrets {
+        with_passphrase(backend, stack)?
+    } else {
+        b
+    };
+    let loaded = b.load(stack).map_err(secrets_first)?;
+    if show_secrets && crate::secrets::Crypter::has_ciphertext(&loaded.deployment) {
+        return Err(CliError::Secrets {
+            stack: stack.to_owned(),
+            source: match loaded.deployment.secrets_providers.ty.as_str() {
+                crate::secrets::PASSPHRASE_TYPE => crate::secrets::SecretsError::NoPassphrase,
+                other => crate::secrets::SecretsError::Unsupported(other.to_owned()),
+            },
+        });
+    }
     for w in &loaded.warnings {
         eprintln!("warning: {w}");
     }
@@ -535,12 +601,26 @@ fn import(backend: &Path, stack: &str, file: &Path) -> Result<(), CliError> {
     // Verified: now take the lock (which also folds the journal into the
     // base) and replace the base, leaving an empty journal.
     let open = Backend::new(backend).open(stack, "keel stack import")?;
-    write_base(
+    // Plaintext secrets in the file are encrypted on the way in; the
+    // ciphertexts of any provider are kept as they are.
+    let crypter = match crate::secrets::passphrase_from_env() {
+        Ok(Some(p)) if crate::secrets::Crypter::has_plaintext(&deployment) => {
+            crate::secrets::Crypter::for_stack(&deployment.secrets_providers, Some(&p))
+        }
+        Ok(_) => Ok(crate::secrets::Crypter::default()),
+        Err(e) => Err(e),
+    }
+    .map_err(|source| CliError::Secrets {
+        stack: stack.to_owned(),
+        source,
+    })?;
+    write_base_with(
         &open.paths.base,
         &deployment,
         open.seq(),
         0,
         open.counters(),
+        &crypter,
     )?;
     atomic_write(&open.paths.journal, &[], false, open.counters()).map_err(|source| {
         PersistError::Io {

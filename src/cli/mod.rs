@@ -96,6 +96,15 @@ pub enum CliError {
     /// The stack could not be opened (locked, unreadable).
     #[error(transparent)]
     Backend(#[from] BackendError),
+    /// The stack's secrets cannot be used: no or wrong passphrase, a
+    /// provider keel does not implement, or no provider for new secrets.
+    #[error("stack `{stack}`: {source}")]
+    Secrets {
+        /// The stack.
+        stack: String,
+        /// Why.
+        source: crate::secrets::SecretsError,
+    },
     /// The simulated cloud's file could not be loaded.
     #[error("cannot load the simulated cloud {}: {source}", .path.display())]
     Cloud {
@@ -159,7 +168,8 @@ impl CliError {
             | Self::Program(_)
             | Self::ReadInput { .. }
             | Self::BadCheckpoint { .. }
-            | Self::StackMismatch { .. } => 2,
+            | Self::StackMismatch { .. }
+            | Self::Secrets { .. } => 2,
             Self::Verify { .. }
             | Self::Backend(_)
             | Self::Cloud { .. }

@@ -298,6 +298,20 @@ pub struct PlaintextSecret {
 }
 
 impl PlaintextSecret {
+    /// A secret decoded from the exact JSON text of its value (as a secrets
+    /// provider decrypts it); the text is kept so an unchanged secret
+    /// encodes back to the same bytes.
+    ///
+    /// # Errors
+    /// The text is not JSON.
+    pub fn from_encoded(encoded: String) -> Result<Self, serde_json::Error> {
+        let value: PropertyValue = serde_json::from_str(&encoded)?;
+        Ok(Self {
+            value: Box::new(value),
+            encoded: Some(encoded),
+        })
+    }
+
     /// The secret's value.
     pub fn value(&self) -> &PropertyValue {
         &self.value

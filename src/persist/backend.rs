@@ -20,6 +20,7 @@ use super::journal_file::{JournalOptions, JournalPersister};
 use super::{PersistError, Persister, SnapshotBuilder};
 use crate::model::checkpoint::CheckpointError;
 use crate::model::{CheckpointFile, Deployment};
+use crate::secrets::{Crypter, SecretsError, PASSPHRASE_TYPE};
 
 /// The key of the base checkpoint holding the journal watermark.
 pub const WATERMARK_KEY: &str = "keelJournalSeq";
@@ -73,6 +74,15 @@ pub enum BackendError {
         /// Why.
         source: JournalError,
     },
+    /// The stack's secrets cannot be decrypted (no or wrong passphrase,
+    /// a provider keel does not implement).
+    #[error("stack `{stack}`: {source}")]
+    Secrets {
+        /// The stack.
+        stack: String,
+        /// Why.
+        source: SecretsError,
+    },
     /// A file could not be read or written.
     #[error("stack `{stack}`: {source}")]
     Persist {
@@ -119,7 +129,28 @@ pub fn write_base(
     split: usize,
     counters: &IoCounters,
 ) -> Result<(), PersistError> {
-    let mut file = CheckpointFile::export(d.clone());
+    write_base_with(path, d, seq, split, counters, &Crypter::default())
+}
+
+/// [`write_base`] encrypting every plaintext secret with `crypter` first
+/// (when it has a secrets manager; otherwise secrets are written as held).
+///
+/// # Errors
+/// [`PersistError::Io`]; [`PersistError::Secrets`] when a secret cannot be
+/// encrypted (nothing is written then).
+pub fn write_base_with(
+    path: &Path,
+    d: &Deployment,
+    seq: u64,
+    split: usize,
+    counters: &IoCounters,
+    crypter: &Crypter,
+) -> Result<(), PersistError> {
+    let mut d = d.clone();
+    if crypter.manager().is_some() {
+        crypter.encrypt_deployment(&mut d)?;
+    }
+    let mut file = CheckpointFile::export(d);
     file.extra.insert(WATERMARK_KEY.into(), seq.into());
     if split > 0 {
         file.extra.insert(SPLIT_KEY.into(), split.into());
@@ -141,9 +172,28 @@ pub struct Loaded {
     pub replayed: usize,
     /// Warnings for the user (a torn tail cut off).
     pub warnings: Vec<String>,
+    /// The stack's secrets, for this operation (its key derived once).
+    pub crypter: Arc<Crypter>,
     /// The journal's valid length (a torn tail is cut here).
     valid_len: u64,
     journal_len: u64,
+}
+
+impl Loaded {
+    /// Refuses a passphrase stack holding secrets when no passphrase was
+    /// given (an operation would see ciphertexts where values belong).
+    ///
+    /// # Errors
+    /// [`SecretsError::NoPassphrase`].
+    pub fn check_secrets(&self) -> Result<(), SecretsError> {
+        if self.crypter.manager().is_none()
+            && self.deployment.secrets_providers.ty == PASSPHRASE_TYPE
+            && Crypter::has_ciphertext(&self.deployment)
+        {
+            return Err(SecretsError::NoPassphrase);
+        }
+        Ok(())
+    }
 }
 
 /// A stack opened for an operation: locked, replayed and compacted.
@@ -157,6 +207,8 @@ pub struct OpenStack {
     pub deployment: Deployment,
     /// Warnings for the user (torn tail, pending operations).
     pub warnings: Vec<String>,
+    /// The stack's secrets, for this operation.
+    pub crypter: Arc<Crypter>,
     seq: u64,
     counters: Arc<IoCounters>,
     lock: StackLock,
@@ -173,17 +225,19 @@ impl OpenStack {
         options: JournalOptions,
     ) -> Result<Box<dyn Persister>, PersistError> {
         Ok(match kind {
-            PersistenceKind::Journal => Box::new(JournalPersister::open(
-                self.paths.clone(),
-                self.seq,
-                options,
-                self.counters.clone(),
-            )?),
-            PersistenceKind::Checkpoint => Box::new(CheckpointPersister::new(
-                self.paths.clone(),
-                self.seq,
-                self.counters.clone(),
-            )),
+            PersistenceKind::Journal => Box::new(
+                JournalPersister::open(
+                    self.paths.clone(),
+                    self.seq,
+                    options,
+                    self.counters.clone(),
+                )?
+                .with_crypter(self.crypter.clone()),
+            ),
+            PersistenceKind::Checkpoint => Box::new(
+                CheckpointPersister::new(self.paths.clone(), self.seq, self.counters.clone())
+                    .with_crypter(self.crypter.clone()),
+            ),
         })
     }
 
@@ -207,12 +261,23 @@ impl OpenStack {
 #[derive(Debug, Clone)]
 pub struct Backend {
     root: PathBuf,
+    passphrase: Option<String>,
 }
 
 impl Backend {
     /// The backend at `root` (created on first write).
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        Self { root: root.into() }
+        Self {
+            root: root.into(),
+            passphrase: None,
+        }
+    }
+
+    /// The passphrase of the stacks' passphrase secrets provider (new
+    /// stacks get that provider when one is set).
+    pub fn with_passphrase(mut self, passphrase: Option<String>) -> Self {
+        self.passphrase = passphrase;
+        self
     }
 
     /// The backend's directory.
@@ -310,6 +375,22 @@ impl Backend {
             .records
             .last()
             .map_or(seq, |r| r.entry.seq().max(seq));
+        let secrets = |source| BackendError::Secrets {
+            stack: stack.to_owned(),
+            source,
+        };
+        let mut deployment = deployment;
+        let crypter = if self.passphrase.is_none() && deployment.secrets_providers.ty.is_empty() {
+            Crypter::default()
+        } else {
+            Crypter::for_stack(&deployment.secrets_providers, self.passphrase.as_deref())
+                .map_err(secrets)?
+        };
+        if crypter.manager().is_some() {
+            crypter
+                .decrypt_deployment(&mut deployment)
+                .map_err(secrets)?;
+        }
         for p in &deployment.pending_operations {
             warnings.push(format!(
                 "an interrupted operation left a pending {:?} of {}: run `keel refresh` to resolve it",
@@ -321,6 +402,7 @@ impl Backend {
             seq: last,
             replayed,
             warnings,
+            crypter: Arc::new(crypter),
             valid_len: decoded.valid_len,
             journal_len: journal.len() as u64,
         })
@@ -345,13 +427,37 @@ impl Backend {
             })
         })?;
         let lock = StackLock::acquire(&paths.lock, &Holder::me(command))?;
-        let loaded = self.load(stack)?;
+        let mut loaded = self.load(stack)?;
+        loaded
+            .check_secrets()
+            .map_err(|source| BackendError::Secrets {
+                stack: stack.to_owned(),
+                source,
+            })?;
         let counters = Arc::new(IoCounters::default());
-        if loaded.replayed > 0 || loaded.journal_len > 0 {
+        // A stack getting its secrets provider now (a new stack, a
+        // passphrase set): record the provider's salt before any journal
+        // entry is encrypted with it.
+        let new_provider = match loaded.crypter.manager() {
+            Some(m) if loaded.deployment.secrets_providers.ty.is_empty() => {
+                loaded.deployment.secrets_providers.ty = m.provider_type().to_owned();
+                loaded.deployment.secrets_providers.state = m.state_json();
+                true
+            }
+            _ => false,
+        };
+        if loaded.replayed > 0 || loaded.journal_len > 0 || new_provider {
             // Fold the journal into a new base; a torn tail goes with it.
             let _ = loaded.valid_len;
-            write_base(&paths.base, &loaded.deployment, loaded.seq, 0, &counters)
-                .map_err(persist)?;
+            write_base_with(
+                &paths.base,
+                &loaded.deployment,
+                loaded.seq,
+                0,
+                &counters,
+                &loaded.crypter,
+            )
+            .map_err(persist)?;
             atomic_write(&paths.journal, &[], false, &counters).map_err(|source| {
                 persist(PersistError::Io {
                     path: paths.journal.clone(),
@@ -364,6 +470,7 @@ impl Backend {
             paths,
             deployment: loaded.deployment,
             warnings: loaded.warnings,
+            crypter: loaded.crypter,
             seq: loaded.seq,
             counters,
             lock,

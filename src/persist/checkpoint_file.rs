@@ -5,10 +5,11 @@
 
 use std::sync::Arc;
 
-use super::backend::{write_base, StackPaths};
+use super::backend::{write_base_with, StackPaths};
 use super::fs::IoCounters;
 use super::{Ack, Mutation, PersistError, Persister, Result, SnapshotBuilder};
 use crate::model::Deployment;
+use crate::secrets::Crypter;
 
 /// The full-checkpoint persister.
 #[derive(Debug)]
@@ -19,6 +20,7 @@ pub struct CheckpointPersister {
     saves: u64,
     fail_at: Option<u64>,
     broken: Option<String>,
+    crypter: Arc<Crypter>,
 }
 
 impl CheckpointPersister {
@@ -32,7 +34,14 @@ impl CheckpointPersister {
             saves: 0,
             fail_at: None,
             broken: None,
+            crypter: Arc::default(),
         }
+    }
+
+    /// Encrypts secrets with `crypter` before every write.
+    pub fn with_crypter(mut self, crypter: Arc<Crypter>) -> Self {
+        self.crypter = crypter;
+        self
     }
 
     /// Fails the `n`th save (1-based) and every save after it (tests).
@@ -54,7 +63,14 @@ impl CheckpointPersister {
         }
         // An integrity failure refuses the save; the previous file stays.
         crate::model::integrity::verify(d)?;
-        write_base(&self.paths.base, d, self.seq, 0, &self.counters)
+        write_base_with(
+            &self.paths.base,
+            d,
+            self.seq,
+            0,
+            &self.counters,
+            &self.crypter,
+        )
     }
 }
 

@@ -209,6 +209,28 @@ pub fn encode(entry: &Entry) -> Vec<u8> {
     out
 }
 
+/// Encodes one entry as [`encode`] does, first encrypting its plaintext
+/// secrets with `crypter` when it has a secrets manager.
+///
+/// # Errors
+/// A secret cannot be encrypted.
+pub fn encode_with(
+    entry: &Entry,
+    crypter: &crate::secrets::Crypter,
+) -> Result<Vec<u8>, crate::secrets::SecretsError> {
+    if crypter.manager().is_none() {
+        return Ok(encode(entry));
+    }
+    let mut value = serde_json::to_value(entry).unwrap_or_default();
+    crypter.encrypt_json(&mut value)?;
+    let payload = serde_json::to_vec(&value).unwrap_or_default();
+    let mut out = Vec::with_capacity(HEADER + payload.len());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+    Ok(out)
+}
+
 /// A record read back.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Record {

@@ -15,11 +15,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::backend::{write_base, StackPaths};
+use super::backend::{write_base_with, StackPaths};
 use super::fs::IoCounters;
-use super::journal::{encode, Entry};
+use super::journal::{encode_with, Entry};
 use super::{Ack, Mutation, PersistError, Persister, Result, SnapshotBuilder};
 use crate::model::Deployment;
+use crate::secrets::Crypter;
 
 /// Tuning of the journal.
 #[derive(Debug, Clone)]
@@ -64,6 +65,7 @@ pub struct JournalPersister {
     fail_at: Option<u64>,
     fail_migrations: bool,
     broken: Option<String>,
+    crypter: Arc<Crypter>,
 }
 
 impl std::fmt::Debug for JournalPersister {
@@ -208,7 +210,14 @@ impl JournalPersister {
             fail_at: None,
             fail_migrations: false,
             broken: None,
+            crypter: Arc::default(),
         })
+    }
+
+    /// Encrypts secrets with `crypter` in every entry and base written.
+    pub fn with_crypter(mut self, crypter: Arc<Crypter>) -> Self {
+        self.crypter = crypter;
+        self
     }
 
     /// Fails the `n`th save (1-based) and every save after it, as a failing
@@ -255,7 +264,7 @@ impl JournalPersister {
         self.flush()?;
         let committed = current.snapshot_committed();
         crate::model::integrity::verify(&committed)?;
-        write_base(
+        write_base_with(
             &self.paths.base,
             &committed,
             self.seq,
@@ -265,6 +274,7 @@ impl JournalPersister {
                 0
             },
             &self.counters,
+            &self.crypter,
         )?;
         // The fresh journal: in-flight operations' begin entries, so their
         // ends still replay after this compaction.
@@ -272,12 +282,15 @@ impl JournalPersister {
         let mut seq = self.seq;
         for (op, p) in current.in_flight() {
             seq += 1;
-            bytes.extend(encode(&Entry::Begin {
-                seq,
-                op,
-                ty: p.ty,
-                state: Box::new(p.resource.clone()),
-            }));
+            bytes.extend(encode_with(
+                &Entry::Begin {
+                    seq,
+                    op,
+                    ty: p.ty,
+                    state: Box::new(p.resource.clone()),
+                },
+                &self.crypter,
+            )?);
         }
         super::fs::atomic_write(&self.paths.journal, &bytes, false, &self.counters).map_err(
             |source| PersistError::Io {
@@ -319,7 +332,10 @@ impl Persister for JournalPersister {
             )));
         };
         self.seq += 1;
-        let bytes = encode(&entry);
+        let bytes = match encode_with(&entry, &self.crypter) {
+            Ok(b) => b,
+            Err(e) => return ack(Err(e.into())),
+        };
         self.journal_bytes += bytes.len() as u64;
         if let Err(e) = self.send(WriterMsg::Append(bytes, ack)) {
             self.broken = Some(e.to_string());

@@ -429,6 +429,9 @@ pub enum PersistError {
     /// The persister actor is gone.
     #[error("the persister stopped: {0}")]
     Stopped(String),
+    /// Secrets could not be encrypted for writing.
+    #[error("cannot encrypt the stack's secrets: {0}")]
+    Secrets(#[from] crate::secrets::SecretsError),
 }
 
 /// The result type of persistence.

@@ -8,6 +8,11 @@ use std::process::{Command, Output};
 /// A temporary working directory to run `keel` in.
 pub struct Keel {
     pub dir: tempfile::TempDir,
+    /// `KEEL_CONFIG_PASSPHRASE` for every run (none: every passphrase
+    /// variable is removed).
+    pub passphrase: Option<String>,
+    /// More environment variables for every run.
+    pub env: Vec<(String, String)>,
 }
 
 /// Bytes as text.
@@ -28,6 +33,8 @@ impl Keel {
     pub fn new() -> Self {
         Self {
             dir: tempfile::tempdir().expect("temp dir"),
+            passphrase: None,
+            env: Vec::new(),
         }
     }
 
@@ -40,12 +47,16 @@ impl Keel {
     }
 
     pub fn run(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_keel"))
-            .current_dir(self.path())
-            .env_remove("KEEL_BACKEND")
-            .args(args)
-            .output()
-            .expect("run keel")
+        let mut c = Command::new(env!("CARGO_BIN_EXE_keel"));
+        c.current_dir(self.path()).env_remove("KEEL_BACKEND");
+        for var in ["KEEL_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE"] {
+            c.env_remove(var).env_remove(format!("{var}_FILE"));
+        }
+        if let Some(p) = &self.passphrase {
+            c.env("KEEL_CONFIG_PASSPHRASE", p);
+        }
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
+        c.args(args).output().expect("run keel")
     }
 
     /// Runs and expects exit status `code`; returns (stdout, stderr).

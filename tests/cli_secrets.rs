@@ -1,0 +1,380 @@
+//! Secrets at rest (issue 10) through the `keel` binary and the backend:
+//! a passphrase stack keeps its ciphertexts across operations (no churn),
+//! refuses a wrong or missing passphrase before anything runs, and stacks
+//! of other providers (`service`) round-trip untouched.
+
+mod common;
+
+use common::cli::*;
+
+use keel::model::property::{PropertyValue, Secret};
+use keel::model::{Deployment, State, TypeToken, Urn};
+use keel::persist::backend::{write_base_with, Backend};
+use keel::secrets::key_derivations;
+use serde_json::Value;
+
+const PROGRAM: &str = "name: vault\nresources:\n  db:\n    type: \"aws:rds:Instance\"\n    properties: { password: { \"fn::secret\": \"pa55-w0rd-xyz\" }, size: 1 }\n";
+
+/// Every ciphertext in a JSON document, in order.
+fn ciphertexts(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::String(c)) = m.get("ciphertext") {
+                out.push(c.clone());
+            }
+            m.values().for_each(|v| ciphertexts(v, out));
+        }
+        Value::Array(a) => a.iter().for_each(|v| ciphertexts(v, out)),
+        _ => {}
+    }
+}
+
+fn export(k: &Keel, extra: &[&str]) -> Value {
+    let mut args = vec!["stack", "export"];
+    args.extend_from_slice(extra);
+    serde_json::from_str(&k.ok(&args)).expect("export JSON")
+}
+
+#[test]
+fn passphrase_stack_no_churn_and_clear_errors() {
+    let mut k = Keel::new();
+    k.passphrase = Some("s3cure".into());
+    let program = k.write("vault.yaml", PROGRAM);
+    k.ok(&["up", "--program", &program]);
+    let first = export(&k, &[]);
+    let mut before = Vec::new();
+    ciphertexts(&first, &mut before);
+    assert!(!before.is_empty(), "{first}");
+    assert!(!first.to_string().contains("pa55-w0rd-xyz"));
+
+    // A second `up` with the same program: the same ciphertexts.
+    k.ok(&["up", "--program", &program]);
+    let mut after = Vec::new();
+    ciphertexts(&export(&k, &[]), &mut after);
+    assert_eq!(before, after, "unchanged secrets keep their ciphertexts");
+
+    // --show-secrets shows the plaintext.
+    let shown = export(&k, &["--show-secrets"]).to_string();
+    assert!(shown.contains("pa55-w0rd-xyz"), "{shown}");
+
+    // A wrong passphrase is refused before anything runs.
+    let files = k.files();
+    k.passphrase = Some("wrong".into());
+    let (_, err) = k.expect(2, &["up", "--program", &program]);
+    assert!(err.contains("incorrect passphrase"), "{err}");
+    // No passphrase: the stack holds secrets, say which variable to set.
+    k.passphrase = None;
+    let (_, err) = k.expect(2, &["up", "--program", &program]);
+    assert!(err.contains("KEEL_CONFIG_PASSPHRASE"), "{err}");
+    let (_, err) = k.expect(2, &["preview", "--program", &program]);
+    assert!(err.contains("KEEL_CONFIG_PASSPHRASE"), "{err}");
+    let (_, err) = k.expect(2, &["stack", "export", "--show-secrets"]);
+    assert!(err.contains("KEEL_CONFIG_PASSPHRASE"), "{err}");
+    // The passphrase from a file, with Pulumi's variable name.
+    let file = k.write("passphrase.txt", "s3cure\n");
+    k.env = vec![("PULUMI_CONFIG_PASSPHRASE_FILE".into(), file)];
+    let shown = export(&k, &["--show-secrets"]).to_string();
+    assert!(shown.contains("pa55-w0rd-xyz"), "{shown}");
+    k.env.clear();
+    // Export without --show-secrets needs no passphrase.
+    let mut stored = Vec::new();
+    ciphertexts(&export(&k, &[]), &mut stored);
+    assert_eq!(stored, before);
+    // The refused runs changed no state file.
+    let (a, b) = (files, k.files());
+    for (p, bytes) in &a {
+        if p.to_string_lossy().contains("checkpoint.json") {
+            assert_eq!(Some(bytes), b.get(p), "{} changed", p.display());
+        }
+    }
+}
+
+#[test]
+fn service_secrets_round_trip_through_import_and_export() {
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/pulumi");
+    for (name, stack, encrypted) in [
+        ("examples__ec2__stack.json", "test", true),
+        ("aws-ts-lambda-efs__stack.json", "dev", false),
+    ] {
+        let path = fixtures.join(name);
+        let original: Value =
+            serde_json::from_slice(&std::fs::read(&path).unwrap()).expect("fixture JSON");
+        assert_eq!(
+            original["deployment"]["secrets_providers"]["type"], "service",
+            "{name}"
+        );
+        // With a passphrase set, too: the service ciphertexts are untouched.
+        for passphrase in [None, Some("pw")] {
+            let mut k = Keel::new();
+            k.passphrase = passphrase.map(str::to_owned);
+            let p = path.to_str().unwrap();
+            k.ok(&["stack", "import", "--stack", stack, "--file", p]);
+            let back = export(&k, &["--stack", stack]);
+            assert_eq!(
+                back["deployment"]["secrets_providers"],
+                original["deployment"]["secrets_providers"]
+            );
+            let (mut a, mut b) = (Vec::new(), Vec::new());
+            ciphertexts(&original, &mut a);
+            ciphertexts(&back, &mut b);
+            assert_eq!(!a.is_empty(), encrypted, "{name}");
+            assert_eq!(a, b, "{name}");
+            assert_eq!(back["deployment"], original["deployment"], "{name}");
+            // Decrypting them is refused, naming the provider.
+            if !encrypted {
+                continue;
+            }
+            let (_, err) = k.expect(2, &["stack", "export", "--stack", stack, "--show-secrets"]);
+            assert!(err.contains("`service`"), "{err}");
+        }
+    }
+}
+
+#[test]
+fn backend_encrypts_at_rest_and_derives_the_key_once_per_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path()).with_passphrase(Some("pw".into()));
+    let start = key_derivations();
+    let open = backend.open("dev", "test").unwrap();
+    let mut d = Deployment::default();
+    let ty = "pulumi:pulumi:Stack";
+    let urn = Urn::parse(&format!("urn:pulumi:dev::proj::{ty}::proj-dev")).unwrap();
+    let mut s = State::new(urn, TypeToken::parse(ty).unwrap(), false);
+    s.outputs.insert(
+        "token".into(),
+        PropertyValue::Secret(Secret::plaintext(PropertyValue::String(
+            "tok-123456".into(),
+        ))),
+    );
+    d.resources.push(s);
+    for _ in 0..3 {
+        write_base_with(&open.paths.base, &d, 0, 0, open.counters(), &open.crypter).unwrap();
+    }
+    assert_eq!(
+        key_derivations() - start,
+        1,
+        "one derivation for the operation"
+    );
+    let bytes = std::fs::read(&open.paths.base).unwrap();
+    let first = String::from_utf8(bytes).unwrap();
+    assert!(!first.contains("tok-123456"), "{first}");
+    drop(open);
+
+    // The next operation: decrypted in memory, written back unchanged.
+    let open = backend.open("dev", "test").unwrap();
+    assert_eq!(key_derivations() - start, 2);
+    assert_eq!(
+        open.deployment.resources[0].outputs["token"],
+        d.resources[0].outputs["token"]
+    );
+    let reread = open.deployment.clone();
+    write_base_with(
+        &open.paths.base,
+        &reread,
+        0,
+        0,
+        open.counters(),
+        &open.crypter,
+    )
+    .unwrap();
+    let again = std::fs::read_to_string(&open.paths.base).unwrap();
+    assert_eq!(first, again, "no churn");
+    drop(open);
+
+    // A wrong passphrase is refused at open.
+    let wrong = Backend::new(dir.path()).with_passphrase(Some("nope".into()));
+    let err = wrong.open("dev", "test").unwrap_err();
+    assert!(err.to_string().contains("incorrect passphrase"), "{err}");
+}
+
+fn secret_buckets(n: usize) -> Vec<common::Res> {
+    (0..n)
+        .map(|i| {
+            let mut r = common::bucket(&format!("b{i}"), &[("size", "1")]);
+            r.inputs.insert(
+                "password".into(),
+                PropertyValue::Secret(Secret::plaintext(PropertyValue::String(format!(
+                    "hush-{i}-plain"
+                )))),
+            );
+            r
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_writes_no_plaintext_to_journal_or_checkpoint() {
+    use keel::engine::{Engine, EngineConfig};
+    use keel::persist::backend::PersistenceKind;
+    use keel::persist::journal_file::{JournalOptions, JournalPersister};
+    use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
+
+    let engine = |cloud: &std::sync::Arc<SimCloud>| {
+        Engine::new(
+            EngineConfig {
+                project: "proj".into(),
+                parallel: 2,
+                ..EngineConfig::default()
+            },
+            ProviderRegistry::simulated(cloud.clone()),
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path()).with_passphrase(Some("pw".into()));
+    let cloud = SimCloud::new(SimConfig::default());
+
+    // Interrupted mid-operation: the journal holds entries, all encrypted.
+    let open = backend.open("dev", "keel up").unwrap();
+    let persister = JournalPersister::open(
+        open.paths.clone(),
+        open.seq(),
+        JournalOptions::default(),
+        open.counters().clone(),
+    )
+    .unwrap()
+    .with_crypter(open.crypter.clone())
+    .fail_at(6);
+    let _ = engine(&cloud)
+        .update(
+            open.deployment.clone(),
+            common::program(secret_buckets(4)),
+            Box::new(persister),
+        )
+        .await;
+    let journal = std::fs::read(&open.paths.journal).unwrap();
+    assert!(journal.len() > 100, "the journal holds entries");
+    let text = String::from_utf8_lossy(&journal);
+    assert!(
+        !text.contains("plain") && text.contains("ciphertext"),
+        "{text}"
+    );
+    drop(open);
+    let loaded = backend.load("dev").unwrap();
+    assert!(loaded.replayed > 0);
+    assert!(format!("{:?}", loaded.deployment).contains("hush-"));
+
+    // Complete runs with both persisters: no plaintext anywhere on disk.
+    for kind in [PersistenceKind::Journal, PersistenceKind::Checkpoint] {
+        let open = backend.open("dev", "keel up").unwrap();
+        let persister = open.persister(kind, JournalOptions::default()).unwrap();
+        engine(&cloud)
+            .update(
+                open.deployment.clone(),
+                common::program(secret_buckets(4)),
+                persister,
+            )
+            .await
+            .unwrap();
+        for path in [&open.paths.base, &open.paths.journal] {
+            let bytes = std::fs::read(path).unwrap();
+            assert!(
+                !String::from_utf8_lossy(&bytes).contains("plain"),
+                "{kind:?}"
+            );
+        }
+        drop(open);
+        let loaded = backend.load("dev").unwrap();
+        assert_eq!(loaded.deployment.resources.len(), 6, "{kind:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_callback_sees_plaintext_and_its_result_is_re_encrypted() {
+    use keel::engine::{Engine, EngineConfig};
+    use keel::persist::journal_file::JournalOptions;
+    use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
+    use keel::source::migration::{
+        MigrationCallback, StateMigrationArgs, StateMigrationResult, StateMigrations,
+    };
+    use std::sync::{Arc, Mutex};
+
+    let seen: Arc<Mutex<Option<Value>>> = Arc::default();
+    let seen2 = seen.clone();
+    // Renames `b0` to `renamed`, keeping everything else.
+    let rename = MigrationCallback::sync(move |args: StateMigrationArgs| {
+        *seen2.lock().unwrap() = Some(Value::Array(args.old_state.clone()));
+        let mut states = args.old_state.clone();
+        let Some(old) = states
+            .iter()
+            .map(|s| s["urn"].as_str().unwrap().to_owned())
+            .find(|u| u.ends_with("::b0"))
+        else {
+            return Ok(None);
+        };
+        let new = format!("{}::renamed", old.rsplit_once("::").unwrap().0);
+        for s in &mut states {
+            if s["urn"] == old.as_str() {
+                s["urn"] = serde_json::json!(new);
+            }
+        }
+        Ok(Some(StateMigrationResult {
+            new_state: Value::Array(states),
+            successors: [(old, new)].into_iter().collect(),
+        }))
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path()).with_passphrase(Some("pw".into()));
+    let cloud = SimCloud::new(SimConfig::default());
+    let engine = Engine::new(
+        EngineConfig {
+            project: "proj".into(),
+            ..EngineConfig::default()
+        },
+        ProviderRegistry::simulated(cloud.clone()),
+    );
+    let with_secret = |name: &str| {
+        let mut r = common::bucket(name, &[]).parent("app");
+        r.inputs.insert(
+            "password".into(),
+            PropertyValue::Secret(Secret::plaintext(PropertyValue::String(
+                "hush-0-plain".into(),
+            ))),
+        );
+        r
+    };
+    for (v, kind) in [
+        (
+            vec![common::component("app"), with_secret("b0")],
+            keel::persist::backend::PersistenceKind::Journal,
+        ),
+        (
+            vec![
+                common::component("app")
+                    .with(move |o| o.state_migrations = StateMigrations::new(vec![rename])),
+                with_secret("renamed"),
+            ],
+            keel::persist::backend::PersistenceKind::Checkpoint,
+        ),
+    ] {
+        let open = backend.open("dev", "test").unwrap();
+        let p = open.persister(kind, JournalOptions::default()).unwrap();
+        engine
+            .update(open.deployment.clone(), common::program(v), p)
+            .await
+            .unwrap();
+        for path in [&open.paths.base, &open.paths.journal] {
+            let bytes = std::fs::read(path).unwrap();
+            assert!(!String::from_utf8_lossy(&bytes).contains("plain"));
+        }
+    }
+    let envelope = seen.lock().unwrap().clone().expect("the callback ran");
+    assert!(
+        envelope.to_string().contains("hush-0-plain"),
+        "plaintext in the envelope: {envelope}"
+    );
+    assert!(!envelope.to_string().contains("ciphertext"), "{envelope}");
+    let d = backend.load("dev").unwrap().deployment;
+    let renamed = d
+        .resources
+        .iter()
+        .find(|s| s.urn.as_str().ends_with("::renamed"))
+        .expect("migrated");
+    assert_eq!(
+        renamed.inputs["password"],
+        PropertyValue::Secret(Secret::plaintext(PropertyValue::String(
+            "hush-0-plain".into()
+        )))
+    );
+    assert_eq!(cloud.counters().creates, 1, "nothing re-created");
+}
