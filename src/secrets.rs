@@ -50,6 +50,9 @@ pub enum SecretsError {
     /// Secrets must be written but the stack has no secrets provider.
     #[error("the program creates secrets but the stack has no secrets provider: set KEEL_CONFIG_PASSPHRASE (or KEEL_CONFIG_PASSPHRASE_FILE) to encrypt them")]
     NoProvider,
+    /// A file to import holds plaintext secrets but no passphrase was given.
+    #[error("the file holds plaintext secrets: set KEEL_CONFIG_PASSPHRASE (or KEEL_CONFIG_PASSPHRASE_FILE) so they are encrypted at rest")]
+    PlaintextImport,
     /// Decryption is needed but the provider is not one keel implements.
     #[error("this stack's secrets are encrypted by the `{0}` secrets provider, which keel cannot decrypt (only `passphrase`)")]
     Unsupported(String),

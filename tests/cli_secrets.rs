@@ -378,3 +378,19 @@ async fn a_migration_callback_sees_plaintext_and_its_result_is_re_encrypted() {
     );
     assert_eq!(cloud.counters().creates, 1, "nothing re-created");
 }
+
+#[test]
+fn importing_plaintext_secrets_needs_a_passphrase_and_writes_no_plaintext() {
+    // Exported by Pulumi with --show-secrets: plaintext secrets.
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/pulumi/aws-django-voting-app__export.txt");
+    let p = path.to_str().unwrap();
+    let stack = "aws-django-voting-app";
+    let k = Keel::new();
+    let (_, err) = k.expect(2, &["stack", "import", "--stack", stack, "--file", p]);
+    assert!(
+        err.contains("plaintext secrets") && err.contains("KEEL_CONFIG_PASSPHRASE"),
+        "{err}"
+    );
+    assert!(k.files().is_empty(), "nothing was written");
+}

@@ -598,22 +598,28 @@ fn import(backend: &Path, stack: &str, file: &Path) -> Result<(), CliError> {
             stack: stack.to_owned(),
         });
     }
+    // Plaintext secrets in the file are encrypted on the way in, which
+    // needs a passphrase (refused before anything is written without one);
+    // the ciphertexts of any provider are kept as they are.
+    let secrets_err = |source| CliError::Secrets {
+        stack: stack.to_owned(),
+        source,
+    };
+    let passphrase = crate::secrets::passphrase_from_env().map_err(secrets_err)?;
+    let plaintext = crate::secrets::Crypter::has_plaintext(&deployment);
+    if plaintext && passphrase.is_none() {
+        return Err(secrets_err(crate::secrets::SecretsError::PlaintextImport));
+    }
     // Verified: now take the lock (which also folds the journal into the
     // base) and replace the base, leaving an empty journal.
     let open = Backend::new(backend).open(stack, "keel stack import")?;
-    // Plaintext secrets in the file are encrypted on the way in; the
-    // ciphertexts of any provider are kept as they are.
-    let crypter = match crate::secrets::passphrase_from_env() {
-        Ok(Some(p)) if crate::secrets::Crypter::has_plaintext(&deployment) => {
+    let crypter = match passphrase {
+        Some(p) if plaintext => {
             crate::secrets::Crypter::for_stack(&deployment.secrets_providers, Some(&p))
+                .map_err(secrets_err)?
         }
-        Ok(_) => Ok(crate::secrets::Crypter::default()),
-        Err(e) => Err(e),
-    }
-    .map_err(|source| CliError::Secrets {
-        stack: stack.to_owned(),
-        source,
-    })?;
+        _ => crate::secrets::Crypter::default(),
+    };
     write_base_with(
         &open.paths.base,
         &deployment,
