@@ -429,6 +429,14 @@ impl Engine {
         )
         .await
         .map_err(spawn_err)?;
+        // Every actor of the operation, for shutdown on any path.
+        let cells = [
+            source.get_cell(),
+            executor.get_cell(),
+            generator.get_cell(),
+            persist.get_cell(),
+            coordinator.get_cell(),
+        ];
         generator
             .cast(GenMsg::Wire(executor.clone(), coordinator.clone()))
             .map_err(|e| EngineError::Spawn(e.to_string()))?;
@@ -475,7 +483,7 @@ impl Engine {
             outcome = done_rx => outcome.ok(),
             failure = fail_rx.recv() => {
                 let msg = failure.unwrap_or_else(|| "the supervisor stopped".into());
-                stop_all(&[source.get_cell(), executor.get_cell(), generator.get_cell(), persist.get_cell(), coordinator.get_cell()]);
+                stop_all(&cells);
                 sup.stop(None);
                 return Err(EngineError::ActorFailed(msg));
             }
@@ -492,12 +500,7 @@ impl Engine {
                 call_snapshot(&persist).await.unwrap_or_default()
             }
             other => {
-                stop_all(&[
-                    source.get_cell(),
-                    executor.get_cell(),
-                    generator.get_cell(),
-                    persist.get_cell(),
-                ]);
+                stop_all(&cells);
                 sup.stop(None);
                 return Err(EngineError::ActorFailed(format!(
                     "the persister did not answer: {other:?}"
@@ -508,13 +511,7 @@ impl Engine {
             Ok(ractor::rpc::CallResult::Success(io)) => io,
             _ => (0, 0),
         };
-        stop_all(&[
-            source.get_cell(),
-            executor.get_cell(),
-            generator.get_cell(),
-            persist.get_cell(),
-            coordinator.get_cell(),
-        ]);
+        stop_all(&cells);
         sup.stop(None);
         let _ = sup_handle.await;
 

@@ -215,6 +215,22 @@ pub struct FilterArgs {
     pub exclude_dependents: bool,
 }
 
+/// What `up` and `preview` change: filters, forced replaces, a refresh
+/// first.
+#[derive(Debug, Clone, Args)]
+pub struct ChangeArgs {
+    /// Filters.
+    #[command(flatten)]
+    pub filters: FilterArgs,
+    /// Replace this resource (repeatable).
+    #[arg(long, value_name = "URN")]
+    pub replace: Vec<String>,
+    /// Reconcile the state with the cloud first (in memory), then plan
+    /// against it.
+    #[arg(long)]
+    pub refresh: bool,
+}
+
 /// `keel up`.
 #[derive(Debug, Clone, Args)]
 pub struct UpArgs {
@@ -230,15 +246,9 @@ pub struct UpArgs {
     /// Persistence.
     #[command(flatten)]
     pub persist: PersistArgs,
-    /// Filters.
+    /// Filters, replaces and refresh.
     #[command(flatten)]
-    pub filters: FilterArgs,
-    /// Replace this resource (repeatable).
-    #[arg(long, value_name = "URN")]
-    pub replace: Vec<String>,
-    /// Reconcile the state with the cloud first, then update against it.
-    #[arg(long)]
-    pub refresh: bool,
+    pub change: ChangeArgs,
     /// Execute only what a plan saved by `keel preview --save-plan` allows.
     #[arg(long, value_name = "FILE")]
     pub plan: Option<PathBuf>,
@@ -262,15 +272,9 @@ pub struct PreviewArgs {
     /// Steps planned at once [default: 4 x cores].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub parallel: Option<u32>,
-    /// Filters.
+    /// Filters, replaces and refresh.
     #[command(flatten)]
-    pub filters: FilterArgs,
-    /// Replace this resource (repeatable).
-    #[arg(long, value_name = "URN")]
-    pub replace: Vec<String>,
-    /// Reconcile the state with the cloud (in memory) before previewing.
-    #[arg(long)]
-    pub refresh: bool,
+    pub change: ChangeArgs,
     /// Save the planned steps and goals to a file, for `keel up --plan`.
     #[arg(long, value_name = "FILE")]
     pub save_plan: Option<PathBuf>,

@@ -322,7 +322,7 @@ fn check_secrets(file: &ProgramFile, stack: &str, open: &OpenStack) -> Result<()
 }
 
 fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
-    let mut options = update_options(&a.filters, &a.replace)?;
+    let mut options = update_options(&a.change.filters, &a.change.replace)?;
     if let Some(path) = &a.plan {
         let bytes = std::fs::read(path).map_err(|source| CliError::ReadInput {
             path: path.clone(),
@@ -363,7 +363,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         config.update = options;
         let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
         let mut prior = std::mem::take(&mut open.deployment);
-        if a.refresh {
+        if a.change.refresh {
             prior = refreshed(&engine, prior).await?;
         }
         let result = drive(
@@ -379,7 +379,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
 }
 
 fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
-    let mut options = update_options(&a.filters, &a.replace)?;
+    let mut options = update_options(&a.change.filters, &a.change.replace)?;
     options.generate_plan = a.save_plan.is_some();
     let save_plan = a.save_plan.clone();
     check_stack(&a.stack.stack)?;
@@ -409,7 +409,7 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         config.events = EventSink::new(tx);
         config.update = options;
         let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
-        let prior = if a.refresh {
+        let prior = if a.change.refresh {
             refreshed(&engine, loaded.deployment).await?
         } else {
             loaded.deployment

@@ -119,6 +119,18 @@ pub struct Prepared {
     hooks: Option<std::sync::Arc<crate::source::hooks::ResourceHooks>>,
 }
 
+impl Prepared {
+    /// What the chain waits for: every resource the new state refers to,
+    /// and its provider.
+    fn waits_for(&self) -> Vec<Urn> {
+        let mut out: Vec<Urn> = self.new.references().map(|(_, u)| u.clone()).collect();
+        if let Some(r) = &self.provider {
+            out.push(r.urn().clone());
+        }
+        out
+    }
+}
+
 /// The operator's controls for one update or preview (`cli.md` §1): the one
 /// value the step generator (and the migration checks) consult.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -718,10 +730,7 @@ impl Planner {
         diff: Option<&DiffResponse>,
         dbr_option: Option<bool>,
     ) -> Result<Chain> {
-        let mut waits_for: Vec<Urn> = p.new.references().map(|(_, u)| u.clone()).collect();
-        if let Some(r) = &p.provider {
-            waits_for.push(r.urn().clone());
-        }
+        let waits_for = p.waits_for();
         let Prepared {
             urn,
             old,
@@ -940,10 +949,7 @@ impl Planner {
             },
         };
         let p = self.prepare(&as_goal)?;
-        let mut waits_for: Vec<Urn> = p.new.references().map(|(_, u)| u.clone()).collect();
-        if let Some(r) = &p.provider {
-            waits_for.push(r.urn().clone());
-        }
+        let waits_for = p.waits_for();
         if let Some(i) = p.old_index {
             self.handled[i] = true;
         }
