@@ -455,7 +455,7 @@ impl Engine {
                 // An update's program runs under the stack resource, which
                 // the engine registers first (as an SDK does); refresh and
                 // destroy run the null source, which registers nothing.
-                let register_root = mode == Mode::Update;
+                let register_root = mode == Mode::Update && !program.registers_root();
                 tokio::spawn(async move {
                     let stack = Goal::component(
                         TypeToken::parse(STACK_TYPE).unwrap_or_default(),

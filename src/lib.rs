@@ -27,6 +27,7 @@ pub mod cli;
 pub mod engine;
 pub mod events;
 pub mod exec;
+pub mod grpc;
 pub mod migrate;
 pub mod model;
 pub mod persist;

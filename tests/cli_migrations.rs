@@ -9,85 +9,8 @@
 mod common;
 
 use common::cli::*;
-use std::collections::BTreeMap;
 
 use serde_json::Value;
-
-/// The JSON event lines of a `--json` run.
-fn events(stdout: &str) -> Vec<Value> {
-    stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .collect()
-}
-
-fn summary(stdout: &str) -> Value {
-    events(stdout)
-        .into_iter()
-        .rfind(|e| e["event"] == "summary")
-        .expect("a summary line")
-}
-
-fn migration_events(stdout: &str) -> Vec<Value> {
-    events(stdout)
-        .into_iter()
-        .filter(|e| e["event"] == "migration")
-        .collect()
-}
-
-/// Only `same` steps.
-fn all_same(stdout: &str) {
-    let s = summary(stdout);
-    let steps = s["steps"].as_object().expect("steps");
-    assert!(
-        steps.keys().all(|k| k == "same"),
-        "only same steps, got {steps:?}"
-    );
-}
-
-impl Keel {
-    /// The cloud's objects, sorted by ID.
-    fn cloud(&self) -> Vec<Value> {
-        let v: Value =
-            serde_json::from_str(&self.ok(&["cloud", "list", "--json"])).expect("cloud JSON");
-        let mut objects = v.as_array().expect("an array").clone();
-        objects.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
-        objects
-    }
-
-    fn export(&self) -> String {
-        self.ok(&["stack", "export"])
-    }
-
-    /// The stack's resources by URN (the state without its manifest, whose
-    /// time every update refreshes, and without the order, which follows
-    /// the order in which concurrent registrations arrive).
-    fn resources(&self) -> BTreeMap<String, Value> {
-        let v: Value = serde_json::from_str(&self.export()).expect("export JSON");
-        v["deployment"]["resources"]
-            .as_array()
-            .expect("resources")
-            .iter()
-            .map(|r| (r["urn"].as_str().unwrap_or_default().to_owned(), r.clone()))
-            .collect()
-    }
-
-    /// Every resource's URN -> ID.
-    fn urns(&self) -> BTreeMap<String, String> {
-        let v: Value = serde_json::from_str(&self.export()).expect("export JSON");
-        v["deployment"]["resources"]
-            .as_array()
-            .expect("resources")
-            .iter()
-            .map(|r| {
-                (
-                    r["urn"].as_str().unwrap_or_default().to_owned(),
-                    r["id"].as_str().unwrap_or_default().to_owned(),
-                )
-            })
-            .collect()
-    }
-}
 
 /// v1 up; v2 preview (shows the migration, persists nothing); v2 up (the
 /// same cloud objects, only `same` steps, the new URNs in state); v2 again

@@ -10,21 +10,6 @@ use std::process::Command;
 
 use serde_json::Value;
 
-impl Keel {
-    fn cloud(&self) -> Vec<Value> {
-        let out = self.ok(&["cloud", "list", "--json"]);
-        match serde_json::from_str(&out).expect("cloud list JSON") {
-            Value::Array(a) => a,
-            other => panic!("expected an array, got {other}"),
-        }
-    }
-
-    fn state(&self) -> Value {
-        let out = self.ok(&["stack", "export"]);
-        serde_json::from_str(&out).expect("export JSON")
-    }
-}
-
 /// The `--json` events of a run: every line an object with `"event"`.
 fn events(stdout: &str) -> Vec<Value> {
     let events: Vec<Value> = stdout
@@ -89,7 +74,7 @@ fn lifecycle_up_preview_update_refresh_destroy() {
         "{out}"
     );
     assert_eq!(k.cloud().len(), 4);
-    let state = k.state();
+    let state = k.export();
     let cdn = resource(&state, "cdn");
     let assets = resource(&state, "assets");
     assert_eq!(
@@ -120,13 +105,13 @@ fn lifecycle_up_preview_update_refresh_destroy() {
     assert_eq!(k.files(), before, "a preview changes nothing");
 
     // Up v2 with --json.
-    let logs_id = resource(&k.state(), "logs")["id"].clone();
+    let logs_id = resource(&k.export(), "logs")["id"].clone();
     let (out, _) = k.expect(0, &["up", "--program", &v2, "--json"]);
     let ev = events(&out);
     let s = summary(&ev);
     assert_eq!(s["result"], "succeeded");
     assert_eq!(steps(s), counts(&[("same", 6), ("update", 1)]));
-    let state = k.state();
+    let state = k.export();
     assert_eq!(
         resource(&state, "access-logs")["id"],
         logs_id,
@@ -348,7 +333,7 @@ fn failed_step_exits_1_naming_the_resource() {
     );
     assert!(out.contains("update failed"), "{out}");
     // What was created is in the state; the next run finishes the job.
-    let state = k.state();
+    let state = k.export();
     resource(&state, "logs");
     let (out, _) = k.expect(0, &["up", "--program", &v1, "--json"]);
     let s = steps(summary(&events(&out)));

@@ -36,10 +36,6 @@ impl Keel {
             })
             .collect()
     }
-
-    fn export(&self) -> Value {
-        serde_json::from_str(&self.ok(&["stack", "export"])).expect("export JSON")
-    }
 }
 
 fn resource<'a>(state: &'a Value, name: &str) -> &'a Value {

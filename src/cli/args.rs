@@ -234,7 +234,8 @@ pub struct ChangeArgs {
 /// `keel up`.
 #[derive(Debug, Clone, Args)]
 pub struct UpArgs {
-    /// The program file (YAML or JSON).
+    /// The program: a file (YAML or JSON), or a directory holding a Pulumi
+    /// Python program (`__main__.py`, run with `KEEL_PYTHON` or `python3`).
     #[arg(long, value_name = "FILE")]
     pub program: PathBuf,
     /// The stack.
@@ -263,7 +264,8 @@ pub struct UpArgs {
 /// `keel preview`.
 #[derive(Debug, Clone, Args)]
 pub struct PreviewArgs {
-    /// The program file (YAML or JSON).
+    /// The program: a file (YAML or JSON), or a directory holding a Pulumi
+    /// Python program (`__main__.py`, run with `KEEL_PYTHON` or `python3`).
     #[arg(long, value_name = "FILE")]
     pub program: PathBuf,
     /// The stack.

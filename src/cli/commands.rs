@@ -16,11 +16,12 @@ use super::args::{
 };
 use super::display::{out, show_value, Display, Style};
 use super::program::ProgramFile;
-use super::run::FileProgram;
+use super::run::{CliProgram, FileProgram};
 use super::show;
 use super::CliError;
 use crate::engine::{Engine, EngineConfig, EngineError, Outcome};
 use crate::events::{EngineEvent, EventSink};
+use crate::grpc::python::{PythonOptions, PythonProgram, PythonProject};
 use crate::model::{CheckpointFile, Deployment, Urn};
 use crate::persist::backend::{write_base_with, Backend, BackendError, OpenStack};
 use crate::persist::fs::atomic_write;
@@ -201,6 +202,65 @@ where
     }
 }
 
+/// A command's `--program`: a program file, or a directory holding a
+/// Pulumi Python program.
+#[derive(Debug)]
+enum ProgramSource {
+    File(ProgramFile),
+    Python(PythonProject),
+}
+
+impl ProgramSource {
+    /// Loads and validates `path` (a directory is a Python program).
+    fn load(path: &Path, stack: &str) -> Result<Self, CliError> {
+        if path.is_dir() {
+            Ok(Self::Python(PythonProject::load(path, stack)?))
+        } else {
+            Ok(Self::File(ProgramFile::load(path)?))
+        }
+    }
+
+    /// The program file, if this is one.
+    fn file(&self) -> Option<&ProgramFile> {
+        match self {
+            Self::File(f) => Some(f),
+            Self::Python(_) => None,
+        }
+    }
+
+    /// The project name.
+    fn name(&self) -> &str {
+        match self {
+            Self::File(f) => &f.name,
+            Self::Python(p) => &p.name,
+        }
+    }
+
+    /// Refuses, before anything runs, a program file that creates secrets
+    /// on a stack that cannot encrypt them (a Python program's secrets are
+    /// only known as it runs).
+    fn check_secrets(&self, stack: &str, open: &OpenStack) -> Result<(), CliError> {
+        match self.file() {
+            Some(f) => check_secrets(f, stack, open),
+            None => Ok(()),
+        }
+    }
+
+    /// The program to run; a Python program reports its output to `events`.
+    fn into_program(self, events: &EventSink, parallel: Option<u32>) -> CliProgram {
+        match self {
+            Self::File(f) => CliProgram::File(FileProgram::new(f)),
+            Self::Python(p) => {
+                let mut options = PythonOptions::from_env(events.clone());
+                if let Some(n) = parallel {
+                    options.parallel = i32::try_from(n).unwrap_or(i32::MAX);
+                }
+                CliProgram::Python(PythonProgram::new(p, options))
+            }
+        }
+    }
+}
+
 /// Which stateful operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
@@ -336,18 +396,18 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         options.plan = Some(std::sync::Arc::new(plan));
     }
     check_stack(&a.stack.stack)?;
-    let file = ProgramFile::load(&a.program)?;
+    let source = ProgramSource::load(&a.program, &a.stack.stack)?;
     let stack = a.stack.stack;
     let rt = runtime()?;
     rt.block_on(async move {
-        let cloud = load_cloud(backend, sim_config(&a.sim, Some(&file)), true)?;
+        let cloud = load_cloud(backend, sim_config(&a.sim, source.file()), true)?;
         let mut open = open_stack(backend, &stack, Op::Update)?;
-        check_secrets(&file, &stack, &open)?;
+        source.check_secrets(&stack, &open)?;
         let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
         let mut display = Display::new(
             Style::choose(a.output.json),
             Op::Update.name(),
-            total(Some(&file), &stack, &open.deployment),
+            total(source.file(), &stack, &open.deployment),
         );
         for w in &open.warnings {
             display.diagnostic("warning", w);
@@ -358,20 +418,16 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
             continue_on_error,
             yes: _,
         } = a.engine;
-        let mut config = engine_config(&stack, &file.name, parallel, continue_on_error);
+        let mut config = engine_config(&stack, source.name(), parallel, continue_on_error);
         config.events = EventSink::new(tx);
         config.update = options;
+        let program = source.into_program(&config.events, parallel);
         let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
         let mut prior = std::mem::take(&mut open.deployment);
         if a.change.refresh {
             prior = refreshed(&engine, prior).await?;
         }
-        let result = drive(
-            engine.update(prior, FileProgram::new(file), persister),
-            rx,
-            &mut display,
-        )
-        .await;
+        let result = drive(engine.update(prior, program, persister), rx, &mut display).await;
         // The lock is held until the operation ended.
         drop(open);
         conclude(Op::Update, result, &mut display)
@@ -383,12 +439,12 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
     options.generate_plan = a.save_plan.is_some();
     let save_plan = a.save_plan.clone();
     check_stack(&a.stack.stack)?;
-    let file = ProgramFile::load(&a.program)?;
+    let source = ProgramSource::load(&a.program, &a.stack.stack)?;
     let stack = a.stack.stack;
     let rt = runtime()?;
     rt.block_on(async move {
         // A preview changes nothing: no lock, no autosave.
-        let cloud = load_cloud(backend, sim_config(&a.sim, Some(&file)), false)?;
+        let cloud = load_cloud(backend, sim_config(&a.sim, source.file()), false)?;
         let loaded = with_passphrase(backend, &stack)?
             .load(&stack)
             .map_err(secrets_first)?;
@@ -399,27 +455,23 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         let mut display = Display::new(
             Style::choose(a.output.json),
             Op::Preview.name(),
-            total(Some(&file), &stack, &loaded.deployment),
+            total(source.file(), &stack, &loaded.deployment),
         );
         for w in &loaded.warnings {
             display.diagnostic("warning", w);
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        let mut config = engine_config(&stack, &file.name, a.parallel, false);
+        let mut config = engine_config(&stack, source.name(), a.parallel, false);
         config.events = EventSink::new(tx);
         config.update = options;
+        let program = source.into_program(&config.events, a.parallel);
         let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
         let prior = if a.change.refresh {
             refreshed(&engine, loaded.deployment).await?
         } else {
             loaded.deployment
         };
-        let result = drive(
-            engine.preview(prior, FileProgram::new(file)),
-            rx,
-            &mut display,
-        )
-        .await;
+        let result = drive(engine.preview(prior, program), rx, &mut display).await;
         if let (Some(path), Ok(outcome)) = (&save_plan, &result) {
             if let Some(plan) = &outcome.plan {
                 atomic_write(path, &plan.to_vec_pretty(), false, &Default::default()).map_err(
@@ -453,18 +505,23 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
             UpdateOptions::default()
         }
     };
-    let file = a.program.as_deref().map(ProgramFile::load).transpose()?;
+    let source = a
+        .program
+        .as_deref()
+        .map(|p| ProgramSource::load(p, &a.stack.stack))
+        .transpose()?;
     // Refresh and destroy work on an existing stack; they never make one.
     existing(backend, &a.stack.stack)?;
     let stack = a.stack.stack;
     let rt = runtime()?;
     rt.block_on(async move {
-        let cloud = load_cloud(backend, sim_config(&a.sim, file.as_ref()), true)?;
+        let file = source.as_ref().and_then(ProgramSource::file);
+        let cloud = load_cloud(backend, sim_config(&a.sim, file), true)?;
         let mut open = open_stack(backend, &stack, op)?;
         let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
-        let project = file
+        let project = source
             .as_ref()
-            .map_or_else(|| project_of(&open.deployment), |f| f.name.clone());
+            .map_or_else(|| project_of(&open.deployment), |s| s.name().to_owned());
         let mut display = Display::new(
             Style::choose(a.output.json),
             op.name(),

@@ -225,10 +225,14 @@ impl Display {
                 added,
                 successors,
             } => {
+                // A rename's new URN is not a new resource.
+                let new = added
+                    .iter()
+                    .filter(|u| !successors.values().any(|to| to == *u))
+                    .count();
                 let mut line = format!(
-                    "migration of {urn}: {} renamed, {} added",
+                    "migration of {urn}: {} renamed, {new} added",
                     successors.len(),
-                    added.len()
                 );
                 for (from, to) in successors {
                     line.push_str(&format!("\n  {from} -> {to}"));

@@ -59,6 +59,9 @@ pub enum CliError {
     /// The program file is unreadable or invalid.
     #[error(transparent)]
     Program(#[from] program::ProgramFileError),
+    /// The Python program directory cannot be used.
+    #[error(transparent)]
+    Python(#[from] crate::grpc::python::PythonError),
     /// An input file could not be read.
     #[error("cannot read {}: {source}", .path.display())]
     ReadInput {
@@ -166,6 +169,7 @@ impl CliError {
             | Self::BadStackName(_)
             | Self::NoStack { .. }
             | Self::Program(_)
+            | Self::Python(_)
             | Self::ReadInput { .. }
             | Self::BadCheckpoint { .. }
             | Self::StackMismatch { .. }

@@ -94,6 +94,32 @@ impl Program for FileProgram {
     }
 }
 
+/// The program of a command: a program file, or a Pulumi Python program
+/// directory run through the resource-monitor protocol.
+#[derive(Debug, Clone)]
+pub enum CliProgram {
+    /// A YAML or JSON program file.
+    File(FileProgram),
+    /// A directory with `__main__.py`.
+    Python(crate::grpc::python::PythonProgram),
+}
+
+impl Program for CliProgram {
+    fn run(&self, ctx: Context) -> ProgramFuture {
+        match self {
+            Self::File(f) => f.run(ctx),
+            Self::Python(p) => p.run(ctx),
+        }
+    }
+
+    fn registers_root(&self) -> bool {
+        match self {
+            Self::File(f) => f.registers_root(),
+            Self::Python(p) => p.registers_root(),
+        }
+    }
+}
+
 /// Waits for `deps`, returning their registrations by name.
 async fn resolve(
     resource: &str,

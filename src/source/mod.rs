@@ -173,6 +173,13 @@ pub type ProgramFuture = Pin<Box<dyn Future<Output = Result<(), ProgramError>> +
 pub trait Program: Send + Sync + 'static {
     /// Runs the program.
     fn run(&self, ctx: Context) -> ProgramFuture;
+
+    /// True when the program registers the stack resource
+    /// (`pulumi:pulumi:Stack`) itself, as Pulumi's SDKs do; otherwise the
+    /// engine registers it before running the program.
+    fn registers_root(&self) -> bool {
+        false
+    }
 }
 
 impl<F, Fut> Program for F

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use serde_json::Value;
+
 /// A temporary working directory to run `keel` in.
 pub struct Keel {
     pub dir: tempfile::TempDir,
@@ -101,5 +103,82 @@ impl Keel {
         let mut out = BTreeMap::new();
         walk(&self.backend(), &mut out);
         out
+    }
+}
+
+/// The JSON event lines of a `--json` run.
+pub fn events(stdout: &str) -> Vec<Value> {
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .collect()
+}
+
+pub fn summary(stdout: &str) -> Value {
+    events(stdout)
+        .into_iter()
+        .rfind(|e| e["event"] == "summary")
+        .expect("a summary line")
+}
+
+pub fn migration_events(stdout: &str) -> Vec<Value> {
+    events(stdout)
+        .into_iter()
+        .filter(|e| e["event"] == "migration")
+        .collect()
+}
+
+/// Only `same` steps.
+pub fn all_same(stdout: &str) {
+    let s = summary(stdout);
+    let steps = s["steps"].as_object().expect("steps");
+    assert!(
+        steps.keys().all(|k| k == "same"),
+        "only same steps, got {steps:?}"
+    );
+}
+
+impl Keel {
+    /// The cloud's objects, sorted by ID.
+    pub fn cloud(&self) -> Vec<Value> {
+        let v: Value =
+            serde_json::from_str(&self.ok(&["cloud", "list", "--json"])).expect("cloud JSON");
+        let mut objects = v.as_array().expect("an array").clone();
+        objects.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
+        objects
+    }
+
+    /// `keel stack export`, parsed.
+    pub fn export(&self) -> Value {
+        serde_json::from_str(&self.ok(&["stack", "export"])).expect("export JSON")
+    }
+
+    /// The stack's resources by URN (the state without its manifest, whose
+    /// time every update refreshes, and without the order, which follows
+    /// the order in which concurrent registrations arrive).
+    pub fn resources(&self) -> BTreeMap<String, Value> {
+        let v = self.export();
+        v["deployment"]["resources"]
+            .as_array()
+            .expect("resources")
+            .iter()
+            .map(|r| (r["urn"].as_str().unwrap_or_default().to_owned(), r.clone()))
+            .collect()
+    }
+
+    /// Every resource's URN -> ID.
+    pub fn urns(&self) -> BTreeMap<String, String> {
+        let v = self.export();
+        v["deployment"]["resources"]
+            .as_array()
+            .expect("resources")
+            .iter()
+            .map(|r| {
+                (
+                    r["urn"].as_str().unwrap_or_default().to_owned(),
+                    r["id"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect()
     }
 }

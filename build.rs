@@ -1,0 +1,12 @@
+//! Compiles `proto/pulumirpc.proto` (the resource-monitor subset keel
+//! serves) with protox, a pure-Rust protobuf compiler: no system `protoc`.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto/pulumirpc.proto");
+    let fds = protox::compile(["pulumirpc.proto"], ["proto"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)?;
+    Ok(())
+}

@@ -1,0 +1,36 @@
+//! The gRPC front end: real Pulumi programs on keel.
+//!
+//! A Pulumi language SDK (the `pulumi` Python package) talks to its engine
+//! over two gRPC services, `ResourceMonitor` and `Engine`. This module
+//! serves the subset those SDKs use and feeds every request into the same
+//! [`crate::source::Context`] the embedded API uses, so registrations from
+//! Python go through the very actors, planner, migration coordinator and
+//! persister as every other program:
+//!
+//! - [`pb`]: the protocol messages, generated at build time from
+//!   `proto/pulumirpc.proto` (a hand-written subset) by protox and
+//!   tonic-prost-build;
+//! - [`convert`]: protobuf `Struct` <-> [`crate::model::PropertyValue`] and
+//!   request -> [`crate::source::goal::Goal`] (pure, tested directly);
+//! - [`callbacks`]: state-migration callbacks that call back into the SDK's
+//!   `Callbacks` service;
+//! - [`monitor`]: the two services and the server's lifetime;
+//! - [`python`]: a Python program directory as a [`crate::source::Program`]
+//!   (starts the interpreter with keel's runner).
+
+pub mod callbacks;
+pub mod convert;
+pub mod monitor;
+pub mod python;
+
+/// The generated protocol messages and service stubs (package `pulumirpc`).
+#[allow(
+    missing_docs,
+    unreachable_pub,
+    clippy::all,
+    clippy::pedantic,
+    rustdoc::all
+)]
+pub mod pb {
+    tonic::include_proto!("pulumirpc");
+}

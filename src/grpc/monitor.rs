@@ -1,0 +1,362 @@
+//! The `ResourceMonitor` and `Engine` services, served on loopback for one
+//! operation.
+//!
+//! Each request is converted ([`super::convert`]) and handed to the
+//! operation's [`Context`], exactly as the embedded API and program files
+//! do; the handler awaits the engine's answer and converts it back. The
+//! handlers hold no lock across an `.await` (the only lock guards the root
+//! URN string). Features keel does not implement through this front end
+//! (transforms, resource hooks, output values, byte strings, parameterized
+//! packages) are not advertised, so the SDK refuses them itself with its own
+//! message; their RPCs are answered `UNIMPLEMENTED`.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::oneshot;
+use tonic::{Request, Response, Status};
+
+use crate::events::{EngineEvent, EventSink};
+use crate::model::Urn;
+use crate::source::{Context, RegisterError};
+
+use super::callbacks::{CallbackClients, MAX_MESSAGE_BYTES};
+use super::convert::{self, Accepts};
+use super::pb;
+use super::pb::engine_server::{Engine as EngineService, EngineServer};
+use super::pb::resource_monitor_server::{ResourceMonitor, ResourceMonitorServer};
+
+/// The features keel's monitor supports, as `GetDeploymentInfo` lists them.
+pub const SUPPORTED_FEATURES: [pb::ResourceMonitorFeature; 5] = [
+    pb::ResourceMonitorFeature::Secrets,
+    pb::ResourceMonitorFeature::ResourceReferences,
+    pb::ResourceMonitorFeature::AliasSpecs,
+    pb::ResourceMonitorFeature::DeletedWith,
+    pb::ResourceMonitorFeature::StateMigrations,
+];
+
+/// The same features by their legacy `SupportsFeature` names.
+const SUPPORTED_FEATURE_IDS: [&str; 5] = [
+    "secrets",
+    "resourceReferences",
+    "aliasSpecs",
+    "deletedWith",
+    "stateMigrations",
+];
+
+/// What the monitor tells the SDK about the deployment.
+#[derive(Debug, Clone)]
+pub struct DeploymentInfo {
+    /// The organization (keel has none; SDKs require a value).
+    pub organization: String,
+    /// Configuration, `project:key` -> value.
+    pub config: std::collections::BTreeMap<String, String>,
+    /// The SDK's registration parallelism.
+    pub parallel: i32,
+}
+
+/// The state both services share.
+#[derive(Debug)]
+struct Shared {
+    ctx: Context,
+    info: DeploymentInfo,
+    callbacks: CallbackClients,
+    events: EventSink,
+    root: Mutex<String>,
+    /// The stack resource's outputs, held until the program succeeds.
+    stack_outputs: Mutex<Option<(Urn, crate::model::PropertyMap)>>,
+}
+
+/// The monitor: both services over one operation's [`Context`].
+#[derive(Debug, Clone)]
+pub struct Monitor {
+    shared: Arc<Shared>,
+}
+
+impl Monitor {
+    /// A monitor feeding `ctx`, reporting SDK logs to `events`.
+    pub fn new(ctx: Context, info: DeploymentInfo, events: EventSink) -> Self {
+        Self {
+            shared: Arc::new(Shared {
+                ctx,
+                info,
+                callbacks: CallbackClients::default(),
+                events,
+                root: Mutex::new(String::new()),
+                stack_outputs: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// Applies the stack's outputs the program registered. Called once the
+    /// program succeeded: an SDK registers the stack's outputs even when
+    /// the program raised, and a failed program must not change them.
+    ///
+    /// # Errors
+    /// The engine refused them (the operation stopped).
+    pub async fn commit_stack_outputs(&self) -> Result<(), RegisterError> {
+        let held = self
+            .shared
+            .stack_outputs
+            .lock()
+            .ok()
+            .and_then(|mut o| o.take());
+        match held {
+            Some((urn, outputs)) => self.shared.ctx.register_outputs(&urn, outputs).await,
+            None => Ok(()),
+        }
+    }
+}
+
+/// A registration error as a gRPC status: the SDK raises its message as
+/// the program's exception.
+fn status(e: &RegisterError) -> Status {
+    Status::unknown(e.to_string())
+}
+
+fn invalid(e: &impl std::fmt::Display) -> Status {
+    Status::invalid_argument(e.to_string())
+}
+
+#[tonic::async_trait]
+impl ResourceMonitor for Monitor {
+    async fn get_deployment_info(
+        &self,
+        _request: Request<()>,
+    ) -> Result<Response<pb::DeploymentInfo>, Status> {
+        let s = &self.shared;
+        Ok(Response::new(pb::DeploymentInfo {
+            project: s.ctx.project().to_owned(),
+            stack: s.ctx.stack().to_owned(),
+            organization: s.info.organization.clone(),
+            config: s.info.config.clone().into_iter().collect(),
+            config_secret_keys: Vec::new(),
+            dry_run: s.ctx.is_preview(),
+            parallel: s.info.parallel,
+            supported_features: SUPPORTED_FEATURES.iter().map(|f| *f as i32).collect(),
+        }))
+    }
+
+    async fn supports_feature(
+        &self,
+        request: Request<pb::SupportsFeatureRequest>,
+    ) -> Result<Response<pb::SupportsFeatureResponse>, Status> {
+        let id = request.into_inner().id;
+        Ok(Response::new(pb::SupportsFeatureResponse {
+            has_support: SUPPORTED_FEATURE_IDS.contains(&id.as_str()),
+        }))
+    }
+
+    async fn invoke(
+        &self,
+        request: Request<pb::ResourceInvokeRequest>,
+    ) -> Result<Response<pb::ResourceInvokeResponse>, Status> {
+        let req = request.into_inner();
+        let accepts = Accepts {
+            secrets: true,
+            resources: req.accept_resources,
+        };
+        let args = convert::decode_struct(req.args, "args")
+            .map_err(|e| Status::invalid_argument(format!("invoke of {}: {e}", req.tok)))?;
+        let result = self
+            .shared
+            .ctx
+            .invoke(&req.tok, args)
+            .await
+            .map_err(|e| status(&e))?;
+        Ok(Response::new(pb::ResourceInvokeResponse {
+            r#return: Some(convert::encode_struct(&result, accepts)),
+            failures: Vec::new(),
+        }))
+    }
+
+    async fn read_resource(
+        &self,
+        request: Request<pb::ReadResourceRequest>,
+    ) -> Result<Response<pb::ReadResourceResponse>, Status> {
+        let req = request.into_inner();
+        let accepts = Accepts {
+            secrets: req.accept_secrets,
+            resources: req.accept_resources,
+        };
+        let goal = convert::read_goal(req).map_err(|e| invalid(&e))?;
+        let r = self.shared.ctx.read(goal).await.map_err(|e| status(&e))?;
+        Ok(Response::new(pb::ReadResourceResponse {
+            urn: r.urn.as_str().to_owned(),
+            properties: Some(convert::encode_struct(&r.outputs, accepts)),
+            id: convert::wire_id(&r.id),
+            ..Default::default()
+        }))
+    }
+
+    async fn register_resource(
+        &self,
+        request: Request<pb::RegisterResourceRequest>,
+    ) -> Result<Response<pb::RegisterResourceResponse>, Status> {
+        let req = request.into_inner();
+        let accepts = Accepts {
+            secrets: req.accept_secrets,
+            resources: req.accept_resources,
+        };
+        let callbacks = &self.shared.callbacks;
+        let goal = convert::goal(req, |cb| callbacks.migration(cb)).map_err(|e| invalid(&e))?;
+        let r = self
+            .shared
+            .ctx
+            .register(goal)
+            .await
+            .map_err(|e| status(&e))?;
+        Ok(Response::new(pb::RegisterResourceResponse {
+            urn: r.urn.as_str().to_owned(),
+            id: convert::wire_id(&r.id),
+            object: Some(convert::encode_struct(&r.outputs, accepts)),
+            ..Default::default()
+        }))
+    }
+
+    async fn register_resource_outputs(
+        &self,
+        request: Request<pb::RegisterResourceOutputsRequest>,
+    ) -> Result<Response<()>, Status> {
+        let req = request.into_inner();
+        let urn = Urn::parse(&req.urn).map_err(|e| invalid(&e))?;
+        let outputs = convert::decode_struct(req.outputs, "outputs")
+            .map_err(|e| Status::invalid_argument(format!("outputs of {urn}: {e}")))?;
+        if &urn == self.shared.ctx.root() {
+            if let Ok(mut held) = self.shared.stack_outputs.lock() {
+                *held = Some((urn, outputs));
+            }
+            return Ok(Response::new(()));
+        }
+        self.shared
+            .ctx
+            .register_outputs(&urn, outputs)
+            .await
+            .map_err(|e| status(&e))?;
+        Ok(Response::new(()))
+    }
+
+    async fn signal_and_wait_for_shutdown(
+        &self,
+        _request: Request<()>,
+    ) -> Result<Response<()>, Status> {
+        // Nothing the engine does after the program ends calls back into
+        // it (no resource hooks are served), so the program may go.
+        Ok(Response::new(()))
+    }
+}
+
+#[tonic::async_trait]
+impl EngineService for Monitor {
+    async fn log(&self, request: Request<pb::LogRequest>) -> Result<Response<()>, Status> {
+        let req = request.into_inner();
+        let severity = match pb::LogSeverity::try_from(req.severity) {
+            Ok(pb::LogSeverity::Debug) => {
+                tracing::debug!(urn = %req.urn, "{}", req.message);
+                return Ok(Response::new(()));
+            }
+            Ok(pb::LogSeverity::Warning) => "warning",
+            Ok(pb::LogSeverity::Error) => "error",
+            _ => "info",
+        };
+        if req.ephemeral {
+            return Ok(Response::new(()));
+        }
+        self.shared.events.send(EngineEvent::Diagnostic {
+            severity: severity.to_owned(),
+            urn: Urn::parse(&req.urn).ok(),
+            message: req.message.trim_end().to_owned(),
+        });
+        Ok(Response::new(()))
+    }
+
+    async fn get_root_resource(
+        &self,
+        _request: Request<pb::GetRootResourceRequest>,
+    ) -> Result<Response<pb::GetRootResourceResponse>, Status> {
+        let urn = self
+            .shared
+            .root
+            .lock()
+            .map(|r| r.clone())
+            .unwrap_or_default();
+        Ok(Response::new(pb::GetRootResourceResponse { urn }))
+    }
+
+    async fn set_root_resource(
+        &self,
+        request: Request<pb::SetRootResourceRequest>,
+    ) -> Result<Response<pb::SetRootResourceResponse>, Status> {
+        let urn = request.into_inner().urn;
+        if let Ok(mut r) = self.shared.root.lock() {
+            *r = urn;
+        }
+        Ok(Response::new(pb::SetRootResourceResponse {}))
+    }
+}
+
+/// A running monitor server on a loopback port.
+#[derive(Debug)]
+pub struct MonitorServer {
+    address: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+impl MonitorServer {
+    /// Starts serving `monitor` on `127.0.0.1` at a free port.
+    ///
+    /// # Errors
+    /// The listening socket could not be opened.
+    pub async fn start(monitor: Monitor) -> std::io::Result<Self> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let address = listener.local_addr()?;
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        let (stop, stopped) = oneshot::channel::<()>();
+        let router = tonic::transport::Server::builder()
+            .add_service(
+                ResourceMonitorServer::new(monitor.clone())
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .add_service(
+                EngineServer::new(monitor)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            );
+        let task = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
+            let _ = stopped.await;
+        }));
+        Ok(Self {
+            address,
+            stop: Some(stop),
+            task,
+        })
+    }
+
+    /// The address SDKs connect to (`host:port`).
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// Stops accepting requests and waits for the server to end.
+    ///
+    /// # Errors
+    /// The server failed while serving.
+    pub async fn stop(mut self) -> Result<(), String> {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        match (&mut self.task).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+}
+
+impl Drop for MonitorServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}

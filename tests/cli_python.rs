@@ -1,0 +1,390 @@
+//! Real Pulumi Python programs on keel, through the `keel` binary and the
+//! official SDK (`pulumi==3.272.0` from PyPI): the programs under
+//! `tests/python/` talk to keel's resource monitor over gRPC.
+//!
+//! - `site-v1` -> `site-v2`: a component's child is renamed by a Python
+//!   `state_migrations` callback; preview and up run no create or delete,
+//!   the bucket keeps its ID and protect flag, the CDN's dependency follows
+//!   the new URN, a third up is a no-op (the callback returns `None`).
+//! - A raising callback fails with `callback-failed` and the Python message;
+//!   a syntax error exits 1 with the traceback's tail; a missing `pulumi`
+//!   package and a missing interpreter are clear errors; none changes state.
+//! - Stacks exported by Pulumi (`../shared/fixtures/pulumi/`), imported, and
+//!   a Python program matching each, preview as all-same steps.
+//!
+//! The interpreter is `KEEL_PYTHON` when set (`.ci/run` sets it to a
+//! virtual environment it made); otherwise the test makes that virtual
+//! environment itself under Cargo's target directory, once.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use common::cli::*;
+use serde_json::Value;
+
+/// The SDK version the tests run against.
+const PULUMI: &str = "pulumi==3.272.0";
+
+/// An interpreter that can `import pulumi`: `KEEL_PYTHON`, or a virtual
+/// environment made once under the target directory.
+fn python() -> &'static str {
+    static PYTHON: OnceLock<String> = OnceLock::new();
+    PYTHON.get_or_init(|| {
+        if let Some(p) = std::env::var_os("KEEL_PYTHON") {
+            let p = p.to_string_lossy().into_owned();
+            assert!(
+                imports_pulumi(Path::new(&p)),
+                "KEEL_PYTHON={p} cannot `import pulumi`: install {PULUMI} into it"
+            );
+            return p;
+        }
+        let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pulumi-3.272.0-venv");
+        let bin = venv.join("bin/python");
+        if !imports_pulumi(&bin) {
+            let made = Command::new("python3")
+                .args(["-m", "venv"])
+                .arg(&venv)
+                .status()
+                .expect("python3 is needed for the Python tests (or set KEEL_PYTHON)");
+            assert!(made.success(), "python3 -m venv {}", venv.display());
+            let installed = Command::new(&bin)
+                .args(["-m", "pip", "install", "--quiet", PULUMI])
+                .status()
+                .expect("pip");
+            assert!(installed.success(), "pip install {PULUMI}");
+            assert!(
+                imports_pulumi(&bin),
+                "{} still cannot import pulumi",
+                bin.display()
+            );
+        }
+        bin.display().to_string()
+    })
+}
+
+fn imports_pulumi(python: &Path) -> bool {
+    Command::new(python)
+        .args(["-c", "import pulumi"])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// A test program directory.
+fn program(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/python")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+/// A fixture written by Pulumi.
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/fixtures/pulumi")
+        .join(name)
+}
+
+/// A working directory whose runs use the test interpreter.
+fn keel() -> Keel {
+    let mut k = Keel::new();
+    k.env.push(("KEEL_PYTHON".into(), python().into()));
+    k
+}
+
+/// The step counts of a `--json` run's summary.
+fn steps(stdout: &str) -> Vec<(String, u64)> {
+    summary(stdout)["steps"]
+        .as_object()
+        .expect("steps")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().expect("count")))
+        .collect()
+}
+
+fn no_create_or_delete(stdout: &str) {
+    for (kind, n) in steps(stdout) {
+        assert!(
+            !kind.contains("create") && !kind.contains("delete") && !kind.contains("replace"),
+            "{n} {kind} steps: {stdout}"
+        );
+    }
+}
+
+const BUCKET_V1: &str = "urn:pulumi:dev::site::keel:test:Site$aws:s3/bucket:Bucket::old-bucket";
+const BUCKET_V2: &str = "urn:pulumi:dev::site::keel:test:Site$aws:s3/bucket:Bucket::bucket";
+const CDN: &str = "urn:pulumi:dev::site::aws:cloudfront:Distribution::cdn";
+
+/// `up` of site-v1: six creates, the stack's outputs from Python exports.
+fn site_v1(k: &Keel) {
+    let out = k.ok(&["up", "--yes", "--json", "--program", &program("site-v1")]);
+    assert_eq!(steps(&out), vec![("create".to_owned(), 6)], "{out}");
+    let r = k.resources();
+    assert_eq!(r[BUCKET_V1]["protect"], true);
+    let stack = &r["urn:pulumi:dev::site::pulumi:pulumi:Stack::site-dev"];
+    let arn = stack["outputs"]["bucketArn"].as_str().expect("bucketArn");
+    assert!(
+        arn.starts_with("arn:sim:aws:s3/bucket:Bucket:old-bucket-"),
+        "{arn}"
+    );
+    assert_eq!(r[CDN]["dependencies"], serde_json::json!([BUCKET_V1]));
+}
+
+#[test]
+fn a_python_state_migration_renames_a_child_without_replacing_it() {
+    let k = keel();
+    site_v1(&k);
+    let cloud = k.cloud();
+    let id = k.resources()[BUCKET_V1]["id"].clone();
+
+    // Preview: the migration runs in memory; nothing is created, deleted
+    // or persisted.
+    let files = k.files();
+    let out = k.ok(&["preview", "--json", "--program", &program("site-v2")]);
+    let previewed = migration_events(&out);
+    assert_eq!(previewed.len(), 1, "{out}");
+    assert_eq!(previewed[0]["successors"][BUCKET_V1], BUCKET_V2, "{out}");
+    all_same(&out);
+    assert!(k.files() == files, "the preview persisted nothing");
+
+    // Up: the same migration, committed; only same steps.
+    let out = k.ok(&["up", "--yes", "--json", "--program", &program("site-v2")]);
+    assert_eq!(migration_events(&out), previewed, "{out}");
+    no_create_or_delete(&out);
+    all_same(&out);
+    let r = k.resources();
+    assert!(!r.contains_key(BUCKET_V1), "the old URN is gone: {r:?}");
+    assert_eq!(r[BUCKET_V2]["id"], id, "the bucket keeps its ID");
+    assert_eq!(r[BUCKET_V2]["protect"], true, "and its protect flag");
+    assert_eq!(
+        r[CDN]["dependencies"],
+        serde_json::json!([BUCKET_V2]),
+        "references follow the rename"
+    );
+    assert!(
+        !k.export().to_string().contains(BUCKET_V1),
+        "no reference to the old URN is left"
+    );
+    assert_eq!(k.cloud(), cloud, "the cloud's objects are the ones v1 made");
+
+    // Again: the callback answers None; nothing to do.
+    let out = k.ok(&["up", "--yes", "--json", "--program", &program("site-v2")]);
+    assert!(migration_events(&out).is_empty(), "{out}");
+    all_same(&out);
+    assert_eq!(k.cloud(), cloud);
+}
+
+/// A copy of `site-v2` with a line of its migration replaced.
+fn site_v2_variant(k: &Keel, name: &str, from: &str, to: &str) -> String {
+    let source = std::fs::read_to_string(Path::new(&program("site-v2")).join("__main__.py"))
+        .expect("site-v2");
+    assert!(source.contains(from), "site-v2 has `{from}`");
+    let dir = k.path().join(name);
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(dir.join("__main__.py"), source.replace(from, to)).expect("write");
+    std::fs::copy(
+        Path::new(&program("site-v2")).join("Pulumi.yaml"),
+        dir.join("Pulumi.yaml"),
+    )
+    .expect("copy");
+    dir.display().to_string()
+}
+
+/// Runs `up` of `dir`, expecting failure (exit 1) and no change to the
+/// state or the cloud; returns stderr.
+fn fails_unchanged(k: &Keel, dir: &str) -> String {
+    let (resources, cloud) = (k.resources(), k.cloud());
+    let (_, err) = k.expect(1, &["up", "--yes", "--program", dir]);
+    assert_eq!(k.resources(), resources, "the state is unchanged");
+    assert_eq!(k.cloud(), cloud, "the cloud is unchanged");
+    err
+}
+
+#[test]
+fn a_raising_callback_fails_with_callback_failed_and_its_message() {
+    let k = keel();
+    site_v1(&k);
+    let raises = site_v2_variant(
+        &k,
+        "raises",
+        "    if not successors:\n",
+        "    raise ValueError(\"the bucket policy is unknown\")\n    if not successors:\n",
+    );
+    let err = fails_unchanged(&k, &raises);
+    assert!(err.contains("[callback-failed]"), "{err}");
+    assert!(err.contains("the bucket policy is unknown"), "{err}");
+    assert!(
+        err.contains("site::keel:test:Site::site"),
+        "names the component: {err}"
+    );
+}
+
+#[test]
+fn a_syntax_error_exits_1_with_the_traceback_tail() {
+    let k = keel();
+    site_v1(&k);
+    let broken = site_v2_variant(
+        &k,
+        "broken",
+        "def rename_bucket(args",
+        "def rename_bucket((args",
+    );
+    let err = fails_unchanged(&k, &broken);
+    assert!(err.contains("SyntaxError"), "{err}");
+    assert!(
+        err.contains("broken/__main__.py\", line"),
+        "the file and line: {err}"
+    );
+}
+
+#[test]
+fn a_missing_sdk_or_interpreter_is_a_clear_error() {
+    let k = keel();
+    site_v1(&k);
+    // The same interpreter without site-packages cannot import `pulumi`.
+    let wrapper = k.path().join("python-without-site");
+    std::fs::write(
+        &wrapper,
+        format!("#!/bin/sh\nexec '{}' -S \"$@\"\n", python()),
+    )
+    .expect("write");
+    let made_executable = Command::new("chmod")
+        .arg("+x")
+        .arg(&wrapper)
+        .status()
+        .expect("chmod");
+    assert!(made_executable.success());
+    let mut no_sdk = keel();
+    no_sdk.dir = k.dir;
+    no_sdk.env = vec![("KEEL_PYTHON".into(), wrapper.display().to_string())];
+    let err = fails_unchanged(&no_sdk, &program("site-v1"));
+    assert!(err.contains("`pulumi` cannot be imported"), "{err}");
+    assert!(err.contains("pip install pulumi"), "says what to do: {err}");
+
+    no_sdk.env = vec![("KEEL_PYTHON".into(), "/nonexistent/python".into())];
+    let err = fails_unchanged(&no_sdk, &program("site-v1"));
+    assert!(
+        err.contains("could not start the Python interpreter"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_directory_without_main_is_bad_usage() {
+    let k = keel();
+    std::fs::create_dir_all(k.path().join("empty")).expect("dir");
+    let (_, err) = k.expect(2, &["up", "--yes", "--program", "empty"]);
+    assert!(err.contains("has no __main__.py"), "{err}");
+    assert!(!k.backend().join("stacks").exists(), "no stack was made");
+}
+
+#[test]
+fn refresh_and_destroy_take_the_program_directory_for_its_project() {
+    let k = keel();
+    let dir = program("rename-component");
+    k.ok(&["up", "--yes", "--stack", "s", "--program", &dir]);
+    let out = k.ok(&[
+        "refresh",
+        "--yes",
+        "--json",
+        "--stack",
+        "s",
+        "--program",
+        &dir,
+    ]);
+    all_same(&out);
+    let out = k.ok(&[
+        "destroy",
+        "--yes",
+        "--json",
+        "--stack",
+        "s",
+        "--program",
+        &dir,
+    ]);
+    assert_eq!(steps(&out), vec![("delete".to_owned(), 4)], "{out}");
+}
+
+/// One Pulumi fixture: imported into `stack`, the program previews as all
+/// same steps. `edit` adapts the file before import (`None`: as Pulumi
+/// wrote it).
+struct FixtureCase {
+    file: &'static str,
+    stack: &'static str,
+    program: &'static str,
+    passphrase: Option<&'static str>,
+    edit: Option<fn(&mut Value)>,
+}
+
+fn check(case: &FixtureCase) {
+    let mut k = keel();
+    k.passphrase = case.passphrase.map(str::to_owned);
+    let mut file: Value =
+        serde_json::from_slice(&std::fs::read(fixture(case.file)).expect("fixture"))
+            .expect("fixture JSON");
+    if let Some(edit) = case.edit {
+        edit(&mut file);
+    }
+    let path = k.write("import.json", &file.to_string());
+    k.ok(&["stack", "import", "--stack", case.stack, "--file", &path]);
+    let before = k.files();
+    let out = k.ok(&[
+        "preview",
+        "--json",
+        "--stack",
+        case.stack,
+        "--program",
+        &program(case.program),
+    ]);
+    all_same(&out);
+    let imported = file["deployment"]["resources"]
+        .as_array()
+        .expect("resources")
+        .len();
+    let same = steps(&out)[0].1 as usize;
+    assert_eq!(
+        same, imported,
+        "{}: every resource is a same step",
+        case.file
+    );
+    assert!(
+        k.files() == before,
+        "{}: the preview persisted nothing",
+        case.file
+    );
+}
+
+#[test]
+fn pulumi_stacks_imported_preview_all_same_with_their_python_programs() {
+    let cases = [
+        // Components renamed through aliases, exactly as Pulumi wrote it.
+        FixtureCase {
+            file: "tests__integration__aliases__rename_component__step1__stack2.json",
+            stack: "asdsa",
+            program: "rename-component",
+            passphrase: None,
+            edit: None,
+        },
+        // A custom resource with its default provider and secret outputs.
+        // The fixture's passphrase is not published: its secrets provider
+        // is dropped and keel encrypts the plaintext secrets with a new one.
+        FixtureCase {
+            file: "provider__testdata__recorded__TestProviderUpgrade__index_randompassword__4.16.0__stack.json",
+            stack: "test",
+            program: "random-password",
+            passphrase: Some("correct horse"),
+            edit: Some(|f| {
+                f["deployment"]
+                    .as_object_mut()
+                    .expect("deployment")
+                    .remove("secrets_providers");
+            }),
+        },
+    ];
+    for case in &cases {
+        check(case);
+    }
+}
