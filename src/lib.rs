@@ -19,6 +19,10 @@
 //!   Persister actor.
 //! - [`engine`]: wires the actors for one operation; [`events`]: the event
 //!   stream.
+//! - [`grpc`]: Pulumi's resource-monitor protocol, so programs written with
+//!   Pulumi's SDKs (Python) run on keel through the same [`source`] API.
+//! - [`migrate`], [`secrets`], [`cli`]: component migrations, secrets at
+//!   rest, the `keel` command.
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]

@@ -388,3 +388,42 @@ fn pulumi_stacks_imported_preview_all_same_with_their_python_programs() {
         check(case);
     }
 }
+
+#[test]
+fn python_secrets_need_a_passphrase_and_never_reach_disk_in_plaintext() {
+    let mut k = keel();
+    let dir = k.path().join("secrets");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(
+        dir.join("__main__.py"),
+        "import pulumi\n\
+         b = pulumi.CustomResource('aws:s3/bucket:Bucket', 'b',\n\
+         \x20   {'password': pulumi.Output.secret('hunter2')})\n\
+         pulumi.export('pw', pulumi.Output.secret('exported-hunter2'))\n",
+    )
+    .expect("write");
+    let dir = dir.display().to_string();
+    let plaintext_on_disk = |k: &Keel| {
+        k.files()
+            .iter()
+            .any(|(path, bytes)| !path.ends_with("cloud.json") && text(bytes).contains("hunter2"))
+    };
+
+    let (_, err) = k.expect(1, &["up", "--yes", "--program", &dir]);
+    assert!(
+        err.contains("aws:s3/bucket:Bucket::b"),
+        "names the resource: {err}"
+    );
+    assert!(
+        err.contains("KEEL_CONFIG_PASSPHRASE"),
+        "says what to do: {err}"
+    );
+    assert!(!plaintext_on_disk(&k), "no plaintext secret was written");
+
+    k.passphrase = Some("correct horse".into());
+    let out = k.ok(&["up", "--yes", "--program", &dir]);
+    assert!(out.contains("pw: [secret]"), "{out}");
+    assert!(!plaintext_on_disk(&k), "secrets are encrypted at rest");
+    let shown = k.ok(&["stack", "export", "--show-secrets"]);
+    assert!(shown.contains("exported-hunter2"), "{shown}");
+}

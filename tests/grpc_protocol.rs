@@ -104,6 +104,7 @@ where
                 organization: "org".into(),
                 config: Default::default(),
                 parallel: 4,
+                can_store_secrets: true,
             };
             let server =
                 MonitorServer::start(Monitor::new(ctx, info, EventSink::default())).await?;

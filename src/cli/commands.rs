@@ -246,12 +246,20 @@ impl ProgramSource {
         }
     }
 
-    /// The program to run; a Python program reports its output to `events`.
-    fn into_program(self, events: &EventSink, parallel: Option<u32>) -> CliProgram {
+    /// The program to run; a Python program reports its output to `events`
+    /// and, unless the stack `can_store_secrets`, is refused secrets as it
+    /// registers them.
+    fn into_program(
+        self,
+        events: &EventSink,
+        parallel: Option<u32>,
+        can_store_secrets: bool,
+    ) -> CliProgram {
         match self {
             Self::File(f) => CliProgram::File(FileProgram::new(f)),
             Self::Python(p) => {
                 let mut options = PythonOptions::from_env(events.clone());
+                options.can_store_secrets = can_store_secrets;
                 if let Some(n) = parallel {
                     options.parallel = i32::try_from(n).unwrap_or(i32::MAX);
                 }
@@ -421,7 +429,8 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         let mut config = engine_config(&stack, source.name(), parallel, continue_on_error);
         config.events = EventSink::new(tx);
         config.update = options;
-        let program = source.into_program(&config.events, parallel);
+        let can_store_secrets = open.crypter.manager().is_some();
+        let program = source.into_program(&config.events, parallel, can_store_secrets);
         let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
         let mut prior = std::mem::take(&mut open.deployment);
         if a.change.refresh {
@@ -464,7 +473,8 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         let mut config = engine_config(&stack, source.name(), a.parallel, false);
         config.events = EventSink::new(tx);
         config.update = options;
-        let program = source.into_program(&config.events, a.parallel);
+        // A preview writes nothing: secrets need no provider yet.
+        let program = source.into_program(&config.events, a.parallel, true);
         let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
         let prior = if a.change.refresh {
             refreshed(&engine, loaded.deployment).await?

@@ -309,24 +309,16 @@ impl ProgramFile {
     /// Whether the program creates secrets (`fn::secret` in its config,
     /// properties or outputs): its stack then needs a secrets provider.
     pub fn creates_secrets(&self) -> bool {
-        fn value(v: &PropertyValue) -> bool {
-            match v {
-                PropertyValue::Secret(_) => true,
-                PropertyValue::Array(a) => a.iter().any(value),
-                PropertyValue::Object(m) => m.values().any(value),
-                _ => false,
-            }
-        }
         fn template(t: &Template) -> bool {
             match t {
                 Template::Secret(_) => true,
-                Template::Literal(v) => value(v),
+                Template::Literal(v) => v.contains_secrets(),
                 Template::Interpolated(_) => false,
                 Template::Array(a) => a.iter().any(template),
                 Template::Object(m) => m.values().any(template),
             }
         }
-        self.config.values().any(value)
+        self.config.values().any(PropertyValue::contains_secrets)
             || self
                 .resources
                 .values()

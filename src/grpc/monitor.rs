@@ -53,6 +53,10 @@ pub struct DeploymentInfo {
     pub config: std::collections::BTreeMap<String, String>,
     /// The SDK's registration parallelism.
     pub parallel: i32,
+    /// Whether the stack can encrypt secrets. When it cannot, a
+    /// registration carrying a secret is refused (keel never writes a
+    /// plaintext secret to disk), as program files are before they run.
+    pub can_store_secrets: bool,
 }
 
 /// The state both services share.
@@ -116,6 +120,25 @@ fn status(e: &RegisterError) -> Status {
 
 fn invalid(e: &impl std::fmt::Display) -> Status {
     Status::invalid_argument(e.to_string())
+}
+
+impl Shared {
+    /// Refuses secrets on a stack that cannot encrypt them.
+    fn check_secrets<'a>(
+        &self,
+        what: impl std::fmt::Display,
+        mut values: impl Iterator<Item = &'a crate::model::PropertyValue>,
+        secret_outputs: bool,
+    ) -> Result<(), Status> {
+        if self.info.can_store_secrets || !(secret_outputs || values.any(|v| v.contains_secrets()))
+        {
+            return Ok(());
+        }
+        Err(Status::failed_precondition(format!(
+            "{what}: {}",
+            crate::secrets::SecretsError::NoProvider
+        )))
+    }
 }
 
 #[tonic::async_trait]
@@ -200,6 +223,11 @@ impl ResourceMonitor for Monitor {
         };
         let callbacks = &self.shared.callbacks;
         let goal = convert::goal(req, |cb| callbacks.migration(cb)).map_err(|e| invalid(&e))?;
+        self.shared.check_secrets(
+            format_args!("{}::{}", goal.ty.as_str(), goal.name),
+            goal.inputs.values(),
+            !goal.options.additional_secret_outputs.is_empty(),
+        )?;
         let r = self
             .shared
             .ctx
@@ -222,6 +250,8 @@ impl ResourceMonitor for Monitor {
         let urn = Urn::parse(&req.urn).map_err(|e| invalid(&e))?;
         let outputs = convert::decode_struct(req.outputs, "outputs")
             .map_err(|e| Status::invalid_argument(format!("outputs of {urn}: {e}")))?;
+        self.shared
+            .check_secrets(format_args!("outputs of {urn}"), outputs.values(), false)?;
         if &urn == self.shared.ctx.root() {
             if let Ok(mut held) = self.shared.stack_outputs.lock() {
                 *held = Some((urn, outputs));

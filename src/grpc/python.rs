@@ -185,6 +185,9 @@ pub struct PythonOptions {
     pub events: EventSink,
     /// The SDK's registration parallelism.
     pub parallel: i32,
+    /// Whether the stack can encrypt secrets (else a registration with a
+    /// secret is refused).
+    pub can_store_secrets: bool,
 }
 
 impl PythonOptions {
@@ -194,6 +197,7 @@ impl PythonOptions {
             python: std::env::var_os("KEEL_PYTHON").unwrap_or_else(|| "python3".into()),
             events,
             parallel: 16,
+            can_store_secrets: true,
         }
     }
 }
@@ -264,6 +268,7 @@ async fn run(
         organization: "organization".into(),
         config: project.config.clone(),
         parallel: options.parallel,
+        can_store_secrets: options.can_store_secrets,
     };
     let preview = ctx.is_preview();
     let (stack, name) = (ctx.stack().to_owned(), ctx.project().to_owned());

@@ -109,6 +109,20 @@ impl PropertyValue {
         }
     }
 
+    /// True when this value is or holds a secret (which must be encrypted
+    /// at rest).
+    pub fn contains_secrets(&self) -> bool {
+        match self {
+            Self::Secret(_) => true,
+            Self::Output(o) => {
+                o.secret == Some(true) || o.value.as_deref().is_some_and(Self::contains_secrets)
+            }
+            Self::Array(a) => a.iter().any(Self::contains_secrets),
+            Self::Object(m) => m.values().any(Self::contains_secrets),
+            _ => false,
+        }
+    }
+
     /// Converts plain JSON into a property value, decoding signed objects.
     ///
     /// # Errors
