@@ -118,10 +118,32 @@ const BUCKET_V1: &str = "urn:pulumi:dev::site::keel:test:Site$aws:s3/bucket:Buck
 const BUCKET_V2: &str = "urn:pulumi:dev::site::keel:test:Site$aws:s3/bucket:Bucket::bucket";
 const CDN: &str = "urn:pulumi:dev::site::aws:cloudfront:Distribution::cdn";
 
-/// `up` of site-v1: six creates, the stack's outputs from Python exports.
+/// `up` of site-v1: six creates, the stack's outputs from Python exports,
+/// the program's output and SDK logs as diagnostics.
 fn site_v1(k: &Keel) {
     let out = k.ok(&["up", "--yes", "--json", "--program", &program("site-v1")]);
     assert_eq!(steps(&out), vec![("create".to_owned(), 6)], "{out}");
+    let diagnostics: Vec<(String, String)> = events(&out)
+        .into_iter()
+        .filter(|e| e["event"] == "diagnostic")
+        .map(|e| {
+            (
+                e["severity"].as_str().unwrap_or_default().to_owned(),
+                e["message"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    for expected in [
+        ("info", "deploying the site"),
+        ("warning", "the site has no TLS certificate yet"),
+    ] {
+        assert!(
+            diagnostics
+                .iter()
+                .any(|(s, m)| (s.as_str(), m.as_str()) == expected),
+            "{expected:?} in {diagnostics:?}"
+        );
+    }
     let r = k.resources();
     assert_eq!(r[BUCKET_V1]["protect"], true);
     let stack = &r["urn:pulumi:dev::site::pulumi:pulumi:Stack::site-dev"];

@@ -21,6 +21,8 @@ class Site(pulumi.ComponentResource):
         self.register_outputs({"endpoint": self.bucket.websiteEndpoint})
 
 
+print("deploying the site")
+pulumi.log.warn("the site has no TLS certificate yet")
 site = Site("site")
 cdn = pulumi.CustomResource(
     "aws:cloudfront:Distribution",
