@@ -9,6 +9,7 @@ Exit status: 0 success, 1 the program failed (traceback on stderr),
 """
 
 import asyncio
+import concurrent.futures
 import os
 import runpy
 import sys
@@ -66,6 +67,13 @@ def main() -> int:
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
+    # The SDK sends each RPC as a blocking call on the loop's default
+    # executor: size it to the registration parallelism keel was given.
+    loop.set_default_executor(
+        concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, int(os.environ.get("KEEL_PARALLEL", "16")))
+        )
+    )
     try:
         loop.run_until_complete(stack.run_in_stack(run))
     except BaseException as e:  # noqa: BLE001 - report everything, then fail
