@@ -40,10 +40,6 @@ fn steps(summary: &Value) -> BTreeMap<String, u64> {
         .collect()
 }
 
-fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
-    pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
-}
-
 fn resource<'a>(state: &'a Value, name: &str) -> &'a Value {
     state["deployment"]["resources"]
         .as_array()

@@ -95,18 +95,8 @@ fn keel() -> Keel {
     k
 }
 
-/// The step counts of a `--json` run's summary.
-fn steps(stdout: &str) -> Vec<(String, u64)> {
-    summary(stdout)["steps"]
-        .as_object()
-        .expect("steps")
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_u64().expect("count")))
-        .collect()
-}
-
 fn no_create_or_delete(stdout: &str) {
-    for (kind, n) in steps(stdout) {
+    for (kind, n) in summary_steps(stdout) {
         assert!(
             !kind.contains("create") && !kind.contains("delete") && !kind.contains("replace"),
             "{n} {kind} steps: {stdout}"
@@ -122,7 +112,7 @@ const CDN: &str = "urn:pulumi:dev::site::aws:cloudfront:Distribution::cdn";
 /// the program's output and SDK logs as diagnostics.
 fn site_v1(k: &Keel) {
     let out = k.ok(&["up", "--yes", "--json", "--program", &program("site-v1")]);
-    assert_eq!(steps(&out), vec![("create".to_owned(), 6)], "{out}");
+    assert_eq!(summary_steps(&out), counts(&[("create", 6)]), "{out}");
     let diagnostics: Vec<(String, String)> = events(&out)
         .into_iter()
         .filter(|e| e["event"] == "diagnostic")
@@ -327,7 +317,7 @@ fn refresh_and_destroy_take_the_program_directory_for_its_project() {
         "--program",
         &dir,
     ]);
-    assert_eq!(steps(&out), vec![("delete".to_owned(), 4)], "{out}");
+    assert_eq!(summary_steps(&out), counts(&[("delete", 4)]), "{out}");
 }
 
 /// One Pulumi fixture: imported into `stack`, the program previews as all
@@ -366,7 +356,7 @@ fn check(case: &FixtureCase) {
         .as_array()
         .expect("resources")
         .len();
-    let same = steps(&out)[0].1 as usize;
+    let same = summary_steps(&out)["same"] as usize;
     assert_eq!(
         same, imported,
         "{}: every resource is a same step",

@@ -51,21 +51,6 @@ fn resource<'a>(state: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no resource {name} in {state}"))
 }
 
-fn summary_steps(stdout: &str) -> BTreeMap<String, u64> {
-    let last: Value = stdout
-        .lines()
-        .rev()
-        .find_map(|l| serde_json::from_str(l).ok())
-        .expect("events");
-    assert_eq!(last["event"], "summary", "{last}");
-    last["steps"]
-        .as_object()
-        .expect("steps")
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_u64().expect("count")))
-        .collect()
-}
-
 #[test]
 fn a_schema_bump_with_a_rename_upgrades_in_place() {
     let k = Keel::new();

@@ -121,6 +121,21 @@ pub fn summary(stdout: &str) -> Value {
         .expect("a summary line")
 }
 
+/// The step counts of a `--json` run's summary.
+pub fn summary_steps(stdout: &str) -> BTreeMap<String, u64> {
+    summary(stdout)["steps"]
+        .as_object()
+        .expect("steps")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_u64().expect("count")))
+        .collect()
+}
+
+/// Step counts from `(kind, count)` pairs.
+pub fn counts(pairs: &[(&str, u64)]) -> BTreeMap<String, u64> {
+    pairs.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect()
+}
+
 pub fn migration_events(stdout: &str) -> Vec<Value> {
     events(stdout)
         .into_iter()
