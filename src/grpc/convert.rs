@@ -63,16 +63,14 @@ pub fn decode_struct(
     s.fields
         .into_iter()
         .map(|(k, v)| {
-            let json = to_json(v);
-            PropertyValue::from_json(&json)
+            decode_value(v)
                 .map(|p| (k.clone(), p))
                 .map_err(|e| format!("{what}.{k}: {e}"))
         })
         .collect()
 }
 
-/// Decodes one protobuf value (the JSON bytes of a migration's old state use
-/// checkpoint JSON directly; this is for values inside requests).
+/// Decodes one protobuf value of a request.
 ///
 /// # Errors
 /// As [`decode_struct`].

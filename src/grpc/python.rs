@@ -65,11 +65,6 @@ pub struct PythonProject {
     pub config: BTreeMap<String, String>,
 }
 
-/// True when `path` is a directory holding a Python program (`__main__.py`).
-pub fn is_python_program(path: &Path) -> bool {
-    path.is_dir()
-}
-
 impl PythonProject {
     /// Loads the directory `dir` for `stack`.
     ///
@@ -264,8 +259,10 @@ async fn run(
     options: &PythonOptions,
     ctx: Context,
 ) -> std::result::Result<(), String> {
+    // keel has no organizations; the SDK requires a name.
+    let organization = "organization".to_owned();
     let info = DeploymentInfo {
-        organization: "organization".into(),
+        organization: organization.clone(),
         config: project.config.clone(),
         parallel: options.parallel,
         can_store_secrets: options.can_store_secrets,
@@ -289,6 +286,7 @@ async fn run(
         .env("KEEL_ENGINE", &address)
         .env("KEEL_PREVIEW", if preview { "1" } else { "0" })
         .env("KEEL_PARALLEL", options.parallel.to_string())
+        .env("KEEL_ORGANIZATION", &organization)
         .env("PULUMI_CONFIG", config)
         .env("PYTHONUNBUFFERED", "1")
         .stdin(Stdio::null())

@@ -57,7 +57,7 @@ def main() -> int:
         engine_address=os.environ["KEEL_ENGINE"],
         monitor_address=os.environ["KEEL_MONITOR"],
         preview=os.environ.get("KEEL_PREVIEW") == "1",
-        organization=os.environ.get("KEEL_ORGANIZATION", "organization"),
+        organization=os.environ["KEEL_ORGANIZATION"],
     )
     sys.path.insert(0, root)
     sys.argv = [program]
