@@ -5,53 +5,9 @@
 mod common;
 
 use common::cli::*;
-use std::collections::BTreeMap;
 use std::process::Command;
 
 use serde_json::Value;
-
-/// The `--json` events of a run: every line an object with `"event"`.
-fn events(stdout: &str) -> Vec<Value> {
-    let events: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
-        .collect();
-    for e in &events {
-        assert!(e.get("event").and_then(Value::as_str).is_some(), "{e}");
-    }
-    events
-}
-
-/// The summary (last event), checked for shape.
-fn summary(events: &[Value]) -> &Value {
-    let last = events.last().expect("some events");
-    assert_eq!(last["event"], "summary", "{last}");
-    assert!(last["durationMs"].is_number(), "{last}");
-    assert!(last["steps"].is_object(), "{last}");
-    last
-}
-
-fn steps(summary: &Value) -> BTreeMap<String, u64> {
-    summary["steps"]
-        .as_object()
-        .expect("steps")
-        .iter()
-        .map(|(k, v)| (k.clone(), v.as_u64().expect("count")))
-        .collect()
-}
-
-fn resource<'a>(state: &'a Value, name: &str) -> &'a Value {
-    state["deployment"]["resources"]
-        .as_array()
-        .expect("resources")
-        .iter()
-        .find(|r| {
-            r["urn"]
-                .as_str()
-                .is_some_and(|u| u.ends_with(&format!("::{name}")))
-        })
-        .unwrap_or_else(|| panic!("no resource {name} in {state}"))
-}
 
 #[test]
 fn lifecycle_up_preview_update_refresh_destroy() {
@@ -96,17 +52,15 @@ fn lifecycle_up_preview_update_refresh_destroy() {
     // Preview v2: one update, one renamed child (same), nothing written.
     let before = k.files();
     let (out, _) = k.expect(0, &["preview", "--program", &v2, "--json"]);
-    let ev = events(&out);
-    assert_eq!(steps(summary(&ev)), counts(&[("same", 6), ("update", 1)]));
+    assert_eq!(summary_steps(&out), counts(&[("same", 6), ("update", 1)]));
     assert_eq!(k.files(), before, "a preview changes nothing");
 
     // Up v2 with --json.
     let logs_id = resource(&k.export(), "logs")["id"].clone();
     let (out, _) = k.expect(0, &["up", "--program", &v2, "--json"]);
-    let ev = events(&out);
-    let s = summary(&ev);
+    let s = summary(&out);
     assert_eq!(s["result"], "succeeded");
-    assert_eq!(steps(s), counts(&[("same", 6), ("update", 1)]));
+    assert_eq!(steps_of(&s), counts(&[("same", 6), ("update", 1)]));
     let state = k.export();
     assert_eq!(
         resource(&state, "access-logs")["id"],
@@ -121,7 +75,7 @@ fn lifecycle_up_preview_update_refresh_destroy() {
 
     // Refresh: every custom resource read back.
     let (out, _) = k.expect(0, &["refresh", "--yes", "--json"]);
-    assert_eq!(steps(summary(&events(&out))), counts(&[("refresh", 4)]));
+    assert_eq!(summary_steps(&out), counts(&[("refresh", 4)]));
 
     // Destroy: everything deleted, the cloud empty.
     let out = k.ok(&["destroy", "--yes"]);
@@ -164,9 +118,9 @@ fn json_events_are_engine_events_one_per_line() {
     let k = Keel::new();
     let (out, _) = k.expect(0, &["up", "--program", &example("site-v1.yaml"), "--json"]);
     let ev = events(&out);
-    let s = summary(&ev);
+    let s = summary(&out);
     assert_eq!(s["result"], "succeeded");
-    assert_eq!(steps(s), counts(&[("create", 7)]));
+    assert_eq!(steps_of(&s), counts(&[("create", 7)]));
     let started = ev.iter().filter(|e| e["event"] == "step-started").count();
     let finished: Vec<&Value> = ev
         .iter()
@@ -217,7 +171,7 @@ fn export_import_round_trip() {
         0,
         &["preview", "--program", &example("site-v1.yaml"), "--json"],
     );
-    assert_eq!(steps(summary(&events(&out))), counts(&[("same", 7)]));
+    assert_eq!(summary_steps(&out), counts(&[("same", 7)]));
 
     // Another stack's export is refused.
     let (_, err) = k.expect(
@@ -332,13 +286,12 @@ fn failed_step_exits_1_naming_the_resource() {
     let state = k.export();
     resource(&state, "logs");
     let (out, _) = k.expect(0, &["up", "--program", &v1, "--json"]);
-    let s = steps(summary(&events(&out)));
+    let s = summary_steps(&out);
     assert_eq!(s.get("create"), Some(&3), "{s:?}");
 
     // --json still ends with the summary when the operation fails.
     let (out, _) = k.expect(1, &["destroy", "--json", "--sim-fail", "cdn"]);
-    let ev = events(&out);
-    let s = summary(&ev);
+    let s = summary(&out);
     assert_eq!(s["result"], "failed");
     assert_eq!(s["failures"][0]["kind"], "delete");
 }
@@ -440,7 +393,7 @@ fn targets_replace_and_saved_plans_through_the_cli() {
     // A targeted update touching only `cdn`: the rename of `logs` in v2
     // is outside the targets, so the prior state is kept.
     let out = k.ok(&["up", "--program", &v2, "--target", cdn, "--json"]);
-    let s = steps(summary(&events(&out)));
+    let s = summary_steps(&out);
     assert_eq!(s.get("update"), Some(&1), "{s:?}");
     assert_eq!(k.cloud().len(), before.len());
     // A saved plan: the previewed program runs, a deviating one does not.
@@ -468,11 +421,7 @@ fn targets_replace_and_saved_plans_through_the_cli() {
         .retain(|o| o["id"] != assets);
     std::fs::write(&cloud_file, serde_json::to_vec(&cloud).unwrap()).unwrap();
     let out = k.ok(&["up", "--program", &v2, "--refresh", "--json"]);
-    assert_eq!(
-        steps(summary(&events(&out))).get("create"),
-        Some(&1),
-        "{out}"
-    );
+    assert_eq!(summary_steps(&out).get("create"), Some(&1), "{out}");
     // --replace forces a replace: a new ID for cdn.
     let id = |cloud: &[Value]| {
         cloud

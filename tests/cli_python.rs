@@ -215,41 +215,50 @@ fn fails_unchanged(k: &Keel, dir: &str) -> String {
     err
 }
 
-#[test]
-fn a_raising_callback_fails_with_callback_failed_and_its_message() {
-    let k = keel();
-    site_v1(&k);
-    let raises = site_v2_variant(
-        &k,
-        "raises",
-        "    if not successors:\n",
-        "    raise ValueError(\"the bucket policy is unknown\")\n    if not successors:\n",
-    );
-    let err = fails_unchanged(&k, &raises);
-    assert!(err.contains("[callback-failed]"), "{err}");
-    assert!(err.contains("the bucket policy is unknown"), "{err}");
-    assert!(
-        err.contains("site::keel:test:Site::site"),
-        "names the component: {err}"
-    );
+/// A failing variant of site-v2 and what its error must say.
+struct Failing {
+    name: &'static str,
+    from: &'static str,
+    to: &'static str,
+    says: &'static [&'static str],
 }
 
 #[test]
-fn a_syntax_error_exits_1_with_the_traceback_tail() {
-    let k = keel();
-    site_v1(&k);
-    let broken = site_v2_variant(
-        &k,
-        "broken",
-        "def rename_bucket(args",
-        "def rename_bucket((args",
-    );
-    let err = fails_unchanged(&k, &broken);
-    assert!(err.contains("SyntaxError"), "{err}");
-    assert!(
-        err.contains("broken/__main__.py\", line"),
-        "the file and line: {err}"
-    );
+fn a_raising_callback_or_a_syntax_error_fails_and_changes_nothing() {
+    let cases = [
+        // The callback raises: `callback-failed` with the Python message,
+        // naming the component.
+        Failing {
+            name: "raises",
+            from: "    if not successors:\n",
+            to: "    raise ValueError(\"the bucket policy is unknown\")\n    if not successors:\n",
+            says: &[
+                "[callback-failed]",
+                "the bucket policy is unknown",
+                "site::keel:test:Site::site",
+            ],
+        },
+        // The program does not parse: exit 1 with the traceback's tail.
+        Failing {
+            name: "broken",
+            from: "def rename_bucket(args",
+            to: "def rename_bucket((args",
+            says: &["SyntaxError", "broken/__main__.py\", line"],
+        },
+    ];
+    for case in &cases {
+        let k = keel();
+        site_v1(&k);
+        let dir = site_v2_variant(&k, case.name, case.from, case.to);
+        let err = fails_unchanged(&k, &dir);
+        for expected in case.says {
+            assert!(
+                err.contains(expected),
+                "{}: `{expected}` in {err}",
+                case.name
+            );
+        }
+    }
 }
 
 #[test]

@@ -38,19 +38,6 @@ impl Keel {
     }
 }
 
-fn resource<'a>(state: &'a Value, name: &str) -> &'a Value {
-    state["deployment"]["resources"]
-        .as_array()
-        .expect("resources")
-        .iter()
-        .find(|r| {
-            r["urn"]
-                .as_str()
-                .is_some_and(|u| u.ends_with(&format!("::{name}")))
-        })
-        .unwrap_or_else(|| panic!("no resource {name} in {state}"))
-}
-
 #[test]
 fn a_schema_bump_with_a_rename_upgrades_in_place() {
     let k = Keel::new();

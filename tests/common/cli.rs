@@ -106,29 +106,54 @@ impl Keel {
     }
 }
 
-/// The JSON event lines of a `--json` run.
+/// The `--json` events of a run: every line an object with `"event"`.
 pub fn events(stdout: &str) -> Vec<Value> {
-    stdout
+    let events: Vec<Value> = stdout
         .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .collect()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .collect();
+    for e in &events {
+        assert!(e.get("event").and_then(Value::as_str).is_some(), "{e}");
+    }
+    events
 }
 
+/// The summary (the last event of a `--json` run), checked for shape.
 pub fn summary(stdout: &str) -> Value {
-    events(stdout)
-        .into_iter()
-        .rfind(|e| e["event"] == "summary")
-        .expect("a summary line")
+    let last = events(stdout).pop().expect("some events");
+    assert_eq!(last["event"], "summary", "{last}");
+    assert!(last["durationMs"].is_number(), "{last}");
+    assert!(last["steps"].is_object(), "{last}");
+    last
 }
 
-/// The step counts of a `--json` run's summary.
-pub fn summary_steps(stdout: &str) -> BTreeMap<String, u64> {
-    summary(stdout)["steps"]
+/// The step counts of a summary.
+pub fn steps_of(summary: &Value) -> BTreeMap<String, u64> {
+    summary["steps"]
         .as_object()
         .expect("steps")
         .iter()
         .map(|(k, v)| (k.clone(), v.as_u64().expect("count")))
         .collect()
+}
+
+/// The step counts of a `--json` run's summary.
+pub fn summary_steps(stdout: &str) -> BTreeMap<String, u64> {
+    steps_of(&summary(stdout))
+}
+
+/// A resource of an exported state by name (the last URN part).
+pub fn resource<'a>(state: &'a Value, name: &str) -> &'a Value {
+    state["deployment"]["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .find(|r| {
+            r["urn"]
+                .as_str()
+                .is_some_and(|u| u.ends_with(&format!("::{name}")))
+        })
+        .unwrap_or_else(|| panic!("no resource {name} in {state}"))
 }
 
 /// Step counts from `(kind, count)` pairs.
@@ -145,8 +170,7 @@ pub fn migration_events(stdout: &str) -> Vec<Value> {
 
 /// Only `same` steps.
 pub fn all_same(stdout: &str) {
-    let s = summary(stdout);
-    let steps = s["steps"].as_object().expect("steps");
+    let steps = summary_steps(stdout);
     assert!(
         steps.keys().all(|k| k == "same"),
         "only same steps, got {steps:?}"
