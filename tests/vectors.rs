@@ -24,9 +24,15 @@ use keel::source::migration::{MigrationCallback, StateMigrationResult, StateMigr
 use keel::source::{Context, ProgramError};
 use serde_json::{json, Value};
 
-fn vectors_dir() -> PathBuf {
-    std::env::var_os("KEEL_VECTORS")
-        .map_or_else(|| PathBuf::from("../shared/vectors"), PathBuf::from)
+/// The shared vectors (`$KEEL_VECTORS`, default `../shared/vectors`) and
+/// keel's own, in `tests/vectors/` (same format, for rules and persistence
+/// modes the shared set does not exercise).
+fn vector_dirs() -> [PathBuf; 2] {
+    [
+        std::env::var_os("KEEL_VECTORS")
+            .map_or_else(|| PathBuf::from("../shared/vectors"), PathBuf::from),
+        PathBuf::from("tests/vectors"),
+    ]
 }
 
 /// What the persister wrapper saw of migrations.
@@ -47,15 +53,23 @@ struct Observed {
 
 impl Persister for Observed {
     fn persist(&mut self, m: &Mutation, current: &mut SnapshotBuilder, ack: Ack) {
-        if let Mutation::Migration(mm) = m {
+        let Mutation::Migration(mm) = m else {
+            return self.inner.persist(m, current, ack);
+        };
+        if let Ok(record) = current.migration_record(mm) {
             let mut seen = self.seen.lock().unwrap();
-            seen.migrations += 1;
-            if let Ok(record) = current.migration_record(mm) {
-                seen.layout = Some(serde_json::to_value(&record.layout).unwrap());
-                seen.base_patches = record.base_state_patches.iter().map(|p| p.index).collect();
-            }
+            seen.layout = Some(serde_json::to_value(&record.layout).unwrap());
+            seen.base_patches = record.base_state_patches.iter().map(|p| p.index).collect();
         }
-        self.inner.persist(m, current, ack);
+        // Only a durable state-migration write counts as persisted.
+        let seen = self.seen.clone();
+        let counted: Ack = Box::new(move |r| {
+            if r.is_ok() {
+                seen.lock().unwrap().migrations += 1;
+            }
+            ack(r)
+        });
+        self.inner.persist(m, current, counted);
     }
 
     fn finish(&mut self, current: &mut SnapshotBuilder) -> keel::persist::Result<Deployment> {
@@ -199,8 +213,22 @@ struct Run {
     input_mismatch: Vec<String>,
     events: usize,
     seen: Arc<Mutex<Seen>>,
-    persisted_before: Value,
+    /// The persisted and live state just before the migrating registration
+    /// (after `earlier`); `None` when the program never reached it.
+    baseline: Option<Baseline>,
+    /// The live prior list right after the migrating registration returned.
+    live_after: Option<Value>,
     persisted_after: Value,
+}
+
+/// The state a rejected migration must leave as it was.
+struct Baseline {
+    persisted: Value,
+    live: Value,
+}
+
+fn resources_json(d: &Deployment) -> Value {
+    serde_json::to_value(&d.resources).unwrap()
 }
 
 async fn run(v: &Value) -> Run {
@@ -256,8 +284,6 @@ async fn run(v: &Value) -> Run {
         supported: persistence != "unsupported",
         seen: seen.clone(),
     });
-    let persisted_before =
-        serde_json::to_value(&backend.load(&stack).unwrap().deployment.resources).unwrap();
 
     // Options.
     let o = &v["options"];
@@ -359,16 +385,43 @@ async fn run(v: &Value) -> Run {
     let operation = v["operation"].as_str().unwrap_or("update").to_owned();
     let final_pass = matches!(operation.as_str(), "update" | "preview");
     let plan = Arc::new(plan);
+    let baseline: Arc<Mutex<Option<Baseline>>> = Arc::default();
+    let live_after: Arc<Mutex<Option<Value>>> = Arc::default();
     let program = {
         let plan = plan.clone();
+        let (baseline, live_after) = (baseline.clone(), live_after.clone());
+        let (root, stack_name) = (dir.path().to_path_buf(), stack.clone());
         move |ctx: Context| {
             let plan = plan.clone();
+            let (baseline, live_after) = (baseline.clone(), live_after.clone());
+            let (root, stack_name) = (root.clone(), stack_name.clone());
             async move {
                 let mut registered: HashSet<Urn> = HashSet::new();
                 if let Some(stack) = ctx.prior_states().iter().find(|s| s.ty.is_stack()) {
                     registered.insert(stack.urn.clone());
                 }
-                for (e, _) in plan.iter() {
+                for (e, migrating) in plan.iter() {
+                    if *migrating {
+                        // "No change from the migration" is judged against
+                        // the state as it stands now, after `earlier`.
+                        let backend = Backend::new(&root);
+                        let stack = stack_name.clone();
+                        let persisted = tokio::task::spawn_blocking(move || {
+                            resources_json(&backend.load(&stack).expect("load mid-run").deployment)
+                        })
+                        .await
+                        .expect("load task");
+                        *baseline.lock().unwrap() = Some(Baseline {
+                            persisted,
+                            live: serde_json::to_value(ctx.prior_states()).unwrap(),
+                        });
+                        let result = ctx.register(e.goal.clone()).await;
+                        *live_after.lock().unwrap() =
+                            Some(serde_json::to_value(ctx.prior_states()).unwrap());
+                        result?;
+                        registered.insert(e.urn.clone());
+                        continue;
+                    }
                     if e.read {
                         ctx.read(ReadGoal {
                             ty: e.goal.ty.clone(),
@@ -432,8 +485,9 @@ async fn run(v: &Value) -> Run {
             events += 1;
         }
     }
-    let persisted_after =
-        serde_json::to_value(&backend.load(&stack).unwrap().deployment.resources).unwrap();
+    let persisted_after = resources_json(&backend.load(&stack).unwrap().deployment);
+    let baseline = baseline.lock().unwrap().take();
+    let live_after = live_after.lock().unwrap().take();
     let input_mismatch = mismatches.lock().unwrap().clone();
     Run {
         result,
@@ -441,7 +495,8 @@ async fn run(v: &Value) -> Run {
         input_mismatch,
         events,
         seen,
-        persisted_before,
+        baseline,
+        live_after,
         persisted_after,
     }
 }
@@ -487,11 +542,24 @@ fn check(name: &str, v: &Value) -> Vec<String> {
                 if r.seen.lock().unwrap().migrations != 0 {
                     fails.push("a rejected migration was persisted".into());
                 }
-                if r.persisted_after != r.persisted_before {
-                    fails.push(format!(
-                        "the persisted state changed after a rejected migration:\n  before {}\n  after  {}",
-                        r.persisted_before, r.persisted_after
-                    ));
+                match &r.baseline {
+                    None => {
+                        fails.push("the program never reached the migrating registration".into())
+                    }
+                    Some(b) => {
+                        if r.persisted_after != b.persisted {
+                            fails.push(format!(
+                                "the persisted state changed after a rejected migration:\n  before {}\n  after  {}",
+                                b.persisted, r.persisted_after
+                            ));
+                        }
+                        if r.live_after.as_ref() != Some(&b.live) {
+                            fails.push(format!(
+                                "the live prior state changed after a rejected migration:\n  before {}\n  after  {:?}",
+                                b.live, r.live_after
+                            ));
+                        }
+                    }
                 }
             }
         }
@@ -611,14 +679,17 @@ impl AsRefOutcome for Outcome {
 
 #[test]
 fn every_vector_passes_through_the_engine() {
-    let dir = vectors_dir();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no vectors in {}", dir.display());
+    let mut files: Vec<PathBuf> = Vec::new();
+    for dir in vector_dirs() {
+        let mut here: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()))
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        assert!(!here.is_empty(), "no vectors in {}", dir.display());
+        here.sort();
+        files.extend(here);
+    }
     let mut failures = Vec::new();
     for f in &files {
         let v: Value = serde_json::from_slice(&std::fs::read(f).unwrap()).unwrap();

@@ -460,6 +460,29 @@ pub fn identity(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> {
             ));
         }
     }
+    // One physical object, one owner: a split yields resources of other
+    // types, never a second owner of the same object.
+    let mut owners: HashMap<(&str, &str, &str), &Urn> = HashMap::new();
+    for r in result.iter().filter(|r| r.custom && !r.ty.is_provider()) {
+        if r.id.is_empty() {
+            continue;
+        }
+        if let Some(first) =
+            owners.insert((r.ty.as_str(), r.id.as_str(), r.provider.as_str()), &r.urn)
+        {
+            return Err(ctx.fail(
+                Rule::IdentityDuplicated,
+                format!(
+                    "{first} and {} are both custom resources of type {} with id `{}` and \
+                     the same provider: one physical object would have two owners, and \
+                     deleting either would destroy the other's object",
+                    r.urn, r.ty, r.id
+                ),
+                "return each physical object once: map the copy to the original as its \
+                 successor, or give a split-off resource its own type",
+            ));
+        }
+    }
     Ok(())
 }
 
@@ -981,17 +1004,31 @@ mod tests {
             )),
             Rule::IdentityToComponent
         );
-        // Splits: an extra resource matching `b` must copy its flags.
+        // Splits: an extra resource of another type matching `b` must copy
+        // its flags.
         let split = |taint: bool| {
             move |s: &mut Vec<Value>| {
                 let mut extra = s[2].clone();
-                extra["urn"] = json!(u("m:m:C$a:b:T::b2"));
+                extra["urn"] = json!(u("m:m:C$a:b:V::b2"));
+                extra["type"] = json!("a:b:V");
                 extra["taint"] = json!(taint);
                 s.push(extra);
             }
         };
         env.run(split(true), &[]).unwrap();
         assert_eq!(rule(env.run(split(false), &[])), Rule::SplitFlagsConflict);
+        // A copy of the same type is a second owner of `b`'s object.
+        assert_eq!(
+            rule(env.run(
+                |s| {
+                    let mut copy = s[2].clone();
+                    copy["urn"] = json!(u("m:m:C$a:b:T::b2"));
+                    s.push(copy);
+                },
+                &[]
+            )),
+            Rule::IdentityDuplicated
+        );
         assert_eq!(
             rule(env.run(
                 |s| {

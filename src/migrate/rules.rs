@@ -111,6 +111,8 @@ rules! {
     UnmatchedCustom => "unmatched-custom",
     /// §5.2: an additional resource disagrees with its matches.
     SplitFlagsConflict => "split-flags-conflict",
+    /// §5.2: two custom resources of the result share type, id and provider.
+    IdentityDuplicated => "identity-duplicated",
     /// §5.3: neither the registration URN nor the prior root is returned.
     RootMissing => "root-missing",
     /// §5.3: both the registration URN and the prior root are returned.
@@ -275,7 +277,7 @@ mod tests {
             assert_eq!(rule.as_str().parse::<Rule>().unwrap(), *rule);
             assert_eq!(rule.to_string(), rule.as_str());
         }
-        assert_eq!(Rule::ALL.len(), 56);
+        assert_eq!(Rule::ALL.len(), 57);
         assert!("no-such-rule".parse::<Rule>().is_err());
     }
 

@@ -18,11 +18,17 @@ use super::*;
 use crate::model::snapshot::Snippet;
 use crate::model::{State, Urn};
 
-fn vectors_dir() -> PathBuf {
-    match std::env::var_os("KEEL_VECTORS") {
-        Some(d) => PathBuf::from(d),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/vectors"),
-    }
+/// The shared vectors (`$KEEL_VECTORS`, default `../shared/vectors`) and
+/// keel's own (`tests/vectors/`).
+fn vector_dirs() -> [PathBuf; 2] {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    [
+        match std::env::var_os("KEEL_VECTORS") {
+            Some(d) => PathBuf::from(d),
+            None => root.join("../shared/vectors"),
+        },
+        root.join("tests/vectors"),
+    ]
 }
 
 /// How a vector fared.
@@ -381,16 +387,18 @@ fn check_vector(v: &Value) -> std::result::Result<Verdict, String> {
 
 #[test]
 fn vectors_pass_through_the_pure_core() {
-    let dir = vectors_dir();
-    let Ok(entries) = std::fs::read_dir(&dir) else {
-        eprintln!("no vectors at {}: skipped", dir.display());
-        return;
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .collect();
-    files.sort();
+    let mut files: Vec<PathBuf> = Vec::new();
+    for dir in vector_dirs() {
+        let entries = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("cannot list the vectors in {}: {e}", dir.display()));
+        let mut here: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .collect();
+        assert!(!here.is_empty(), "no vectors in {}", dir.display());
+        here.sort();
+        files.extend(here);
+    }
     let mut failures = Vec::new();
     let (mut passed, mut skipped) = (0, 0);
     for f in &files {
