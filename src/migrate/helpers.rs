@@ -19,7 +19,7 @@
 //! URN part of `provider`) is rewritten, and the states are ordered so that
 //! a parent precedes its children. References inside `inputs` and
 //! `outputs` (resource references, output dependencies) are left to the
-//! engine, which rewrites them with the successor map (§8). A changed
+//! engine, which rewrites them with the successor map (§8). Every returned
 //! resource loses its `aliases` field, which a result may not carry (renames
 //! go through successors).
 //!
@@ -484,7 +484,6 @@ fn apply(what: &str, nodes: &[Node], edit: &Edit) -> CallbackResult {
     for (i, node) in nodes.iter().enumerate() {
         let mut obj = node.obj.clone();
         let new = &urns[i];
-        let changed = &node.urn != new || edit.parents.contains_key(&i);
         obj.insert("urn".into(), Value::String(new.as_str().to_owned()));
         if new.type_str() != node.urn.type_str() {
             obj.insert("type".into(), Value::String(new.type_str().to_owned()));
@@ -518,9 +517,11 @@ fn apply(what: &str, nodes: &[Node], edit: &Edit) -> CallbackResult {
         if let Some(p) = provider {
             obj.insert("provider".into(), Value::String(p));
         }
-        if changed {
-            obj.remove("aliases");
-        }
+        // A result may not carry `aliases` (renames go through successors),
+        // so every returned resource loses them, changed or not: an
+        // untouched sibling renamed through an alias earlier still has its
+        // old URNs there.
+        obj.remove("aliases");
         out.push(obj);
     }
 
@@ -696,6 +697,27 @@ mod tests {
 
     fn retype_app(a: &StateMigrationArgs) -> CallbackResult {
         retype_state(a, "my:app:App", "my:app:AppV2")
+    }
+
+    #[test]
+    fn untouched_resources_with_aliases_pass_the_checks() {
+        // `tier` and the root were renamed through aliases in an earlier
+        // update, so their states record old URNs.
+        let mut prior = prior_json();
+        prior[2]["aliases"] = json!(["urn:pulumi:dev::proj::my:app:App::old-app"]);
+        prior[3]["aliases"] = json!(["urn:pulumi:dev::proj::my:app:App$my:app:Tier::old-tier"]);
+        let prior = states(prior);
+        let v2 = APP.replace("my:app:App", "my:app:AppV2");
+        let runs: [(&str, &[&str], Cb); 3] = [
+            (APP, &[], rename_db),
+            (APP, &[], move_db_cache),
+            (&v2, &[APP], retype_app),
+        ];
+        for (reg, aliases, cb) in runs {
+            let (list, _) = core(&prior, reg, aliases, &[cb]).unwrap().unwrap();
+            let tier = list.iter().find(|s| s.urn.name() == "tier").unwrap();
+            assert!(tier.aliases.is_empty(), "{:?}", tier.aliases);
+        }
     }
 
     #[test]
