@@ -273,10 +273,25 @@ impl SnapshotBuilder {
     /// re-recorded in the fresh journal after a compaction).
     pub fn snapshot_committed(&self) -> Deployment {
         let mut d = self.base.clone();
-        d.resources = self.live().map(|s| lock(s).clone()).collect();
-        normalize_aliases(&mut d.resources);
-        drop_vanished(&mut d.resources, &self.vanished);
+        d.resources = self.ordered_live().1;
         d
+    }
+
+    /// The live states in snapshot order, and their snapshot form
+    /// (references renamed and vanished ones dropped): write order, with
+    /// any state a reference needs moved up to just before its first
+    /// referrer ([`references_first`]).
+    fn ordered_live(&self) -> (Vec<StateRef>, Vec<State>) {
+        let mut refs: Vec<StateRef> = self.live().cloned().collect();
+        let mut states: Vec<State> = refs.iter().map(|s| lock(s).clone()).collect();
+        normalize_aliases(&mut states);
+        drop_vanished(&mut states, &self.vanished);
+        if let Some(order) = references_first(&states) {
+            let mut taken: Vec<Option<(StateRef, State)>> =
+                refs.into_iter().zip(states).map(Some).collect();
+            (refs, states) = order.into_iter().filter_map(|i| taken[i].take()).unzip();
+        }
+        (refs, states)
     }
 
     fn live(&self) -> impl Iterator<Item = &StateRef> {
@@ -301,7 +316,7 @@ impl SnapshotBuilder {
     /// the live states, same `Arc`s, become the prior list in order.
     pub fn rebase(&mut self) {
         let split = self.written_live();
-        let live: Vec<StateRef> = self.live().cloned().collect();
+        let live: Vec<StateRef> = self.ordered_live().0;
         self.split = split;
         self.old_pos = live.iter().enumerate().map(|(i, s)| (key(s), i)).collect();
         self.old_done = vec![false; live.len()];
@@ -379,6 +394,83 @@ pub fn normalize_aliases(resources: &mut [State]) {
             }
         }
     }
+}
+
+/// The URNs a state refers to: parent, dependencies, property
+/// dependencies, `deletedWith`, `replaceWith` and provider.
+fn referents(s: &State) -> impl Iterator<Item = crate::model::Urn> + '_ {
+    let provider = s.provider_ref().ok().flatten().map(|p| p.urn().clone());
+    std::iter::once(&s.parent)
+        .chain(&s.dependencies)
+        .chain(s.property_dependencies.values().flatten().flatten())
+        .chain(std::iter::once(&s.deleted_with))
+        .chain(&s.replace_with)
+        .cloned()
+        .chain(provider)
+        .filter(|u| !u.is_empty())
+}
+
+/// A stable order in which every state comes after the states it refers to
+/// (`checkpoint.md` §4), or `None` when `states` already is one.
+///
+/// Write order alone is not always such an order: a targeted update writes
+/// an untargeted resource's `same` state while a resource it depends on,
+/// gone from the program but kept because it was not targeted, stays among
+/// the prior states after it. Each state keeps its place unless a referrer
+/// comes first; then it moves up to just before its first referrer. Every
+/// state of a URN (a live one and one pending deletion) moves together.
+pub fn references_first(states: &[State]) -> Option<Vec<usize>> {
+    let mut by_urn: HashMap<&crate::model::Urn, Vec<usize>> = HashMap::with_capacity(states.len());
+    for (i, s) in states.iter().enumerate() {
+        by_urn.entry(&s.urn).or_default().push(i);
+    }
+    let mut seen: std::collections::HashSet<&crate::model::Urn> =
+        std::collections::HashSet::with_capacity(states.len());
+    let in_order = states.iter().all(|s| {
+        let ok = referents(s).all(|r| !by_urn.contains_key(&r) || seen.contains(&r) || r == s.urn);
+        seen.insert(&s.urn);
+        ok
+    });
+    if in_order {
+        return None;
+    }
+    // Depth first, without recursion (dependency chains can be long).
+    const NEW: u8 = 0;
+    const OPEN: u8 = 1;
+    const DONE: u8 = 2;
+    let mut mark = vec![NEW; states.len()];
+    let mut order = Vec::with_capacity(states.len());
+    for root in 0..states.len() {
+        if mark[root] != NEW {
+            continue;
+        }
+        let mut stack: Vec<(usize, Vec<usize>)> = Vec::new();
+        let push = |i: usize, mark: &mut [u8], stack: &mut Vec<(usize, Vec<usize>)>| {
+            mark[i] = OPEN;
+            let mut next: Vec<usize> = referents(&states[i])
+                .filter_map(|r| by_urn.get(&r))
+                .flatten()
+                .copied()
+                .filter(|&j| j != i)
+                .collect();
+            next.reverse();
+            stack.push((i, next));
+        };
+        push(root, &mut mark, &mut stack);
+        while let Some((i, next)) = stack.last_mut() {
+            match next.pop() {
+                Some(j) if mark[j] == NEW => push(j, &mut mark, &mut stack),
+                Some(_) => {}
+                None => {
+                    let i = *i;
+                    stack.pop();
+                    mark[i] = DONE;
+                    order.push(i);
+                }
+            }
+        }
+    }
+    Some(order)
 }
 
 /// Drops references to resources a refresh found gone: dependencies,
