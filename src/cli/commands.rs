@@ -336,7 +336,11 @@ fn print_outputs(d: &Deployment) {
     }
     out("Outputs:");
     for (k, v) in &stack.outputs {
-        out(&format!("  {k}: {}", show_value(v)));
+        out(&format!(
+            "  {}: {}",
+            super::display::clean(k),
+            show_value(v)
+        ));
     }
 }
 

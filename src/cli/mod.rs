@@ -216,7 +216,8 @@ pub fn main() -> ExitCode {
     match commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            // Errors quote names and output from outside keel.
+            eprintln!("error: {}", display::clean_text(&e.to_string()));
             ExitCode::from(e.exit_code())
         }
     }
