@@ -550,6 +550,25 @@ print(json.dumps({"newState": states, "successors": {old[0]: new}}))
     }
 
     #[tokio::test]
+    async fn no_part_of_a_secret_survives_where_stderr_is_cut() {
+        use crate::model::property::{SIG_KEY, SIG_SECRET};
+        const SECRET: &str = "0123456789abcdefghijKLMNOPQRSTUVWXYZ-end";
+        let mut a = args();
+        a.old_state[1]["inputs"] =
+            json!({"pw": {SIG_KEY: SIG_SECRET, "plaintext": format!("\"{SECRET}\"")}});
+        // The kept tail starts 10 bytes before the secret's end.
+        let filler = STDERR_TAIL - 10;
+        let body = format!(
+            "head -c 3000 /dev/zero | tr '\\0' x >&2; printf %s {SECRET} >&2; \
+             head -c {filler} /dev/zero | tr '\\0' y >&2; exit 1"
+        );
+        let e = command(sh(&body)).call(a, LONG).await.unwrap_err();
+        assert!(e.contains("the end of its stderr"), "{e}");
+        assert!(e.contains("yyyy"), "{e}");
+        assert!(!e.contains("XYZ-end"), "{e}");
+    }
+
+    #[tokio::test]
     async fn a_failure_carries_the_status_and_the_end_of_stderr() {
         let cb = command(sh(
             "cat >/dev/null; i=0; while [ $i -lt 400 ]; do echo \"noise line $i\" >&2; i=$((i+1)); done; echo 'the real problem' >&2; exit 3",
