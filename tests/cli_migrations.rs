@@ -3,8 +3,9 @@
 //! migrate without replacing anything (the cloud's objects after v2 are the
 //! ones v1 made), a preview shows the migration and persists nothing, a
 //! third run is a no-op; a failing, garbage-printing or slow command fails
-//! the update with `callback-failed`, the end of its stderr and the state
-//! unchanged; malformed `stateMigrations` are refused with exit status 2.
+//! the update with `callback-failed`, the end of its stderr (its secrets
+//! redacted) and the state unchanged, and leaves no process behind;
+//! malformed `stateMigrations` are refused with exit status 2.
 
 mod common;
 
@@ -271,5 +272,117 @@ resources:
         }
         assert!(stderr.contains("bad.yaml"), "names the file: {stderr}");
         assert!(k.files() == files, "nothing ran");
+    }
+}
+
+/// A v1 program: component `c` with a child `b` whose property `secret`
+/// is a secret; v2 adds the `command` migration on `c`.
+fn migration_program(command: &[&str]) -> String {
+    let mut c = serde_json::json!({ "type": "shop:web:Site", "component": true });
+    if !command.is_empty() {
+        c["options"] = serde_json::json!({
+            "stateMigrations": [ { "command": command } ],
+            "stateMigrationTimeout": "60s"
+        });
+    }
+    serde_json::json!({
+        "name": "site",
+        "resources": {
+            "c": c,
+            "b": {
+                "type": "aws:s3/bucket:Bucket",
+                "properties": { "secret": { "fn::secret": "hunter2-plaintext" } },
+                "options": { "parent": "c" }
+            }
+        }
+    })
+    .to_string()
+}
+
+/// True while `pid` is a live process (a zombie is dead).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')),
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn a_failing_callback_leaves_no_process_behind() {
+    let mut k = Keel::new();
+    k.passphrase = Some("pw".into());
+    k.ok(&[
+        "up",
+        "--program",
+        &k.write("v1.json", &migration_program(&[])),
+    ]);
+    let pid_file = k.path().join("grandchild.pid");
+    let script = format!("sleep 1000 & echo $! > '{}'; exit 1", pid_file.display());
+    let v2 = k.write("v2.json", &migration_program(&["sh", "-c", &script]));
+    let before = k.resources();
+    let (_, err) = k.expect(1, &["up", "--program", &v2]);
+    assert!(err.contains("callback-failed"), "{err}");
+    assert!(k.resources() == before, "the state is unchanged");
+    let pid: u32 = std::fs::read_to_string(&pid_file)
+        .expect("the grandchild's pid")
+        .trim()
+        .parse()
+        .expect("a pid");
+    // A killed process can take a moment to be reaped; one that nobody
+    // killed sleeps on.
+    let gone = (0..100).any(|_| {
+        if alive(pid) {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            false
+        } else {
+            true
+        }
+    });
+    if !gone {
+        // Our own leftover: end it, then fail.
+        let _ = std::process::Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status();
+    }
+    assert!(gone, "the callback's child {pid} outlived keel");
+}
+
+#[test]
+fn a_failing_callback_quotes_no_secret() {
+    let mut k = Keel::new();
+    k.passphrase = Some("pw".into());
+    k.ok(&[
+        "up",
+        "--program",
+        &k.write("v1.json", &migration_program(&[])),
+    ]);
+    // Echoes its input (with the decrypted secret) to stderr and fails.
+    let v2 = k.write(
+        "v2.json",
+        &migration_program(&["sh", "-c", "cat >&2; exit 1"]),
+    );
+    for json in [false, true] {
+        let mut args = vec!["up", "--program", &v2];
+        if json {
+            args.push("--json");
+        }
+        let (out, err) = k.expect(1, &args);
+        assert!(err.contains("callback-failed"), "{err}");
+        for (what, s) in [("stdout", &out), ("stderr", &err)] {
+            assert!(
+                !s.contains("hunter2"),
+                "--json {json}: the secret on {what}:\n{s}"
+            );
+        }
+        // The input is quoted, its secret is not.
+        assert!(err.contains("oldState"), "{err}");
+        assert!(err.contains("[secret]"), "{err}");
+        if json {
+            let summary = summary(&out);
+            assert_eq!(summary["result"], "failed", "{summary}");
+        }
     }
 }

@@ -314,3 +314,162 @@ fn program_features_config_references_secrets_and_options() {
     let err = text(&o.stderr);
     assert!(err.contains("bucket"), "{err}");
 }
+
+/// A mapping `depth` levels deep: `{"a": {"a": ... 1}}`.
+fn nested(depth: usize) -> Value {
+    (0..depth).fold(Value::from(1), |v, _| serde_json::json!({ "a": v }))
+}
+
+/// A one-resource JSON program whose property `v` is `value`.
+fn with_value(value: Value) -> String {
+    serde_json::json!({
+        "name": "site",
+        "resources": { "b": { "type": "aws:s3/bucket:Bucket", "properties": { "v": value } } }
+    })
+    .to_string()
+}
+
+#[test]
+fn duplicate_keys_at_any_level_exit_2_naming_both_lines() {
+    let k = Keel::new();
+    k.ok(&["up", "--program", &k.write("good.yaml", GOOD)]);
+    // (file, content, mapping, key, first line, second line)
+    let table = [
+        (
+            "dup-resource.yaml",
+            "name: site\nresources:\n  b: { type: \"aws:s3/bucket:Bucket\" }\n  c: { type: \"a:b:C\" }\n  b: { type: \"a:b:D\" }\n",
+            "`resources`",
+            "b",
+            3,
+            5,
+        ),
+        (
+            "dup-property.yaml",
+            "name: site\nresources:\n  b:\n    type: a:b:C\n    properties:\n      x: 1\n      x: 2\n",
+            "`resources.b.properties`",
+            "x",
+            6,
+            7,
+        ),
+        (
+            "dup-option.yaml",
+            "name: site\nresources:\n  b:\n    type: a:b:C\n    options:\n      protect: true\n      dependsOn: []\n      protect: false\n",
+            "`resources.b.options`",
+            "protect",
+            6,
+            8,
+        ),
+        (
+            "dup-output.yaml",
+            "name: site\nresources: {}\noutputs:\n  url: a\n  url: b\n",
+            "`outputs`",
+            "url",
+            4,
+            5,
+        ),
+        (
+            "dup-top.yaml",
+            "name: site\nresources: {}\nname: other\n",
+            "the top-level mapping",
+            "name",
+            1,
+            3,
+        ),
+        (
+            "dup-resource.json",
+            "{\"name\": \"site\", \"resources\": {\n  \"b\": {\"type\": \"aws:s3/bucket:Bucket\"},\n  \"b\": {\"type\": \"a:b:D\"}\n}}\n",
+            "`resources`",
+            "b",
+            2,
+            3,
+        ),
+        (
+            "dup-nested.json",
+            "{\"name\": \"site\", \"resources\": {\"b\": {\"type\": \"a:b:C\",\n  \"properties\": {\"list\": [{\"k\": 1,\n  \"k\": 2}]}}}}\n",
+            "`resources.b.properties.list[0]`",
+            "k",
+            2,
+            3,
+        ),
+    ];
+    for (name, content, mapping, key, first, second) in table {
+        let dup = format!("duplicate key `{key}` in {mapping}");
+        let second = format!("line {second}:");
+        let first = format!("first at line {first}");
+        check(&k, name, content, &[&dup, &second, &first]);
+    }
+}
+
+#[test]
+fn values_nested_deeper_than_keel_stores_exit_2() {
+    let k = Keel::new();
+    k.ok(&["up", "--program", &k.write("good.yaml", GOOD)]);
+    // 123 levels: the readers of program files accept it, a checkpoint
+    // holding it could not be read back.
+    for (name, depth) in [("deep-123.json", 123), ("deep-65.json", 65)] {
+        check(
+            &k,
+            name,
+            &with_value(nested(depth)),
+            &[
+                "resource `b`",
+                "key `properties.v`",
+                "more than 64 levels deep",
+            ],
+        );
+    }
+    let config =
+        serde_json::json!({ "name": "site", "config": { "c": nested(65) }, "resources": {} });
+    check(
+        &k,
+        "deep-config.json",
+        &config.to_string(),
+        &["key `config.c`", "more than 64 levels deep"],
+    );
+}
+
+#[test]
+fn the_deepest_accepted_value_round_trips_through_up_and_load() {
+    let k = Keel::new();
+    let deepest = nested(64);
+    let program = k.write("deep.json", &with_value(deepest.clone()));
+    k.ok(&["up", "--program", &program]);
+    // The stack loads: export, verify, a second update with nothing to do.
+    let state = k.export();
+    let b = resource(&state, "b");
+    assert_eq!(b["inputs"]["v"], deepest);
+    assert_eq!(b["outputs"]["v"], deepest);
+    k.ok(&["state", "verify"]);
+    all_same(&k.ok(&["up", "--json", "--program", &program]));
+    // The exported file imports again.
+    let file = k.write("deep-export.json", &state.to_string());
+    k.ok(&["stack", "import", "--file", &file]);
+    assert_eq!(resource(&k.export(), "b")["inputs"]["v"], deepest);
+}
+
+#[test]
+fn a_reference_nesting_a_deep_output_too_deep_fails_its_resource() {
+    let k = Keel::new();
+    // `a.v` is 60 levels deep; `b.w` puts it 5 levels further down.
+    let program = serde_json::json!({
+        "name": "site",
+        "resources": {
+            "a": { "type": "aws:s3/bucket:Bucket", "properties": { "v": nested(60) } },
+            "b": {
+                "type": "aws:s3/bucket:Bucket",
+                "properties": { "w": { "x": { "y": { "z": { "q": { "r": "${a.v}" } } } } } }
+            }
+        }
+    });
+    let file = k.write("ref.json", &program.to_string());
+    let (_, err) = k.expect(1, &["up", "--program", &file]);
+    assert!(err.contains("key `properties.w`"), "{err}");
+    assert!(err.contains("more than 64 levels deep"), "{err}");
+    let state = k.export();
+    resource(&state, "a");
+    assert!(
+        !state.to_string().contains("::b\""),
+        "b was not registered: {state}"
+    );
+    k.ok(&["state", "verify"]);
+}

@@ -336,7 +336,11 @@ fn print_outputs(d: &Deployment) {
     }
     out("Outputs:");
     for (k, v) in &stack.outputs {
-        out(&format!("  {k}: {}", show_value(v)));
+        out(&format!(
+            "  {}: {}",
+            super::display::clean(k),
+            show_value(v)
+        ));
     }
 }
 
@@ -597,6 +601,9 @@ fn export(
     show_secrets: bool,
 ) -> Result<(), CliError> {
     let b = existing(backend, stack)?;
+    if let Some(path) = file {
+        refuse_backend_file(backend, path)?;
+    }
     // Without --show-secrets the stored ciphertexts are exported as they
     // are, with no passphrase needed.
     let b = if show_secrets {
@@ -641,6 +648,28 @@ fn export(
     }
 }
 
+/// Refuses a file inside the backend directory (a stack's checkpoint or
+/// journal, a lock, the simulated cloud): exporting onto it would replace
+/// keel's own state behind its back.
+fn refuse_backend_file(backend: &Path, path: &Path) -> Result<(), CliError> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    // A directory that does not exist cannot be inside the (existing)
+    // backend; writing then fails with the OS error.
+    let (Ok(dir), Ok(backend_dir)) = (dir.canonicalize(), backend.canonicalize()) else {
+        return Ok(());
+    };
+    if dir.starts_with(&backend_dir) {
+        return Err(CliError::ExportIntoBackend {
+            path: path.to_owned(),
+            backend: backend.to_owned(),
+        });
+    }
+    Ok(())
+}
+
 fn import(backend: &Path, stack: &str, file: &Path) -> Result<(), CliError> {
     check_stack(stack)?;
     let bytes = std::fs::read(file).map_err(|source| CliError::ReadInput {
@@ -653,6 +682,10 @@ fn import(backend: &Path, stack: &str, file: &Path) -> Result<(), CliError> {
             source,
         })?;
     let deployment = checkpoint.into_deployment();
+    super::import::check(&deployment).map_err(|source| CliError::Import {
+        path: file.to_owned(),
+        source,
+    })?;
     if let Some(other) = deployment
         .resources
         .iter()

@@ -12,6 +12,7 @@
 //!
 //! Outside JSON, a summary table (steps per kind) ends the operation.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
@@ -52,6 +53,34 @@ pub fn out(line: &str) {
     let mut stdout = std::io::stdout().lock();
     let _ = writeln!(stdout, "{line}");
     let _ = stdout.flush();
+}
+
+/// Text from outside keel (a name, type, ID or value) made safe to print
+/// on a terminal: every control character, line breaks included, shows as
+/// its `\u{..}` escape, so an ANSI sequence is seen rather than obeyed.
+pub fn clean(s: &str) -> Cow<'_, str> {
+    escape(s, |c| c.is_control())
+}
+
+/// [`clean`] for a message whose line breaks are meant (an error with the
+/// end of a callback's stderr): control characters other than `\n`.
+pub fn clean_text(s: &str) -> Cow<'_, str> {
+    escape(s, |c| c.is_control() && c != '\n')
+}
+
+fn escape(s: &str, bad: impl Fn(char) -> bool) -> Cow<'_, str> {
+    if !s.chars().any(&bad) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if bad(c) {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
 }
 
 /// A duration in milliseconds, for people.
@@ -171,7 +200,7 @@ impl Display {
                         &l.main,
                         ProgressBar::new_spinner().with_style(l.step_style.clone()),
                     );
-                    bar.set_message(format!("{:<18} {urn}", kind.as_str()));
+                    bar.set_message(format!("{:<18} {}", kind.as_str(), clean(urn.as_str())));
                     bar.enable_steady_tick(TICK);
                     l.steps.insert((*kind, urn.clone()), bar);
                 }
@@ -183,12 +212,17 @@ impl Display {
                 error,
             } => {
                 self.done.insert(urn.clone());
+                let shown = clean(urn.as_str());
                 let line = match error {
-                    None => format!("{:<18} {urn} ({})", kind.as_str(), format_ms(*duration_ms)),
-                    Some(err) => format!(
-                        "{:<18} {urn} FAILED: {}",
+                    None => format!(
+                        "{:<18} {shown} ({})",
                         kind.as_str(),
-                        short_error(*kind, urn, err)
+                        format_ms(*duration_ms)
+                    ),
+                    Some(err) => format!(
+                        "{:<18} {shown} FAILED: {}",
+                        kind.as_str(),
+                        clean_text(short_error(*kind, urn, err))
                     ),
                 };
                 match &mut self.live {
@@ -214,8 +248,9 @@ impl Display {
                 urn,
                 message,
             } => {
+                let (severity, message) = (clean(severity), clean_text(message));
                 let line = match urn {
-                    Some(u) => format!("{severity}: {u}: {message}"),
+                    Some(u) => format!("{severity}: {}: {message}", clean(u.as_str())),
                     None => format!("{severity}: {message}"),
                 };
                 self.note(&line);
@@ -231,11 +266,16 @@ impl Display {
                     .filter(|u| !successors.values().any(|to| to == *u))
                     .count();
                 let mut line = format!(
-                    "migration of {urn}: {} renamed, {new} added",
+                    "migration of {}: {} renamed, {new} added",
+                    clean(urn.as_str()),
                     successors.len(),
                 );
                 for (from, to) in successors {
-                    line.push_str(&format!("\n  {from} -> {to}"));
+                    line.push_str(&format!(
+                        "\n  {} -> {}",
+                        clean(from.as_str()),
+                        clean(to.as_str())
+                    ));
                 }
                 self.note(&line);
             }
@@ -299,10 +339,11 @@ pub fn summary_table(operation: &str, s: &Summary) -> Vec<String> {
 }
 
 /// A property value for people: secrets masked, unknowns marked, the rest
-/// as compact JSON (strings bare).
+/// as compact JSON (strings bare, [`clean`]ed; JSON escapes control
+/// characters itself).
 pub fn show_value(v: &PropertyValue) -> String {
     match v {
-        PropertyValue::String(s) => s.clone(),
+        PropertyValue::String(s) => clean(s).into_owned(),
         PropertyValue::Secret(_) => "[secret]".into(),
         PropertyValue::Computed => "(unknown until the update)".into(),
         other => mask(other).to_json().to_string(),

@@ -14,7 +14,9 @@
 
 pub mod args;
 pub mod commands;
+mod decode;
 pub mod display;
+pub mod import;
 pub mod program;
 pub mod run;
 pub mod show;
@@ -87,6 +89,26 @@ pub enum CliError {
         found: String,
         /// The stack imported into.
         stack: String,
+    },
+    /// A verified file to import holds what keel must not import.
+    #[error("{}: {source}", .path.display())]
+    Import {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: import::ImportError,
+    },
+    /// `stack export --file` names a file of the backend.
+    #[error(
+        "{}: refusing to export into the backend directory {} (it would replace keel's own files); choose a path outside it",
+        .path.display(),
+        .backend.display()
+    )]
+    ExportIntoBackend {
+        /// The file.
+        path: PathBuf,
+        /// The backend directory.
+        backend: PathBuf,
     },
     /// An integrity check failed.
     #[error("integrity check failed for {what}: {message}")]
@@ -173,6 +195,8 @@ impl CliError {
             | Self::ReadInput { .. }
             | Self::BadCheckpoint { .. }
             | Self::StackMismatch { .. }
+            | Self::Import { .. }
+            | Self::ExportIntoBackend { .. }
             | Self::Secrets { .. } => 2,
             Self::Verify { .. }
             | Self::Backend(_)
@@ -216,7 +240,8 @@ pub fn main() -> ExitCode {
     match commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e}");
+            // Errors quote names and output from outside keel.
+            eprintln!("error: {}", display::clean_text(&e.to_string()));
             ExitCode::from(e.exit_code())
         }
     }

@@ -36,11 +36,16 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
 
+use super::decode::{decode, Decode, Duplicate, Seed};
 use super::template::{parse_string, Field, Reference, Template, FN_SECRET};
 use crate::model::property::Secret;
 use crate::model::state::{CustomTimeouts, Seconds};
 use crate::model::urn::STACK_TYPE;
 use crate::model::{PropertyValue, ProviderRef, TypeToken, Urn};
+
+/// The largest program file keel reads (64 MiB): larger files, and
+/// endless ones such as `/dev/zero`, are refused before they are parsed.
+pub const MAX_PROGRAM_FILE: u64 = 64 << 20;
 
 /// The top-level keys of a program file.
 const TOP_KEYS: &[&str] = &["name", "config", "resources", "outputs", "schemas"];
@@ -111,6 +116,38 @@ pub enum ProgramFileError {
         /// The parser's message (with the line and column).
         message: String,
     },
+    /// The file is larger than [`MAX_PROGRAM_FILE`].
+    #[error(
+        "{}: the program file is larger than {} MiB, more than keel reads; split the program or check the path",
+        .path.display(),
+        MAX_PROGRAM_FILE >> 20
+    )]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A mapping has the same key twice (the parsers would silently keep
+    /// the last one).
+    #[error(
+        "{}: line {}: duplicate key `{key}` in {} (first at line {}): keys must be unique; remove or rename one",
+        .path.display(),
+        line_text(*.second_line),
+        if .mapping.is_empty() { "the top-level mapping".to_owned() } else { format!("`{}`", .mapping) },
+        line_text(*.first_line)
+    )]
+    DuplicateKey {
+        /// The file.
+        path: PathBuf,
+        /// The mapping's path (`resources.b.properties`; empty: the top
+        /// level).
+        mapping: String,
+        /// The key.
+        key: String,
+        /// The line of its first occurrence, when the parser told.
+        first_line: Option<usize>,
+        /// The line of its second occurrence, when the parser told.
+        second_line: Option<usize>,
+    },
     /// The file is well-formed but invalid.
     #[error("{}", render_issues(.path, .issues))]
     Invalid {
@@ -119,6 +156,10 @@ pub enum ProgramFileError {
         /// Every problem found.
         issues: Vec<Issue>,
     },
+}
+
+fn line_text(line: Option<usize>) -> String {
+    line.map_or_else(|| "?".to_owned(), |l| l.to_string())
 }
 
 fn render_issues(path: &Path, issues: &[Issue]) -> String {
@@ -332,10 +373,22 @@ impl ProgramFile {
     /// [`ProgramFileError`] naming the file, and for invalid content every
     /// problem with its resource and key.
     pub fn load(path: &Path) -> Result<Self, ProgramFileError> {
-        let bytes = std::fs::read(path).map_err(|source| ProgramFileError::Read {
+        use std::io::Read;
+        let read = |source| ProgramFileError::Read {
             path: path.to_owned(),
             source,
-        })?;
+        };
+        // Read with a bound: `/dev/zero` or a huge file is refused, not
+        // read into memory.
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_PROGRAM_FILE + 1).read_to_end(&mut bytes))
+            .map_err(read)?;
+        if bytes.len() as u64 > MAX_PROGRAM_FILE {
+            return Err(ProgramFileError::TooLarge {
+                path: path.to_owned(),
+            });
+        }
         Self::parse(path, &bytes)
     }
 
@@ -348,17 +401,45 @@ impl ProgramFile {
         let json = path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("json"));
+        let duplicate = |d: Duplicate| ProgramFileError::DuplicateKey {
+            path: path.to_owned(),
+            mapping: d.mapping,
+            key: d.key,
+            first_line: d.first_line,
+            second_line: d.second_line,
+        };
         let value: Value = if json {
-            serde_json::from_slice(bytes).map_err(|e| ProgramFileError::Syntax {
-                path: path.to_owned(),
-                format: "JSON",
-                message: e.to_string(),
+            let run = |seed: Seed<'_>| {
+                let mut de = serde_json::Deserializer::from_slice(bytes);
+                let v = serde::de::DeserializeSeed::deserialize(seed, &mut de)?;
+                de.end()?;
+                Ok(v)
+            };
+            decode(run, |e: &serde_json::Error| Some(e.line())).map_err(|e| match e {
+                Decode::Duplicate(d) => duplicate(d),
+                Decode::Syntax(e) => ProgramFileError::Syntax {
+                    path: path.to_owned(),
+                    format: "JSON",
+                    message: e.to_string(),
+                },
             })?
         } else {
-            serde_norway::from_slice(bytes).map_err(|e| ProgramFileError::Syntax {
-                path: path.to_owned(),
-                format: "YAML",
-                message: e.to_string(),
+            let run = |seed: Seed<'_>| {
+                serde::de::DeserializeSeed::deserialize(
+                    seed,
+                    serde_norway::Deserializer::from_slice(bytes),
+                )
+            };
+            decode(run, |e: &serde_norway::Error| {
+                e.location().map(|l| l.line())
+            })
+            .map_err(|e| match e {
+                Decode::Duplicate(d) => duplicate(d),
+                Decode::Syntax(e) => ProgramFileError::Syntax {
+                    path: path.to_owned(),
+                    format: "YAML",
+                    message: e.to_string(),
+                },
             })?
         };
         let mut c = Checker::default();
@@ -628,6 +709,9 @@ impl Checker {
         let mut config = BTreeMap::new();
         if let Some(m) = top.get("config").and_then(|v| self.mapping("config", v)) {
             for (k, v) in m {
+                if !self.shallow(&join("config", k), v) {
+                    continue;
+                }
                 if let Some(value) = self.literal(&join("config", k), v) {
                     config.insert(k.clone(), value);
                 }
@@ -652,6 +736,9 @@ impl Checker {
         let mut outputs = BTreeMap::new();
         if let Some(m) = top.get("outputs").and_then(|v| self.mapping("outputs", v)) {
             for (k, v) in m {
+                if !self.shallow(&join("outputs", k), v) {
+                    continue;
+                }
                 if let Some(t) = self.template(&join("outputs", k), v) {
                     outputs.insert(k.clone(), t);
                 }
@@ -712,6 +799,17 @@ impl Checker {
             out.insert(ty.clone(), schema);
         }
         out
+    }
+
+    /// False (with an issue) when `v` nests deeper than keel can store.
+    fn shallow(&mut self, key: &str, v: &Value) -> bool {
+        match crate::model::property::check_json_depth(key, v) {
+            Ok(()) => true,
+            Err(e) => {
+                self.issue(key, e.to_string());
+                false
+            }
+        }
     }
 
     /// A config value: no references; `fn::secret` allowed.
@@ -860,6 +958,9 @@ impl Checker {
             .and_then(|v| self.mapping("properties", v))
         {
             for (k, v) in props {
+                if !self.shallow(&join("properties", k), v) {
+                    continue;
+                }
                 if let Some(t) = self.template(&join("properties", k), v) {
                     properties.insert(k.clone(), t);
                 }

@@ -188,12 +188,20 @@ async fn run(file: Arc<ProgramFile>, ctx: Context) -> Result<(), RunError> {
             };
             let mut map = PropertyMap::new();
             for (k, t) in &file.outputs {
-                let v = t.eval(&env).map_err(|e| {
-                    Some(ResourceFailure::Failed {
-                        resource: "(stack)".into(),
-                        message: format!("key `outputs.{k}`: {e}"),
+                let v = t
+                    .eval(&env)
+                    .map_err(|e| e.to_string())
+                    .and_then(|v| {
+                        v.check_depth(&format!("outputs.{k}"))
+                            .map(|()| v)
+                            .map_err(|e| e.to_string())
                     })
-                })?;
+                    .map_err(|e| {
+                        Some(ResourceFailure::Failed {
+                            resource: "(stack)".into(),
+                            message: format!("key `outputs.{k}`: {e}"),
+                        })
+                    })?;
                 map.insert(k.clone(), v);
             }
             ctx.register_outputs(ctx.root(), map).await.map_err(|e| {
@@ -252,6 +260,9 @@ fn goal(
     for (k, t) in &spec.properties {
         let v = t
             .eval(&env)
+            .map_err(|e| format!("key `properties.{k}`: {e}"))?;
+        // A reference can put a deep output inside a literal structure.
+        v.check_depth(&format!("properties.{k}"))
             .map_err(|e| format!("key `properties.{k}`: {e}"))?;
         inputs.insert(k.clone(), v);
         let refs = t.resources();

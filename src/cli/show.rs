@@ -1,11 +1,13 @@
 //! Read-only views: `keel state show` (the resources as a tree by parent)
-//! and `keel cloud list` (the simulated cloud's objects).
+//! and `keel cloud list` (the simulated cloud's objects). Names, types and
+//! IDs are [`clean`]ed in text output; JSON output escapes them itself.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
 
 use serde_json::{json, Value};
 
-use super::display::mask_map;
+use super::display::{clean, mask_map};
 use crate::model::{Deployment, State};
 use crate::provider::sim::SimObject;
 
@@ -32,9 +34,9 @@ fn forest(d: &Deployment) -> (Vec<usize>, HashMap<usize, Vec<usize>>) {
 }
 
 fn label(r: &State) -> String {
-    let mut s = format!("{}  {}", r.ty, r.urn.name());
+    let mut s = format!("{}  {}", clean(r.ty.as_str()), clean(r.urn.name()));
     if !r.id.is_empty() {
-        s.push_str(&format!("  (id {})", r.id));
+        s.push_str(&format!("  (id {})", clean(&r.id)));
     }
     let mut flags = Vec::new();
     if r.protect {
@@ -169,11 +171,15 @@ pub fn cloud_lines(objects: &[SimObject]) -> Vec<String> {
     if objects.is_empty() {
         return vec!["the simulated cloud is empty".into()];
     }
-    let w_id = objects.iter().map(|o| o.id.len()).max().unwrap_or(2).max(2);
-    let w_ty = objects.iter().map(|o| o.ty.len()).max().unwrap_or(4).max(4);
+    let rows: Vec<[Cow<'_, str>; 3]> = objects
+        .iter()
+        .map(|o| [clean(&o.id), clean(&o.ty), clean(&o.name)])
+        .collect();
+    let w_id = rows.iter().map(|r| r[0].len()).max().unwrap_or(2).max(2);
+    let w_ty = rows.iter().map(|r| r[1].len()).max().unwrap_or(4).max(4);
     let mut lines = vec![format!("{:<w_id$}  {:<w_ty$}  NAME", "ID", "TYPE")];
-    for o in objects {
-        lines.push(format!("{:<w_id$}  {:<w_ty$}  {}", o.id, o.ty, o.name));
+    for [id, ty, name] in &rows {
+        lines.push(format!("{id:<w_id$}  {ty:<w_ty$}  {name}"));
     }
     lines
 }

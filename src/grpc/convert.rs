@@ -52,7 +52,9 @@ pub struct Accepts {
 ///
 /// # Errors
 /// A signed object that is malformed (a secret without a value, a resource
-/// reference without a URN, …); `what` names the field for the message.
+/// reference without a URN, …) or a value nested deeper than
+/// [`crate::model::property::MAX_DEPTH`]; `what` names the field for the
+/// message.
 pub fn decode_struct(
     s: Option<prost_types::Struct>,
     what: &str,
@@ -64,6 +66,7 @@ pub fn decode_struct(
         .into_iter()
         .map(|(k, v)| {
             decode_value(v)
+                .and_then(|p| p.check_depth(&k).map(|()| p).map_err(|e| e.to_string()))
                 .map(|p| (k.clone(), p))
                 .map_err(|e| format!("{what}.{k}: {e}"))
         })
@@ -486,6 +489,21 @@ mod tests {
         assert!(decode_value(bad).is_err());
         let bad = wire(json!({SIG_KEY: SIG_SECRET}));
         assert!(decode_value(bad).is_err());
+    }
+
+    #[test]
+    fn values_nested_deeper_than_keel_stores_are_refused() {
+        use crate::model::property::MAX_DEPTH;
+        let deep = |n: usize| (0..n).fold(json!(1), |v, _| json!([v]));
+        let s = |v: Json| {
+            Some(prost_types::Struct {
+                fields: [("v".to_owned(), wire(v))].into(),
+            })
+        };
+        assert!(decode_struct(s(deep(MAX_DEPTH)), "object").is_ok());
+        let e = decode_struct(s(deep(MAX_DEPTH + 1)), "object").unwrap_err();
+        assert!(e.starts_with("object.v: `v[0]"), "{e}");
+        assert!(e.contains("levels deep"), "{e}");
     }
 
     #[test]

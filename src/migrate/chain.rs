@@ -73,6 +73,28 @@ impl CallbackOutput {
             return Err(bad(format!("the output has an unknown key `{k}`")));
         }
         let new_state = obj.get("newState").cloned().unwrap_or(Value::Null);
+        // What keel accepts it must read back: no value nested deeper than
+        // a checkpoint can hold.
+        for r in new_state.as_array().into_iter().flatten() {
+            let props = ["inputs", "outputs"]
+                .iter()
+                .filter_map(|f| r.get(*f).and_then(Value::as_object).map(|m| (*f, m)));
+            for (field, m) in props {
+                for (k, v) in m {
+                    if let Err(e) = crate::model::property::check_json_depth(k, v) {
+                        let urn = r.get("urn").and_then(Value::as_str).unwrap_or("(no urn)");
+                        return Err(reject(
+                            Rule::MalformedResult,
+                            registration,
+                            i,
+                            n,
+                            format!("resource {urn}, {field}: {e}"),
+                            "keep every property value within the limit",
+                        ));
+                    }
+                }
+            }
+        }
         let successors = match obj.get("successors") {
             None | Some(Value::Null) => BTreeMap::new(),
             Some(Value::Object(m)) => m
@@ -1019,6 +1041,10 @@ mod tests {
             json!(3),
             json!({"newstate": []}),
             json!({"successors": {"a": 1}}),
+            // Deeper than a checkpoint can hold.
+            json!({"newState": [{"urn": "u", "outputs": {
+                "v": (0..=crate::model::property::MAX_DEPTH).fold(json!(1), |v, _| json!([v]))
+            }}]}),
         ] {
             assert_eq!(
                 CallbackOutput::from_json(&reg, 1, 1, &bad)

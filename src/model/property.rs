@@ -37,6 +37,76 @@ pub const UNKNOWN_VALUE: &str = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
 /// kept sorted, as Pulumi writes them.
 pub type PropertyMap = BTreeMap<String, PropertyValue>;
 
+/// The deepest nesting keel accepts in a property value. Arrays, objects
+/// and signed values (secrets, outputs, references, assets; an archive's
+/// `assets` one more) each count one level, as in their JSON encoding; a
+/// resource's own property map counts none. It is checked wherever values
+/// enter keel (program files, migration callbacks' answers, gRPC
+/// registrations, `stack import`). A checkpoint or journal entry nests a
+/// value under a dozen levels of file, resource and entry wrappers at
+/// most, and the reader (serde_json) refuses 128 levels, so every value
+/// keel accepts it can read back.
+pub const MAX_DEPTH: usize = 64;
+
+/// A value nested deeper than [`MAX_DEPTH`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "`{path}` is nested more than {MAX_DEPTH} levels deep (each array, object and secret is a \
+     level), more than keel can store: flatten the value or encode it as a string"
+)]
+pub struct TooDeep {
+    /// Where the limit is passed: the property's key, then `.key` or `[i]`
+    /// per level.
+    pub path: String,
+}
+
+/// Fails on the first property of `map` nested deeper than [`MAX_DEPTH`].
+///
+/// # Errors
+/// [`TooDeep`] naming the property and the path into it.
+pub fn check_depth(map: &PropertyMap) -> Result<(), TooDeep> {
+    map.iter().try_for_each(|(k, v)| v.check_depth(k))
+}
+
+/// Fails when the JSON value `v` (named `key`) nests deeper than
+/// [`MAX_DEPTH`] (for input not yet decoded into [`PropertyValue`]s).
+///
+/// # Errors
+/// [`TooDeep`] naming the path.
+pub fn check_json_depth(key: &str, v: &serde_json::Value) -> Result<(), TooDeep> {
+    fn exceeds(v: &serde_json::Value, budget: usize, path: &mut String) -> bool {
+        use serde_json::Value;
+        match v {
+            Value::Array(_) | Value::Object(_) if budget == 0 => true,
+            Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .any(|(i, v)| nested(path, &format!("[{i}]"), |p| exceeds(v, budget - 1, p))),
+            Value::Object(m) => m
+                .iter()
+                .any(|(k, v)| nested(path, &format!(".{k}"), |p| exceeds(v, budget - 1, p))),
+            _ => false,
+        }
+    }
+    let mut path = key.to_owned();
+    if exceeds(v, MAX_DEPTH, &mut path) {
+        Err(TooDeep { path })
+    } else {
+        Ok(())
+    }
+}
+
+/// Runs `f` with `seg` appended to `path`, which keeps it when `f` is true.
+fn nested(path: &mut String, seg: &str, f: impl FnOnce(&mut String) -> bool) -> bool {
+    let len = path.len();
+    path.push_str(seg);
+    if f(path) {
+        return true;
+    }
+    path.truncate(len);
+    false
+}
+
 /// One property value.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub enum PropertyValue {
@@ -120,6 +190,53 @@ impl PropertyValue {
             Self::Array(a) => a.iter().any(Self::contains_secrets),
             Self::Object(m) => m.values().any(Self::contains_secrets),
             _ => false,
+        }
+    }
+
+    /// Fails when this value (the property `key`) nests deeper than
+    /// [`MAX_DEPTH`].
+    ///
+    /// # Errors
+    /// [`TooDeep`] naming the path.
+    pub fn check_depth(&self, key: &str) -> Result<(), TooDeep> {
+        let mut path = key.to_owned();
+        if self.exceeds(MAX_DEPTH, &mut path) {
+            Err(TooDeep { path })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// True when this value needs more than `budget` levels.
+    fn exceeds(&self, budget: usize, path: &mut String) -> bool {
+        let members = |m: &PropertyMap, budget: usize, path: &mut String| {
+            m.iter()
+                .any(|(k, v)| nested(path, &format!(".{k}"), |p| v.exceeds(budget, p)))
+        };
+        match self {
+            Self::Null | Self::Bool(_) | Self::Number(_) | Self::String(_) | Self::Computed => {
+                false
+            }
+            _ if budget == 0 => true,
+            Self::Array(a) => a
+                .iter()
+                .enumerate()
+                .any(|(i, v)| nested(path, &format!("[{i}]"), |p| v.exceeds(budget - 1, p))),
+            Self::Object(m) => members(m, budget - 1, path),
+            Self::Asset(_) | Self::ResourceReference(_) | Self::Secret(Secret::Ciphertext(_)) => {
+                false
+            }
+            Self::Secret(Secret::Plaintext(p)) => p.value.exceeds(budget - 1, path),
+            Self::Output(o) => o
+                .value
+                .as_ref()
+                .is_some_and(|v| v.exceeds(budget - 1, path)),
+            Self::Archive(a) => match &a.assets {
+                None => false,
+                Some(_) if budget < 2 => true,
+                Some(m) => members(m, budget - 2, path),
+            },
+            Self::Other { fields, .. } => members(fields, budget - 1, path),
         }
     }
 
@@ -581,6 +698,58 @@ mod tests {
         let v = PropertyValue::from_json(&j).unwrap();
         assert!(is(&v), "unexpected decoding of {j}: {v:?}");
         assert_eq!(v.to_json(), j, "round trip of {j}");
+    }
+
+    /// `depth` levels of `wrap` around `1`.
+    fn nest(
+        depth: usize,
+        wrap: impl Fn(serde_json::Value) -> serde_json::Value,
+    ) -> serde_json::Value {
+        (0..depth).fold(json!(1), |v, _| wrap(v))
+    }
+
+    #[test]
+    fn depth_counts_every_level_of_the_encoding() {
+        let sig = |v| json!({SIG_KEY: SIG_OUTPUT_VALUE, "value": v});
+        let shapes: [&dyn Fn(serde_json::Value) -> serde_json::Value; 3] =
+            [&|v| json!([v]), &|v| json!({"k": v}), &sig];
+        for wrap in shapes {
+            let at_limit = nest(MAX_DEPTH, wrap);
+            let v = PropertyValue::from_json(&at_limit).unwrap();
+            assert_eq!(v.check_depth("p"), Ok(()));
+            assert_eq!(check_json_depth("p", &at_limit), Ok(()));
+            let deeper = nest(MAX_DEPTH + 1, wrap);
+            let v = PropertyValue::from_json(&deeper).unwrap();
+            assert!(v.check_depth("p").is_err(), "{deeper}");
+            assert!(check_json_depth("p", &deeper).is_err());
+        }
+        // The path leads to where the limit is passed.
+        let deeper = nest(MAX_DEPTH + 1, |v| json!([v]));
+        let e = check_json_depth("p", &deeper).unwrap_err();
+        assert_eq!(e.path, format!("p{}", "[0]".repeat(MAX_DEPTH)));
+        let v = PropertyValue::from_json(&deeper).unwrap();
+        assert_eq!(v.check_depth("p").unwrap_err(), e);
+        // A plaintext secret counts one level, an archive's assets two.
+        let mut secret = PropertyValue::from_json(&nest(MAX_DEPTH, |v| json!([v]))).unwrap();
+        assert_eq!(secret.check_depth("s"), Ok(()));
+        secret = PropertyValue::Secret(Secret::plaintext(secret));
+        assert!(secret.check_depth("s").is_err());
+        let archive = PropertyValue::Archive(Archive {
+            assets: Some(PropertyMap::from([(
+                "a".to_owned(),
+                PropertyValue::from_json(&nest(MAX_DEPTH - 1, |v| json!([v]))).unwrap(),
+            )])),
+            ..Archive::default()
+        });
+        assert!(archive.check_depth("z").is_err());
+        let map = PropertyMap::from([
+            ("ok".to_owned(), PropertyValue::from(1)),
+            ("bad".to_owned(), v),
+        ]);
+        assert_eq!(
+            check_depth(&map).unwrap_err().path,
+            e.path.replacen('p', "bad", 1)
+        );
     }
 
     #[test]

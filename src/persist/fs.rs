@@ -62,7 +62,11 @@ pub fn atomic_write(
     backup: bool,
     counters: &IoCounters,
 ) -> std::io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
+    // A bare file name's parent is "", which cannot be opened to fsync.
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
     let mut tmp = tempfile::Builder::new()
         .prefix(".keel-tmp-")
         .tempfile_in(dir)?;

@@ -15,8 +15,12 @@
 //! `callback-failed`. A program that exits without reading all of its input
 //! is not an error by itself (a callback printing `null` need not read).
 //!
-//! The child is killed when the callback's future is dropped, and when its
-//! own deadline passes.
+//! The program runs in its own process group, which is killed (with
+//! whatever the program started) when the program exits, when the
+//! callback's future is dropped, and when its own deadline passes. Error
+//! messages quote its output with the secrets it was given (and, when it
+//! printed JSON, returned) replaced by `[secret]`
+//! ([`super::migration::Redactor`]).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -28,7 +32,7 @@ use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::migration::{
-    CallbackResult, MigrationCallback, StateMigrationArgs, StateMigrationResult,
+    CallbackResult, MigrationCallback, Redactor, StateMigrationArgs, StateMigrationResult,
 };
 
 /// How much of the end of the program's stderr error messages carry.
@@ -149,14 +153,26 @@ impl CommandCallback {
         let Some(program) = self.program() else {
             return Err(fail("is empty: give the program and its arguments"));
         };
-        let input = serde_json::to_vec(&args)
-            .map_err(|e| fail(&format!("could not be given its input: {e}")))?;
+        let input = serde_json::to_value(&args)
+            .and_then(|v| serde_json::to_vec(&v).map(|bytes| (v, bytes)))
+            .map_err(|e| fail(&format!("could not be given its input: {e}")));
+        let (input, mut redactor) = match input {
+            Ok((v, bytes)) => {
+                let mut r = Redactor::default();
+                r.collect(&v);
+                (bytes, r)
+            }
+            Err(e) => return Err(e),
+        };
         let mut cmd = tokio::process::Command::new(&program);
         cmd.args(&self.argv[1..])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
+        // Its own process group, so that what it starts dies with it.
+        #[cfg(unix)]
+        cmd.process_group(0);
         if let Some(d) = &self.dir {
             cmd.current_dir(d);
         }
@@ -168,6 +184,7 @@ impl CommandCallback {
                 .unwrap_or_default();
             fail(&format!("could not start{dir}: {e}"))
         })?;
+        let group = Group(child.id());
         let (Some(mut stdin), Some(mut stdout), Some(mut stderr)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())
         else {
@@ -193,8 +210,14 @@ impl CommandCallback {
         let mut err_buf = Vec::with_capacity(STDERR_TAIL * 2);
         let read_err = tail(&mut stderr, &mut err_buf, STDERR_TAIL);
         let talk = async {
-            let (w, out, err) = tokio::join!(write, read_out, read_err);
-            let status = child.wait().await;
+            // Once the program exits, whatever it started is killed: its
+            // output pipes close and the callback is over.
+            let exited = async {
+                let status = child.wait().await;
+                group.kill();
+                status
+            };
+            let (w, out, err, status) = tokio::join!(write, read_out, read_err, exited);
             (w, out, err, status)
         };
         let (w, out, err, status) = match self.timeout {
@@ -204,11 +227,12 @@ impl CommandCallback {
                 Err(_) => {
                     // `talk` (which borrowed the child) is gone: kill it
                     // now rather than on drop, so it is dead when we answer.
+                    group.kill();
                     let _ = child.start_kill();
                     let _ = child.wait().await;
                     return Err(fail(&format!(
                         "did not answer within {t:?} and was killed{}",
-                        Stderr(last(&err_buf, STDERR_TAIL))
+                        Stderr(&err_buf, &redactor)
                     )));
                 }
             },
@@ -216,7 +240,15 @@ impl CommandCallback {
         if let Err(e) = err {
             err_buf.extend_from_slice(format!("\n(reading stderr failed: {e})").as_bytes());
         }
-        let stderr = Stderr(last(&err_buf, STDERR_TAIL));
+        // Conservatively, the secrets of what it printed too.
+        if let Ok(v) = out
+            .as_deref()
+            .map_err(|_| ())
+            .and_then(|o| serde_json::from_slice::<Value>(o).map_err(|_| ()))
+        {
+            redactor.collect(&v);
+        }
+        let stderr = Stderr(&err_buf, &redactor);
         let status = match status {
             Ok(s) => s,
             Err(e) => return Err(fail(&format!("could not be waited for: {e}{stderr}"))),
@@ -238,7 +270,7 @@ impl CommandCallback {
                 )))
             }
         };
-        parse_output(&out).map_err(|why| fail(&format!("{why} ({st}){stderr}")))
+        parse_output(&out, &redactor).map_err(|why| fail(&format!("{why} ({st}){stderr}")))
     }
 }
 
@@ -267,6 +299,30 @@ fn last(buf: &[u8], keep: usize) -> &[u8] {
     &buf[buf.len().saturating_sub(keep)..]
 }
 
+/// Kills the program's process group (the program and what it started)
+/// when dropped, and on [`Group::kill`]: on every way out of a run.
+struct Group(Option<u32>);
+
+impl Group {
+    fn kill(&self) {
+        #[cfg(unix)]
+        if let Some(pid) = self
+            .0
+            .and_then(|p| i32::try_from(p).ok())
+            .and_then(rustix::process::Pid::from_raw)
+        {
+            // ESRCH: nothing is left.
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
 /// An exit status as a person reads it.
 struct Status(ExitStatus);
 
@@ -287,17 +343,29 @@ impl fmt::Display for Status {
 }
 
 /// The end of stderr, as a message suffix: each line indented behind
-/// `| `, ending with a line break so that what follows stands apart.
-struct Stderr<'a>(&'a [u8]);
+/// `| `, ending with a line break so that what follows stands apart. The
+/// callback's secrets are redacted; when the start was cut, as much as the
+/// longest secret is dropped there too (a partial secret could stand at
+/// the cut).
+struct Stderr<'a>(&'a [u8], &'a Redactor);
 
 impl fmt::Display for Stderr<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let text = String::from_utf8_lossy(self.0);
+        // `tail` drains down to exactly STDERR_TAIL bytes: that many may
+        // be the end of more.
+        let cut = self.0.len() >= STDERR_TAIL;
+        let tail = last(self.0, STDERR_TAIL);
+        let tail = if cut {
+            &tail[self.1.longest().min(tail.len())..]
+        } else {
+            tail
+        };
+        let text = self.1.redact(&String::from_utf8_lossy(tail));
         let text = text.trim_end();
         if text.is_empty() {
             return f.write_str("; its stderr was empty");
         }
-        if self.0.len() >= STDERR_TAIL {
+        if cut {
             write!(f, "; the end of its stderr (last {STDERR_TAIL} bytes):")?;
         } else {
             f.write_str("; its stderr:")?;
@@ -310,9 +378,10 @@ impl fmt::Display for Stderr<'_> {
 }
 
 /// Reads the program's stdout.
-fn parse_output(out: &[u8]) -> Result<Option<StateMigrationResult>, String> {
+fn parse_output(out: &[u8], redactor: &Redactor) -> Result<Option<StateMigrationResult>, String> {
     let head = || {
-        let text = String::from_utf8_lossy(out);
+        // Redacted whole, then cut (a cut cannot leave part of a secret).
+        let text = redactor.redact(&String::from_utf8_lossy(out));
         let mut end = text.len().min(STDOUT_HEAD);
         while !text.is_char_boundary(end) {
             end -= 1;
@@ -478,6 +547,25 @@ print(json.dumps({"newState": states, "successors": {old[0]: new}}))
         assert!(e.contains("could not start"), "{e}");
         let e = command(vec![]).call(args(), LONG).await.unwrap_err();
         assert!(e.contains("is empty"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn no_part_of_a_secret_survives_where_stderr_is_cut() {
+        use crate::model::property::{SIG_KEY, SIG_SECRET};
+        const SECRET: &str = "0123456789abcdefghijKLMNOPQRSTUVWXYZ-end";
+        let mut a = args();
+        a.old_state[1]["inputs"] =
+            json!({"pw": {SIG_KEY: SIG_SECRET, "plaintext": format!("\"{SECRET}\"")}});
+        // The kept tail starts 10 bytes before the secret's end.
+        let filler = STDERR_TAIL - 10;
+        let body = format!(
+            "head -c 3000 /dev/zero | tr '\\0' x >&2; printf %s {SECRET} >&2; \
+             head -c {filler} /dev/zero | tr '\\0' y >&2; exit 1"
+        );
+        let e = command(sh(&body)).call(a, LONG).await.unwrap_err();
+        assert!(e.contains("the end of its stderr"), "{e}");
+        assert!(e.contains("yyyy"), "{e}");
+        assert!(!e.contains("XYZ-end"), "{e}");
     }
 
     #[tokio::test]

@@ -73,7 +73,9 @@ impl MigrationCallback {
     }
 
     /// Runs the callback with a timeout. A panic, an error or running past
-    /// the timeout is an error (the coordinator reports `callback-failed`).
+    /// the timeout is an error (the coordinator reports `callback-failed`);
+    /// its message has the secrets of `args` redacted ([`Redactor`]) and is
+    /// at most [`MAX_ERROR`] bytes long.
     ///
     /// # Errors
     /// The callback's error, its panic message, or the timeout.
@@ -86,6 +88,9 @@ impl MigrationCallback {
         args: StateMigrationArgs,
         timeout: Duration,
     ) -> Result<Option<StateMigrationResult>, String> {
+        // The message of a failure quotes no secret it was given.
+        let mut redactor = Redactor::default();
+        args.old_state.iter().for_each(|s| redactor.collect(s));
         let run = async {
             match self {
                 Self::Sync(f) => {
@@ -107,9 +112,127 @@ impl MigrationCallback {
             }
         };
         match tokio::time::timeout(timeout, run).await {
-            Ok(r) => r,
+            Ok(r) => r.map_err(|e| redactor.message(&e)),
             Err(_) => Err(format!("it did not answer within {timeout:?}")),
         }
+    }
+}
+
+/// What stands for a secret's plaintext in a callback's error message.
+pub const REDACTED: &str = "[secret]";
+
+/// The longest callback error message kept (longer ones are cut, after
+/// their secrets are redacted).
+pub const MAX_ERROR: usize = 8192;
+
+/// The plaintexts of the secrets a callback was given (and, when it
+/// answered JSON, returned), kept out of its error messages: a failing
+/// callback's output may quote its input, which carries decrypted secrets.
+///
+/// A secret's string leaves are redacted as they are and in their JSON
+/// escapings (once and twice: the envelope carries a secret's value as
+/// JSON text); a non-string value also as its JSON text. Numbers and
+/// booleans inside secrets are not searched for.
+#[derive(Debug, Clone, Default)]
+pub struct Redactor {
+    texts: Vec<String>,
+}
+
+impl Redactor {
+    /// Adds the secrets of callback JSON: checkpoint-encoded resources
+    /// (`plaintext`), wire-encoded values (`value`) and secret outputs.
+    pub fn collect(&mut self, v: &serde_json::Value) {
+        use crate::model::property::{SIG_KEY, SIG_OUTPUT_VALUE, SIG_SECRET};
+        use serde_json::Value;
+        match v {
+            Value::Array(a) => a.iter().for_each(|v| self.collect(v)),
+            Value::Object(m) => {
+                let sig = m.get(SIG_KEY).and_then(Value::as_str);
+                let secret_output = sig == Some(SIG_OUTPUT_VALUE)
+                    && m.get("secret").and_then(Value::as_bool) == Some(true);
+                if sig == Some(SIG_SECRET) {
+                    if let Some(text) = m.get("plaintext").and_then(Value::as_str) {
+                        self.add(text);
+                        if let Ok(inner) = serde_json::from_str::<Value>(text) {
+                            self.leaves(&inner);
+                        }
+                    }
+                    if let Some(inner) = m.get("value") {
+                        self.leaves(inner);
+                        self.add(&inner.to_string());
+                    }
+                } else if secret_output {
+                    if let Some(inner) = m.get("value") {
+                        self.leaves(inner);
+                        self.add(&inner.to_string());
+                    }
+                } else {
+                    m.values().for_each(|v| self.collect(v));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Every string inside a secret's value.
+    fn leaves(&mut self, v: &serde_json::Value) {
+        use serde_json::Value;
+        match v {
+            Value::String(s) => self.add(s),
+            Value::Array(a) => a.iter().for_each(|v| self.leaves(v)),
+            Value::Object(m) => m.values().for_each(|v| self.leaves(v)),
+            _ => {}
+        }
+    }
+
+    /// `text` and its JSON escapings.
+    fn add(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        let once = serde_json::to_string(text).unwrap_or_default();
+        let once = once[1..once.len() - 1].to_owned();
+        let twice = serde_json::to_string(&once).unwrap_or_default();
+        let twice = twice[1..twice.len() - 1].to_owned();
+        for t in [text.to_owned(), once, twice] {
+            if !self.texts.contains(&t) {
+                self.texts.push(t);
+            }
+        }
+        // Longer first, so a secret containing another goes whole.
+        self.texts.sort_by_key(|t| std::cmp::Reverse(t.len()));
+    }
+
+    /// The length of the longest text redacted (0: none): a window cut
+    /// out of a longer output drops this much at a cut edge, where a
+    /// partial secret could stand.
+    pub fn longest(&self) -> usize {
+        self.texts.first().map_or(0, String::len)
+    }
+
+    /// `text` with every secret replaced by [`REDACTED`].
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for t in &self.texts {
+            if out.contains(t.as_str()) {
+                out = out.replace(t.as_str(), REDACTED);
+            }
+        }
+        out
+    }
+
+    /// An error message redacted, then cut to [`MAX_ERROR`] bytes.
+    pub fn message(&self, text: &str) -> String {
+        let mut out = self.redact(text);
+        if out.len() > MAX_ERROR {
+            let mut end = MAX_ERROR;
+            while !out.is_char_boundary(end) {
+                end -= 1;
+            }
+            out.truncate(end);
+            out.push_str(" [... cut]");
+        }
+        out
     }
 }
 
@@ -190,6 +313,51 @@ impl StateMigrations {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn secrets_are_redacted_in_every_escaping_and_messages_capped() {
+        use crate::model::property::{SIG_KEY, SIG_OUTPUT_VALUE, SIG_SECRET};
+        let state = serde_json::json!([{
+            "urn": "urn:pulumi:d::p::a:b:C::n",
+            "inputs": {
+                "pw": {SIG_KEY: SIG_SECRET, "plaintext": "\"hun\\\"ter2\""},
+                "obj": {SIG_KEY: SIG_SECRET, "plaintext": "{\"k\":\"deep-secret\"}"},
+                "out": {SIG_KEY: SIG_OUTPUT_VALUE, "secret": true, "value": "out-secret"},
+                "plain": "visible"
+            }
+        }]);
+        let mut r = Redactor::default();
+        r.collect(&state);
+        // The envelope as a callback echoes it, and the values themselves.
+        let echoed = format!("{state} hun\"ter2 deep-secret out-secret visible");
+        let shown = r.redact(&echoed);
+        for secret in ["hun", "deep-secret", "out-secret"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(
+            shown.contains("visible") && shown.contains(REDACTED),
+            "{shown}"
+        );
+        let long = "x".repeat(MAX_ERROR * 2);
+        assert!(r.message(&long).len() < MAX_ERROR + 20);
+    }
+
+    #[tokio::test]
+    async fn a_failing_callbacks_message_quotes_no_secret_it_was_given() {
+        use crate::model::property::{SIG_KEY, SIG_SECRET};
+        let cb = MigrationCallback::sync(|a: StateMigrationArgs| {
+            Err(format!("cannot handle {}", serde_json::Value::from(a.old_state)).into())
+        });
+        let mut a = args();
+        a.old_state = vec![serde_json::json!({
+            "inputs": {"pw": {SIG_KEY: SIG_SECRET, "plaintext": "\"s3cr3t-value\""}}
+        })];
+        let e = cb.call(a, Duration::from_secs(5)).await.unwrap_err();
+        assert!(
+            e.contains("cannot handle") && !e.contains("s3cr3t-value"),
+            "{e}"
+        );
+    }
 
     fn args() -> StateMigrationArgs {
         StateMigrationArgs {
