@@ -1,6 +1,7 @@
 //! Operations restricted to part of a stack (`--target`, `--exclude`,
-//! `--target-dependents`): whatever is refused changes nothing, and after
-//! every command the stack still loads and the next command works.
+//! `--target-dependents`), stacks of one project, and flags naming nothing:
+//! whatever is refused changes nothing, and after every command the stack
+//! still loads and the next command works.
 
 mod common;
 
@@ -219,4 +220,65 @@ resources:
     k.ok(&["destroy"]);
     verified(&k);
     assert!(k.cloud().is_empty());
+}
+
+#[test]
+fn a_program_of_another_project_is_refused_on_a_stack() {
+    let k = Keel::new();
+    let v1 = example("site-v1.yaml");
+    k.ok(&["up", "--program", &v1]);
+    let (cloud, state) = (k.cloud(), k.resources());
+    let other = example("rename-v1.yaml");
+    for args in [
+        &["up", "--program", other.as_str()][..],
+        &["preview", "--program", other.as_str()],
+        &["destroy", "--program", other.as_str()],
+        &["refresh", "--program", other.as_str()],
+    ] {
+        let (_, err) = k.expect(2, args);
+        for needle in ["`site`", "`shop`", "--stack"] {
+            assert!(err.contains(needle), "{args:?}: {needle}: {err}");
+        }
+    }
+    assert_eq!(k.cloud(), cloud, "no object of `site` deleted");
+    assert_eq!(k.resources(), state);
+    // Another stack takes it; the first one's objects stay.
+    k.ok(&["up", "--program", &other, "--stack", "shop"]);
+    let ids: Vec<serde_json::Value> = k.cloud().iter().map(|o| o["id"].clone()).collect();
+    assert!(cloud.iter().all(|o| ids.contains(&o["id"])), "{ids:?}");
+    verified(&k);
+}
+
+#[test]
+fn filters_naming_nothing_are_refused_and_sim_fail_warns() {
+    let k = Keel::new();
+    let v1 = example("site-v1.yaml");
+    // The URN of `assets` without its parent's type names nothing.
+    let wrong = "urn:pulumi:dev::site::aws:s3/bucket:Bucket::assets";
+    for flag in ["--target", "--exclude", "--replace"] {
+        let (_, err) = k.expect(2, &["up", "--program", &v1, flag, wrong]);
+        assert!(err.contains(flag) && err.contains(wrong), "{err}");
+    }
+    assert!(!k.backend().exists(), "nothing was created");
+    k.ok(&["up", "--program", &v1]);
+    let state = k.resources();
+    for args in [
+        &["up", "--program", v1.as_str(), "--target", wrong][..],
+        &["preview", "--program", v1.as_str(), "--replace", wrong],
+        &["destroy", "--target", wrong],
+        &["destroy", "--exclude", wrong],
+    ] {
+        let (_, err) = k.expect(2, args);
+        assert!(err.contains(wrong), "{args:?}: {err}");
+    }
+    assert_eq!(k.resources(), state);
+    assert_eq!(k.cloud().len(), 4);
+    // A resource the program declares but the stack does not have yet is
+    // a valid target.
+    k.ok(&["preview", "--program", &v1, "--target", ASSETS]);
+    // --sim-fail naming nothing injects nothing: a warning, not an error.
+    let (_, err) = k.expect(0, &["up", "--program", &v1, "--sim-fail", "nothing"]);
+    assert!(err.contains("--sim-fail nothing"), "{err}");
+    let (_, err) = k.expect(0, &["up", "--program", &v1, "--sim-fail", "cdn"]);
+    assert!(!err.contains("--sim-fail"), "{err}");
 }
