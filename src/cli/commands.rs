@@ -494,10 +494,16 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
             path: path.clone(),
             source,
         })?;
-        let plan = SavedPlan::from_slice(&bytes).map_err(|e| CliError::BadFlag {
+        let mut plan = SavedPlan::from_slice(&bytes).map_err(|e| CliError::BadFlag {
             flag: "--plan",
             message: format!("{}: {e}", path.display()),
         })?;
+        let secrets_err = |source| CliError::Secrets {
+            stack: a.stack.stack.clone(),
+            source,
+        };
+        let passphrase = crate::secrets::passphrase_from_env().map_err(secrets_err)?;
+        plan.decrypt(passphrase.as_deref()).map_err(secrets_err)?;
         options.apply_plan = true;
         options.plan = Some(std::sync::Arc::new(plan));
     }
@@ -553,7 +559,11 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
 fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
     let mut options = update_options(&a.change.filters, &a.change.replace)?;
     options.generate_plan = a.save_plan.is_some();
-    let save_plan = a.save_plan.clone();
+    // A bare file name is in the current directory (whose entry is synced).
+    let save_plan = a.save_plan.as_deref().map(|p| match p.parent() {
+        Some(d) if d.as_os_str().is_empty() => Path::new(".").join(p),
+        _ => p.to_owned(),
+    });
     check_stack(&a.stack.stack)?;
     let source = ProgramSource::load(&a.program, &a.stack.stack)?;
     let stack = a.stack.stack;
@@ -572,6 +582,15 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         let program_urns = source.file().map(|f| f.expected_urns(&stack));
         check_names(&options, program_urns.as_ref(), &stack, &loaded.deployment)?;
         let sim_warnings = sim_fail_warnings(&a.sim, program_urns.as_ref(), &loaded.deployment);
+        // A saved plan is written with the stack's secrets encrypted: a
+        // program file creating secrets on a stack that cannot encrypt
+        // them is refused before it runs.
+        if save_plan.is_some() {
+            if let Some(f) = source.file() {
+                refuse_plaintext(f, &stack, &loaded.crypter, &loaded.deployment)?;
+            }
+        }
+        let crypter = loaded.crypter.clone();
         let mut display = Display::new(
             Style::choose(a.output.json),
             Op::Preview.name(),
@@ -595,12 +614,18 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         let result = drive(engine.preview(prior, program), rx, &mut display).await;
         if let (Some(path), Ok(outcome)) = (&save_plan, &result) {
             if let Some(plan) = &outcome.plan {
-                atomic_write(path, &plan.to_vec_pretty(), false, &Default::default()).map_err(
-                    |source| CliError::Write {
+                let bytes =
+                    plan.to_vec_encrypted(&crypter)
+                        .map_err(|source| CliError::Secrets {
+                            stack: stack.clone(),
+                            source,
+                        })?;
+                atomic_write(path, &bytes, false, &Default::default()).map_err(|source| {
+                    CliError::Write {
                         path: path.clone(),
                         source,
-                    },
-                )?;
+                    }
+                })?;
             }
         }
         conclude(Op::Preview, result, &mut display)
