@@ -275,7 +275,16 @@ fn filters_naming_nothing_are_refused_and_sim_fail_warns() {
     assert_eq!(k.cloud().len(), 4);
     // A resource the program declares but the stack does not have yet is
     // a valid target.
-    k.ok(&["preview", "--program", &v1, "--target", ASSETS]);
+    let fresh = "urn:pulumi:fresh::site::site:web:Site::site";
+    k.ok(&[
+        "preview",
+        "--program",
+        &v1,
+        "--stack",
+        "fresh",
+        "--target",
+        fresh,
+    ]);
     // --sim-fail naming nothing injects nothing: a warning, not an error.
     let (_, err) = k.expect(0, &["up", "--program", &v1, "--sim-fail", "nothing"]);
     assert!(err.contains("--sim-fail nothing"), "{err}");
