@@ -593,6 +593,9 @@ impl Engine {
                     match p.read(req).await {
                         Ok(None) => {
                             prior.resources.retain(|r| !(r.urn == s.urn && r.id == s.id));
+                            if !prior.resources.iter().any(|r| r.urn == s.urn) {
+                                drop_references(&mut prior.resources, &s.urn, &s.parent);
+                            }
                             warnings.push(format!("removed {}: its delete was interrupted after the object was deleted", s.urn));
                         }
                         _ => warnings.push(format!("cleared the interrupted delete of {}: the object still exists", s.urn)),
@@ -602,6 +605,26 @@ impl Engine {
             }
         }
         warnings
+    }
+}
+
+/// Removes every reference to `gone`, a resource no longer in the state,
+/// so the state stays loadable: dependencies, property dependencies,
+/// `deletedWith` and `replaceWith` drop it, and its children move to its
+/// own parent (which comes before them).
+fn drop_references(resources: &mut [crate::model::State], gone: &Urn, parent: &Urn) {
+    for r in resources {
+        r.dependencies.retain(|d| d != gone);
+        for deps in r.property_dependencies.values_mut().flatten() {
+            deps.retain(|d| d != gone);
+        }
+        if r.deleted_with == *gone {
+            r.deleted_with = Urn::default();
+        }
+        r.replace_with.retain(|d| d != gone);
+        if r.parent == *gone {
+            r.parent = parent.clone();
+        }
     }
 }
 

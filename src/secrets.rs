@@ -433,10 +433,28 @@ impl Crypter {
     /// [`SecretsError::NoPassphrase`] / [`SecretsError::Unsupported`] when
     /// there are ciphertexts and no manager; decryption errors.
     pub fn decrypt_deployment(&self, d: &mut Deployment) -> Result<(), SecretsError> {
+        self.decrypt_each(&mut |f| for_each_secret(d, f))
+    }
+
+    /// Turns every ciphertext in `values` into a plaintext secret (a saved
+    /// plan's goals).
+    ///
+    /// # Errors
+    /// As [`Self::decrypt_deployment`].
+    pub fn decrypt_values(&self, values: &mut [&mut PropertyValue]) -> Result<(), SecretsError> {
+        self.decrypt_each(&mut |f| values.iter_mut().try_for_each(|v| walk_value(v, f)))
+    }
+
+    /// Decrypts the secrets `each` visits (it is called twice: to collect,
+    /// then to replace).
+    fn decrypt_each(
+        &self,
+        each: &mut dyn FnMut(&mut Visit<'_>) -> Result<(), SecretsError>,
+    ) -> Result<(), SecretsError> {
         let mut todo: Vec<String> = Vec::new();
         {
             let cache = self.cache.lock().expect("cache");
-            for_each_secret(d, &mut |s| {
+            each(&mut |s| {
                 if let Secret::Ciphertext(c) = s {
                     if !cache.by_ciphertext.contains_key(c) && !todo.contains(c) {
                         todo.push(c.clone());
@@ -457,7 +475,7 @@ impl Crypter {
             }
         }
         let cache = self.cache.lock().expect("cache");
-        for_each_secret(d, &mut |s| {
+        each(&mut |s| {
             if let Secret::Ciphertext(c) = s {
                 let Some(text) = cache.by_ciphertext.get(c) else {
                     return Ok(());

@@ -394,3 +394,62 @@ fn importing_plaintext_secrets_needs_a_passphrase_and_writes_no_plaintext() {
     );
     assert!(k.files().is_empty(), "nothing was written");
 }
+
+#[test]
+fn saved_plans_hold_no_plaintext_secret_and_apply_it() {
+    let mut k = Keel::new();
+    let program = k.write("vault.yaml", PROGRAM);
+    let plan = k.path().join("plan.json");
+    let plan = plan.to_str().expect("path");
+    // No passphrase: the plan would have to hold the secret in plaintext.
+    let (_, err) = k.expect(2, &["preview", "--program", &program, "--save-plan", plan]);
+    assert!(err.contains("KEEL_CONFIG_PASSPHRASE"), "{err}");
+    assert!(!std::path::Path::new(plan).exists(), "no plan written");
+
+    // A new stack: the plan names the provider that encrypted it.
+    k.passphrase = Some("s3cure".into());
+    k.ok(&["preview", "--program", &program, "--save-plan", plan]);
+    let text = std::fs::read_to_string(plan).expect("plan");
+    assert!(!text.contains("pa55-w0rd-xyz"), "{text}");
+    let saved: Value = serde_json::from_str(&text).expect("plan JSON");
+    let mut sealed = Vec::new();
+    ciphertexts(&saved, &mut sealed);
+    assert_eq!(sealed.len(), 1, "{text}");
+    assert_eq!(saved["secretsProviders"]["type"], "passphrase");
+
+    // Applying it needs the passphrase, and applies the secret.
+    k.passphrase = None;
+    let (_, err) = k.expect(2, &["up", "--program", &program, "--plan", plan]);
+    assert!(err.contains("KEEL_CONFIG_PASSPHRASE"), "{err}");
+    assert!(!k.backend().join("stacks").exists(), "no stack made");
+    k.passphrase = Some("s3cure".into());
+    k.ok(&["up", "--program", &program, "--plan", plan]);
+    let shown = export(&k, &["--show-secrets"]).to_string();
+    assert!(shown.contains("pa55-w0rd-xyz"), "{shown}");
+    let db = k
+        .cloud()
+        .into_iter()
+        .find(|o| o["name"] == "db")
+        .expect("db");
+    assert!(
+        db["properties"]["password"]
+            .to_string()
+            .contains("pa55-w0rd-xyz"),
+        "{db}"
+    );
+
+    // On the existing stack too (its own provider), and a changed secret
+    // deviates from the plan.
+    k.ok(&["preview", "--program", &program, "--save-plan", plan]);
+    assert!(!std::fs::read_to_string(plan)
+        .unwrap()
+        .contains("pa55-w0rd-xyz"));
+    k.ok(&["up", "--program", &program, "--plan", plan]);
+    let changed = k.write(
+        "changed.yaml",
+        &PROGRAM.replace("pa55-w0rd-xyz", "other-pa55"),
+    );
+    let (_, err) = k.expect(1, &["up", "--program", &changed, "--plan", plan]);
+    assert!(err.contains("deviates from the plan"), "{err}");
+    assert!(!err.contains("pa55"), "no secret in the error: {err}");
+}

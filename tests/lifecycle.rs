@@ -605,3 +605,33 @@ async fn events_stream_every_step_and_the_summary() {
         other => panic!("the last event is not the summary: {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_delete_resolved_by_the_next_operation_drops_references_to_it() {
+    use keel::model::snapshot::{OperationType, PendingOperation};
+    let mut h = Harness::new(SimConfig::default());
+    h.up(vec![
+        bucket("a", &[]),
+        bucket("b", &[]).dep("a"),
+        bucket("c", &[]).parent("a"),
+    ])
+    .await
+    .unwrap();
+    // The delete of `a` was interrupted after its object was deleted.
+    let a = h.state_of("a").clone();
+    assert!(h.cloud.remove_object(&a.id));
+    let mut op = PendingOperation::default();
+    op.resource = a.clone();
+    op.ty = OperationType::Deleting;
+    h.state.pending_operations.push(op);
+    // The refresh removes `a` and every reference to it (`keep` checks
+    // the state's integrity).
+    h.refresh().await.unwrap();
+    assert_eq!(h.names().iter().filter(|n| *n == "a").count(), 0);
+    assert!(h.state_of("b").dependencies.is_empty());
+    assert_eq!(h.state_of("c").parent, a.parent);
+    h.up(vec![bucket("b", &[]), bucket("c", &[])])
+        .await
+        .unwrap();
+    assert_eq!(h.cloud.objects().len(), 2);
+}

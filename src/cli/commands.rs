@@ -378,19 +378,117 @@ fn open_stack(backend: &Path, stack: &str, op: Op) -> Result<OpenStack, CliError
 /// Refuses, before anything runs, a program that creates secrets on a
 /// stack that cannot encrypt them.
 fn check_secrets(file: &ProgramFile, stack: &str, open: &OpenStack) -> Result<(), CliError> {
-    if file.creates_secrets() && open.crypter.manager().is_none() {
+    refuse_plaintext(file, stack, &open.crypter, &open.deployment)
+}
+
+/// Refuses a program file that creates secrets when `crypter` cannot
+/// encrypt them.
+fn refuse_plaintext(
+    file: &ProgramFile,
+    stack: &str,
+    crypter: &crate::secrets::Crypter,
+    d: &Deployment,
+) -> Result<(), CliError> {
+    if file.creates_secrets() && crypter.manager().is_none() {
         return Err(CliError::Secrets {
             stack: stack.to_owned(),
-            source: if open.deployment.secrets_providers.ty.is_empty() {
+            source: if d.secrets_providers.ty.is_empty() {
                 crate::secrets::SecretsError::NoProvider
             } else {
-                crate::secrets::SecretsError::Unsupported(
-                    open.deployment.secrets_providers.ty.clone(),
-                )
+                crate::secrets::SecretsError::Unsupported(d.secrets_providers.ty.clone())
             },
         });
     }
     Ok(())
+}
+
+/// The project a stack's resources belong to (its stack resource's, else
+/// its first resource's); `None` for an empty stack.
+fn stack_project(d: &Deployment) -> Option<&str> {
+    d.resources
+        .iter()
+        .find(|r| r.ty.is_stack())
+        .or_else(|| d.resources.first())
+        .map(|r| r.urn.project())
+        .filter(|p| !p.is_empty())
+}
+
+/// Refuses a program of another project than the stack's resources: its
+/// operation would delete them all (a stack belongs to one project, as in
+/// Pulumi's backends).
+fn check_project(
+    stack: &str,
+    source: &ProgramSource,
+    program: &Path,
+    d: &Deployment,
+) -> Result<(), CliError> {
+    match stack_project(d) {
+        Some(project) if project != source.name() => Err(CliError::ProjectMismatch {
+            stack: stack.to_owned(),
+            stack_project: project.to_owned(),
+            program: program.to_owned(),
+            program_project: source.name().to_owned(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Refuses, before anything runs, `--target`, `--exclude` and `--replace`
+/// URNs that name nothing: neither a resource of the stack nor one the
+/// program file declares (`program_urns`). A Python program's resources
+/// are only known as it runs (`None`): its URNs are not checked.
+fn check_names(
+    options: &UpdateOptions,
+    program_urns: Option<&BTreeSet<String>>,
+    stack: &str,
+    prior: &Deployment,
+) -> Result<(), CliError> {
+    let known = |u: &Urn| {
+        prior.resources.iter().any(|r| r.urn == *u)
+            || program_urns.is_none_or(|p| p.contains(u.as_str()))
+    };
+    let flags = [
+        ("--target", &options.targets),
+        ("--exclude", &options.excludes),
+        ("--replace", &options.replaces),
+    ];
+    for (flag, urns) in flags {
+        if let Some(u) = urns.iter().find(|u| !known(u)) {
+            return Err(CliError::NoSuchResource {
+                flag,
+                urn: u.to_string(),
+                stack: stack.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Warnings for `--sim-fail` values that match no URN or name of the stack
+/// or the program file (`program_urns`; `None` for a Python program, whose
+/// resources are only known as it runs: no warnings then).
+fn sim_fail_warnings(
+    sim: &SimArgs,
+    program_urns: Option<&BTreeSet<String>>,
+    prior: &Deployment,
+) -> Vec<String> {
+    let mut urns: BTreeSet<&str> = prior.resources.iter().map(|r| r.urn.as_str()).collect();
+    match program_urns {
+        Some(p) => urns.extend(p.iter().map(String::as_str)),
+        // A Python program: its resources are unknown until it runs.
+        None => return Vec::new(),
+    }
+    let names: BTreeSet<&str> = urns
+        .iter()
+        .filter_map(|u| u.rsplit_once("::").map(|(_, n)| n))
+        .collect();
+    sim.sim_fail
+        .iter()
+        .filter(|f| !urns.contains(f.as_str()) && !names.contains(f.as_str()))
+        .map(|f| {
+            format!("--sim-fail {f}: no resource of the stack or the program has this URN or name; it will inject no failure")
+        })
+        .collect()
 }
 
 fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
@@ -400,28 +498,43 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
             path: path.clone(),
             source,
         })?;
-        let plan = SavedPlan::from_slice(&bytes).map_err(|e| CliError::BadFlag {
+        let mut plan = SavedPlan::from_slice(&bytes).map_err(|e| CliError::BadFlag {
             flag: "--plan",
             message: format!("{}: {e}", path.display()),
         })?;
+        let secrets_err = |source| CliError::Secrets {
+            stack: a.stack.stack.clone(),
+            source,
+        };
+        let passphrase = crate::secrets::passphrase_from_env().map_err(secrets_err)?;
+        plan.decrypt(passphrase.as_deref()).map_err(secrets_err)?;
         options.apply_plan = true;
         options.plan = Some(std::sync::Arc::new(plan));
     }
     check_stack(&a.stack.stack)?;
     let source = ProgramSource::load(&a.program, &a.stack.stack)?;
     let stack = a.stack.stack;
+    if !Backend::new(backend).paths(&stack).dir.is_dir() {
+        // A new stack: unknown names are refused before anything is made.
+        let urns = source.file().map(|f| f.expected_urns(&stack));
+        check_names(&options, urns.as_ref(), &stack, &Deployment::default())?;
+    }
     let rt = runtime()?;
     rt.block_on(async move {
         let cloud = load_cloud(backend, sim_config(&a.sim, source.file()), true)?;
         let mut open = open_stack(backend, &stack, Op::Update)?;
         source.check_secrets(&stack, &open)?;
+        check_project(&stack, &source, &a.program, &open.deployment)?;
+        let program_urns = source.file().map(|f| f.expected_urns(&stack));
+        check_names(&options, program_urns.as_ref(), &stack, &open.deployment)?;
+        let sim_warnings = sim_fail_warnings(&a.sim, program_urns.as_ref(), &open.deployment);
         let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
         let mut display = Display::new(
             Style::choose(a.output.json),
             Op::Update.name(),
             total(source.file(), &stack, &open.deployment),
         );
-        for w in &open.warnings {
+        for w in open.warnings.iter().chain(&sim_warnings) {
             display.diagnostic("warning", w);
         }
         let (tx, rx) = mpsc::unbounded_channel();
@@ -450,7 +563,11 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
 fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
     let mut options = update_options(&a.change.filters, &a.change.replace)?;
     options.generate_plan = a.save_plan.is_some();
-    let save_plan = a.save_plan.clone();
+    // A bare file name is in the current directory (whose entry is synced).
+    let save_plan = a.save_plan.as_deref().map(|p| match p.parent() {
+        Some(d) if d.as_os_str().is_empty() => Path::new(".").join(p),
+        _ => p.to_owned(),
+    });
     check_stack(&a.stack.stack)?;
     let source = ProgramSource::load(&a.program, &a.stack.stack)?;
     let stack = a.stack.stack;
@@ -465,12 +582,25 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
             stack: stack.clone(),
             source,
         })?;
+        check_project(&stack, &source, &a.program, &loaded.deployment)?;
+        let program_urns = source.file().map(|f| f.expected_urns(&stack));
+        check_names(&options, program_urns.as_ref(), &stack, &loaded.deployment)?;
+        let sim_warnings = sim_fail_warnings(&a.sim, program_urns.as_ref(), &loaded.deployment);
+        // A saved plan is written with the stack's secrets encrypted: a
+        // program file creating secrets on a stack that cannot encrypt
+        // them is refused before it runs.
+        if save_plan.is_some() {
+            if let Some(f) = source.file() {
+                refuse_plaintext(f, &stack, &loaded.crypter, &loaded.deployment)?;
+            }
+        }
+        let crypter = loaded.crypter.clone();
         let mut display = Display::new(
             Style::choose(a.output.json),
             Op::Preview.name(),
             total(source.file(), &stack, &loaded.deployment),
         );
-        for w in &loaded.warnings {
+        for w in loaded.warnings.iter().chain(&sim_warnings) {
             display.diagnostic("warning", w);
         }
         let (tx, rx) = mpsc::unbounded_channel();
@@ -488,12 +618,18 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         let result = drive(engine.preview(prior, program), rx, &mut display).await;
         if let (Some(path), Ok(outcome)) = (&save_plan, &result) {
             if let Some(plan) = &outcome.plan {
-                atomic_write(path, &plan.to_vec_pretty(), false, &Default::default()).map_err(
-                    |source| CliError::Write {
+                let bytes =
+                    plan.to_vec_encrypted(&crypter)
+                        .map_err(|source| CliError::Secrets {
+                            stack: stack.clone(),
+                            source,
+                        })?;
+                atomic_write(path, &bytes, false, &Default::default()).map_err(|source| {
+                    CliError::Write {
                         path: path.clone(),
                         source,
-                    },
-                )?;
+                    }
+                })?;
             }
         }
         conclude(Op::Preview, result, &mut display)
@@ -532,6 +668,13 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
         let file = source.as_ref().and_then(ProgramSource::file);
         let cloud = load_cloud(backend, sim_config(&a.sim, file), true)?;
         let mut open = open_stack(backend, &stack, op)?;
+        if let (Some(source), Some(path)) = (&source, &a.program) {
+            check_project(&stack, source, path, &open.deployment)?;
+        }
+        // Only the stack's resources can be named: the program's are not run.
+        let none = BTreeSet::new();
+        check_names(&options, Some(&none), &stack, &open.deployment)?;
+        let sim_warnings = sim_fail_warnings(&a.sim, Some(&none), &open.deployment);
         let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
         let project = source
             .as_ref()
@@ -541,7 +684,7 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
             op.name(),
             total(None, &stack, &open.deployment),
         );
-        for w in &open.warnings {
+        for w in open.warnings.iter().chain(&sim_warnings) {
             display.diagnostic("warning", w);
         }
         let (tx, rx) = mpsc::unbounded_channel();

@@ -110,6 +110,28 @@ pub enum CliError {
         /// The backend directory.
         backend: PathBuf,
     },
+    /// The program belongs to another project than the stack's resources.
+    #[error("stack `{stack}` holds resources of project `{stack_project}`, but {} is project `{program_project}`: running it here would delete them all; use another stack for it (`--stack NAME`), or run the program of `{stack_project}`", .program.display())]
+    ProjectMismatch {
+        /// The stack.
+        stack: String,
+        /// The project of its resources.
+        stack_project: String,
+        /// The program.
+        program: PathBuf,
+        /// The program's project.
+        program_project: String,
+    },
+    /// A `--target`, `--exclude` or `--replace` names no resource.
+    #[error("{flag} {urn}: no resource of stack `{stack}` or of the program has this URN; `keel state show` lists the stack's resources (URNs include parent types: `stack export` shows them)")]
+    NoSuchResource {
+        /// The flag.
+        flag: &'static str,
+        /// The URN given.
+        urn: String,
+        /// The stack.
+        stack: String,
+    },
     /// An integrity check failed.
     #[error("integrity check failed for {what}: {message}")]
     Verify {
@@ -197,6 +219,8 @@ impl CliError {
             | Self::StackMismatch { .. }
             | Self::Import { .. }
             | Self::ExportIntoBackend { .. }
+            | Self::ProjectMismatch { .. }
+            | Self::NoSuchResource { .. }
             | Self::Secrets { .. } => 2,
             Self::Verify { .. }
             | Self::Backend(_)

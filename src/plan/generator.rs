@@ -86,6 +86,23 @@ pub enum PlanError {
         /// How it deviates.
         difference: String,
     },
+    /// A `--target` / `--exclude` operation would delete resources that
+    /// others it leaves alone still refer to.
+    #[error("{} cannot be deleted: it is still referred to by {}, which this operation leaves as they are; add `--target-dependents` (or `--target` each of them), or stop excluding them", .urn, .dependents.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    DependentsLeftBehind {
+        /// The resource that would be deleted.
+        urn: Urn,
+        /// The resources outside the operation that refer to it.
+        dependents: Vec<Urn>,
+    },
+    /// A delete-before-replace would delete a dependent outside the targets.
+    #[error("resource {urn} is replaced delete-before-replace, which deletes its dependent {dependent} first, but {dependent} is outside this operation; add `--target-dependents` (or `--target {dependent}`)")]
+    DependentReplaceOutOfScope {
+        /// The replaced resource.
+        urn: Urn,
+        /// The dependent outside the operation.
+        dependent: Urn,
+    },
     /// Protected resources would be deleted.
     #[error("{} protected resource(s) would be deleted: {}; remove `protect` from them first (update the program with protect: false), then retry", .urns.len(), .urns.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
     ProtectedDelete {
@@ -630,7 +647,9 @@ impl Planner {
                 return Err(PlanError::PlanDeviation { urn, difference });
             }
         }
-        let refs: Vec<Urn> = new.references().map(|(_, u)| u.clone()).collect();
+        let mut refs: Vec<Urn> = new.references().map(|(_, u)| u.clone()).collect();
+        // A resource of a targeted provider is its dependent too.
+        refs.extend(provider.as_ref().map(|r| r.urn().clone()));
         let in_scope = self.in_scope(&urn, &goal.ty, refs.iter());
         if in_scope {
             if let Some(d) = refs.iter().find(|d| self.skipped.contains(*d)) {
@@ -744,9 +763,6 @@ impl Planner {
             // the create of a resource that has none.
             let step = match old {
                 Some(old_ref) => {
-                    if let Some(i) = old_index {
-                        self.handled[i] = true;
-                    }
                     // The prior state is kept, under the registration's
                     // URN (a rename through an alias is recorded, so
                     // references to the old URN follow).
@@ -754,7 +770,10 @@ impl Planner {
                     if kept.urn != urn {
                         kept.aliases = vec![kept.urn.clone()];
                         kept.urn = urn.clone();
-                        kept.parent = new.parent.clone();
+                    }
+                    self.keep_references(&mut kept, &new)?;
+                    if let Some(i) = old_index {
+                        self.handled[i] = true;
                     }
                     Step::new(StepKind::Same, urn, Some(old_ref), Some(kept))
                 }
@@ -851,10 +870,17 @@ impl Planner {
                     });
                 }
                 let mut steps = Vec::new();
+                let scope = self.delete_scope();
                 for j in self.unregistered_dependents(old_index) {
                     let d = lock(&self.olds[j]).clone();
                     if d.protect {
                         return Err(PlanError::ProtectedReplace { urn: d.urn });
+                    }
+                    if !scope.contains(&d.urn) {
+                        return Err(PlanError::DependentReplaceOutOfScope {
+                            urn,
+                            dependent: d.urn,
+                        });
                     }
                     // The dependent stays in state, pending its replacement:
                     // its registration will create it anew.
@@ -886,6 +912,36 @@ impl Planner {
                 Ok(Chain { steps, waits_for })
             }
         }
+    }
+
+    /// A prior state kept outside the targets is written now, so it takes
+    /// the registration's references (all registered before it), not its
+    /// prior ones, which may name resources the program no longer has or
+    /// registers later: the snapshot stays ordered and nothing it keeps
+    /// refers to a resource deleted by this operation. Its provider stays
+    /// (the object belongs to it) unless the registration names the same
+    /// provider; a provider the program no longer registers is refused.
+    fn keep_references(&self, kept: &mut State, new: &State) -> Result<()> {
+        kept.parent.clone_from(&new.parent);
+        kept.dependencies.clone_from(&new.dependencies);
+        kept.property_dependencies
+            .clone_from(&new.property_dependencies);
+        kept.deleted_with.clone_from(&new.deleted_with);
+        kept.replace_with.retain(|u| self.registered.contains(u));
+        match (provider_urn(&kept.provider), provider_urn(&new.provider)) {
+            (Some(old), Some(now)) if old == now => kept.provider.clone_from(&new.provider),
+            (Some(old), _) if !self.registered.iter().any(|u| u.as_str() == old) => {
+                return Err(PlanError::DependentsLeftBehind {
+                    urn: Urn::parse(old).map_err(|source| PlanError::BadProvider {
+                        urn: kept.urn.clone(),
+                        source,
+                    })?,
+                    dependents: vec![kept.urn.clone()],
+                });
+            }
+            _ => {}
+        }
+        Ok(())
     }
 
     /// Prior resources that depend (transitively, through dependencies,
@@ -969,11 +1025,12 @@ impl Planner {
     /// would be deleted (nothing is deleted then).
     pub fn deletes(&mut self) -> Result<Vec<Vec<Step>>> {
         let mut picked: Vec<(usize, StepKind)> = Vec::new();
+        let scope = self.delete_scope();
         for (i, s) in self.olds.iter().enumerate() {
             let s = lock(s);
             if s.delete || self.replaced.contains(&i) {
                 picked.push((i, StepKind::DeleteReplaced));
-            } else if !self.handled[i] && self.delete_in_scope(&s) {
+            } else if !self.handled[i] && scope.contains(&s.urn) {
                 let kind = if s.pending_replacement {
                     StepKind::RemovePendingReplace
                 } else {
@@ -995,6 +1052,7 @@ impl Planner {
         if !protected.is_empty() {
             return Err(PlanError::ProtectedDelete { urns: protected });
         }
+        self.check_left_behind(&picked)?;
         for (s, (_, kind)) in states.iter().zip(&picked) {
             if *kind != StepKind::Delete {
                 continue;
@@ -1037,23 +1095,74 @@ impl Planner {
             .collect())
     }
 
-    /// Whether an unclaimed prior state is inside the operation's scope for
-    /// deletion (`--target`, `--exclude`).
-    fn delete_in_scope(&self, s: &State) -> bool {
+    /// Which prior states the operation may delete (`--target`,
+    /// `--exclude`). `--target-dependents` and `--exclude-dependents` close
+    /// the set transitively over every reference a state has: parent,
+    /// dependencies, property dependencies, `deletedWith`, `replaceWith`
+    /// and its provider.
+    fn delete_scope(&self) -> DeleteScope {
         let o = &self.opts.update;
+        let close = |mut set: HashSet<Urn>, transitive: bool| {
+            let mut grew = transitive;
+            while grew {
+                let before = set.len();
+                for s in &self.olds {
+                    let s = lock(s);
+                    if !set.contains(&s.urn) && graph::edges(&s).any(|d| set.contains(&d)) {
+                        set.insert(s.urn.clone());
+                    }
+                }
+                grew = set.len() > before;
+            }
+            set
+        };
         if !o.targets.is_empty() {
-            return o.targets.contains(&s.urn)
-                || (o.target_dependents
-                    && graph::edges(s)
-                        .any(|d| o.targets.contains(&d) || self.targeted.contains(&d)));
+            let seed = o.targets.iter().chain(&self.targeted).cloned().collect();
+            return DeleteScope::Only(close(seed, o.target_dependents));
         }
         if !o.excludes.is_empty() {
-            return !(o.excludes.contains(&s.urn)
-                || (o.exclude_dependents
-                    && graph::edges(s)
-                        .any(|d| o.excludes.contains(&d) || self.excluded.contains(&d))));
+            let seed = o.excludes.iter().chain(&self.excluded).cloned().collect();
+            return DeleteScope::AllBut(close(seed, o.exclude_dependents));
         }
-        true
+        DeleteScope::All
+    }
+
+    /// Refuses deletes that would leave a dangling reference: a state the
+    /// operation keeps as it was (outside `--target`, or excluded) that
+    /// refers to a resource deleted now. Checked before any delete runs, so
+    /// the stack always stays loadable.
+    fn check_left_behind(&self, picked: &[(usize, StepKind)]) -> Result<()> {
+        let gone: HashSet<Urn> = picked
+            .iter()
+            .filter(|(_, k)| matches!(k, StepKind::Delete | StepKind::RemovePendingReplace))
+            .map(|(i, _)| lock(&self.olds[*i]).urn.clone())
+            .collect();
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let picked: HashSet<usize> = picked.iter().map(|(i, _)| *i).collect();
+        // Registrations kept outside the targets refer only to registered
+        // resources (`keep_references`): the unclaimed prior states the
+        // operation leaves alone are what may still refer to a delete.
+        let kept = (0..self.olds.len()).filter(|i| !self.handled[*i] && !picked.contains(i));
+        let mut left: Vec<(Urn, Vec<Urn>)> = Vec::new();
+        for i in kept {
+            let s = lock(&self.olds[i]);
+            if s.delete {
+                continue;
+            }
+            for d in graph::edges(&s).filter(|d| gone.contains(d)) {
+                match left.iter_mut().find(|(u, _)| *u == d) {
+                    Some((_, deps)) if deps.contains(&s.urn) => {}
+                    Some((_, deps)) => deps.push(s.urn.clone()),
+                    None => left.push((d, vec![s.urn.clone()])),
+                }
+            }
+        }
+        match left.into_iter().next() {
+            Some((urn, dependents)) => Err(PlanError::DependentsLeftBehind { urn, dependents }),
+            None => Ok(()),
+        }
     }
 
     /// Refresh steps: one per prior custom resource (not providers).
@@ -1066,6 +1175,27 @@ impl Planner {
                     .then(|| Step::new(StepKind::Refresh, st.urn.clone(), Some(s.clone()), None))
             })
             .collect()
+    }
+}
+
+/// The prior states an operation may delete.
+#[derive(Debug)]
+enum DeleteScope {
+    /// Every one (no filter).
+    All,
+    /// Only these (`--target`).
+    Only(HashSet<Urn>),
+    /// All but these (`--exclude`).
+    AllBut(HashSet<Urn>),
+}
+
+impl DeleteScope {
+    fn contains(&self, urn: &Urn) -> bool {
+        match self {
+            Self::All => true,
+            Self::Only(set) => set.contains(urn),
+            Self::AllBut(set) => !set.contains(urn),
+        }
     }
 }
 

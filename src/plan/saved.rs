@@ -8,7 +8,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use crate::model::snapshot::SecretsProviders;
 use crate::model::{PropertyMap, PropertyValue, State, Urn};
+use crate::secrets::{Crypter, SecretsError};
 
 use super::step::StepKind;
 
@@ -48,6 +50,15 @@ pub struct SavedPlan {
     pub resources: BTreeMap<Urn, PlannedResource>,
     /// The resources the plan deletes.
     pub deletes: BTreeSet<Urn>,
+    /// The secrets provider that encrypted the plan's secrets (the stack's,
+    /// or the one the stack gets): a plan file never holds a plaintext
+    /// secret.
+    #[serde(
+        default,
+        rename = "secretsProviders",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub secrets_providers: Option<SecretsProviders>,
 }
 
 /// Why a plan could not be read or was not followed.
@@ -86,6 +97,62 @@ impl SavedPlan {
     /// The plan as indented JSON.
     pub fn to_vec_pretty(&self) -> Vec<u8> {
         serde_json::to_vec_pretty(self).unwrap_or_default()
+    }
+
+    /// The plan as indented JSON with every secret encrypted by `crypter`,
+    /// whose provider the plan names.
+    ///
+    /// # Errors
+    /// [`SecretsError::NoProvider`] (or another provider's refusal) when the
+    /// plan holds secrets and `crypter` cannot encrypt them: nothing to
+    /// write then.
+    pub fn to_vec_encrypted(&self, crypter: &Crypter) -> Result<Vec<u8>, SecretsError> {
+        let mut plan = self.clone();
+        if self.has_secrets() {
+            if let Some(m) = crypter.manager() {
+                plan.secrets_providers = Some(SecretsProviders {
+                    ty: m.provider_type().to_owned(),
+                    state: m.state_json(),
+                    ..SecretsProviders::default()
+                });
+            }
+        }
+        let mut v = serde_json::to_value(&plan).map_err(SecretsError::NotJson)?;
+        crypter.encrypt_json(&mut v)?;
+        serde_json::to_vec_pretty(&v).map_err(SecretsError::NotJson)
+    }
+
+    /// Decrypts the plan's secrets with its provider and `passphrase`.
+    ///
+    /// # Errors
+    /// [`SecretsError`]: no or wrong passphrase, a provider keel cannot use.
+    pub fn decrypt(&mut self, passphrase: Option<&str>) -> Result<(), SecretsError> {
+        let Some(providers) = &self.secrets_providers else {
+            return Ok(());
+        };
+        let crypter = Crypter::for_stack(providers, passphrase)?;
+        let mut values: Vec<&mut PropertyValue> = self
+            .resources
+            .values_mut()
+            .flat_map(|r| r.inputs.values_mut())
+            .collect();
+        crypter.decrypt_values(&mut values)
+    }
+
+    /// Whether any planned input holds a secret.
+    fn has_secrets(&self) -> bool {
+        fn secret(v: &PropertyValue) -> bool {
+            match v {
+                PropertyValue::Secret(_) => true,
+                PropertyValue::Array(a) => a.iter().any(secret),
+                PropertyValue::Object(m) => m.values().any(secret),
+                PropertyValue::Output(o) => o.value.as_deref().is_some_and(secret),
+                _ => false,
+            }
+        }
+        self.resources
+            .values()
+            .any(|r| r.inputs.values().any(secret))
     }
 
     /// Records the steps planned for a resource with its goal.
@@ -149,12 +216,24 @@ impl SavedPlan {
             if !fine {
                 return Some(format!(
                     "input `{k}` was planned as {}, the program gives {}",
-                    want.map_or("absent".into(), |v| v.to_json().to_string()),
-                    got.map_or("absent".into(), |v| v.to_json().to_string())
+                    want.map_or("absent".into(), |v| masked(v).to_string()),
+                    got.map_or("absent".into(), |v| masked(v).to_string())
                 ));
             }
         }
         None
+    }
+}
+
+/// A value for an error message, with every secret masked.
+fn masked(v: &PropertyValue) -> serde_json::Value {
+    match v {
+        PropertyValue::Secret(_) => "[secret]".into(),
+        PropertyValue::Array(a) => a.iter().map(masked).collect(),
+        PropertyValue::Object(m) => m.iter().map(|(k, v)| (k.clone(), masked(v))).collect(),
+        PropertyValue::Output(o) if o.secret == Some(true) => "[secret]".into(),
+        PropertyValue::Output(o) => o.value.as_deref().map_or_else(|| v.to_json(), masked),
+        other => other.to_json(),
     }
 }
 

@@ -1,0 +1,293 @@
+//! Operations restricted to part of a stack (`--target`, `--exclude`,
+//! `--target-dependents`), stacks of one project, and flags naming nothing:
+//! whatever is refused changes nothing, and after every command the stack
+//! still loads and the next command works.
+
+mod common;
+
+use common::cli::{example, summary_steps, Keel};
+
+/// The example site's URNs.
+const ASSETS: &str = "urn:pulumi:dev::site::site:web:Site$aws:s3/bucket:Bucket::assets";
+const POLICY: &str = "urn:pulumi:dev::site::site:web:Site$aws:s3/bucketPolicy:BucketPolicy::policy";
+const CDN: &str = "urn:pulumi:dev::site::aws:cloudfront:Distribution::cdn";
+
+/// The stack loads and passes the integrity check.
+fn verified(k: &Keel) {
+    let out = k.ok(&["state", "verify"]);
+    assert!(out.contains("ok"), "{out}");
+}
+
+#[test]
+fn destroy_target_with_dependents_is_refused_before_any_delete() {
+    let k = Keel::new();
+    let v1 = example("site-v1.yaml");
+    k.ok(&["up", "--program", &v1]);
+    let (cloud, state) = (k.cloud(), k.resources());
+    // `policy` and `cdn` refer to `assets`: deleting it alone would leave
+    // them dangling.
+    let (_, err) = k.expect(1, &["destroy", "--target", ASSETS]);
+    for needle in [ASSETS, POLICY, CDN, "--target-dependents"] {
+        assert!(err.contains(needle), "{needle}: {err}");
+    }
+    assert_eq!(k.cloud(), cloud, "no provider call");
+    assert_eq!(k.resources(), state);
+    verified(&k);
+    // With its dependents, transitively (`cdn` refers to `assets` through
+    // `policy` too), the three go and the rest stays.
+    let out = k.ok(&[
+        "destroy",
+        "--target",
+        ASSETS,
+        "--target-dependents",
+        "--json",
+    ]);
+    assert_eq!(summary_steps(&out).get("delete"), Some(&3), "{out}");
+    verified(&k);
+    let names: Vec<String> = k
+        .cloud()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(names, ["logs"]);
+    // And the next update works.
+    k.ok(&["up", "--program", &v1]);
+    verified(&k);
+    assert_eq!(k.cloud().len(), 4);
+}
+
+#[test]
+fn destroy_target_dependents_follow_parents_and_deleted_with() {
+    let k = Keel::new();
+    let program = k.write(
+        "p.yaml",
+        "name: tree
+resources:
+  app: { type: tree:app:App, component: true }
+  db: { type: aws:rds:Instance, properties: { size: 1 }, options: { parent: app } }
+  backup: { type: aws:s3/bucket:Bucket, options: { deletedWith: db } }
+  other: { type: aws:s3/bucket:Bucket }
+",
+    );
+    k.ok(&["up", "--program", &program]);
+    let app = "urn:pulumi:dev::tree::tree:app:App::app";
+    let (_, err) = k.expect(1, &["destroy", "--target", app]);
+    assert!(err.contains("::db"), "{err}");
+    assert_eq!(k.cloud().len(), 3);
+    verified(&k);
+    k.ok(&["destroy", "--target", app, "--target-dependents"]);
+    verified(&k);
+    // `backup` went with `db` (deletedWith: no call of its own).
+    let left: Vec<String> = k
+        .resources()
+        .into_keys()
+        .filter(|u| !u.contains("::pulumi:"))
+        .collect();
+    assert_eq!(left, ["urn:pulumi:dev::tree::aws:s3/bucket:Bucket::other"]);
+    k.ok(&["up", "--program", &program]);
+    verified(&k);
+}
+
+/// Two buckets, `b` referring to `a`.
+const PAIR: &str = "name: pair
+resources:
+  a: { type: aws:s3/bucket:Bucket }
+  b: { type: aws:s3/bucket:Bucket, properties: { name: \"${a.id}\" } }
+";
+const A: &str = "urn:pulumi:dev::pair::aws:s3/bucket:Bucket::a";
+const B: &str = "urn:pulumi:dev::pair::aws:s3/bucket:Bucket::b";
+
+#[test]
+fn up_target_deleting_a_resource_an_untargeted_one_no_longer_needs() {
+    let k = Keel::new();
+    let v1 = k.write("v1.yaml", PAIR);
+    // v2 drops `a`; `b` no longer refers to it.
+    let v2 = k.write(
+        "v2.yaml",
+        "name: pair
+resources:
+  b: { type: aws:s3/bucket:Bucket, properties: { name: fixed } }
+",
+    );
+    k.ok(&["up", "--program", &v1]);
+    // Only `a` is targeted: `b` keeps its object and inputs, with the
+    // program's references (none), so `a` can go.
+    let out = k.ok(&["up", "--program", &v2, "--target", A, "--json"]);
+    assert_eq!(summary_steps(&out).get("delete"), Some(&1), "{out}");
+    verified(&k);
+    assert_eq!(k.cloud().len(), 1);
+    let b = &k.resources()[B];
+    assert!(
+        b.get("dependencies")
+            .is_none_or(|d| d == &serde_json::json!([])),
+        "{b}"
+    );
+    k.ok(&["up", "--program", &v2]);
+    verified(&k);
+}
+
+#[test]
+fn up_target_deleting_a_resource_an_untargeted_one_refers_to_is_refused() {
+    let k = Keel::new();
+    let v1 = k.write("v1.yaml", PAIR);
+    // v2 drops both; only `a` is targeted, so `b` stays, referring to `a`.
+    let v2 = k.write("v2.yaml", "name: pair\nresources: {}\n");
+    k.ok(&["up", "--program", &v1]);
+    let cloud = k.cloud();
+    let (_, err) = k.expect(1, &["up", "--program", &v2, "--target", A]);
+    assert!(
+        err.contains(B) && err.contains("--target-dependents"),
+        "{err}"
+    );
+    assert_eq!(k.cloud(), cloud, "nothing deleted");
+    verified(&k);
+    k.ok(&["up", "--program", &v2, "--target", A, "--target-dependents"]);
+    verified(&k);
+    assert!(k.cloud().is_empty());
+    k.ok(&["up", "--program", &v1]);
+    verified(&k);
+}
+
+#[test]
+fn up_target_whose_replace_deletes_an_untargeted_dependent_first_is_refused() {
+    let k = Keel::new();
+    let program = |name: &str| {
+        format!(
+            "name: dbr
+resources:
+  a:
+    type: aws:s3/bucket:Bucket
+    properties: {{ name: {name} }}
+    options: {{ deleteBeforeReplace: true, replaceOnChanges: [name] }}
+  b: {{ type: aws:s3/bucket:Bucket, properties: {{ of: \"${{a.id}}\" }} }}
+"
+        )
+    };
+    let v1 = k.write("v1.yaml", &program("one"));
+    let v2 = k.write("v2.yaml", &program("two"));
+    k.ok(&["up", "--program", &v1]);
+    let cloud = k.cloud();
+    let a = "urn:pulumi:dev::dbr::aws:s3/bucket:Bucket::a";
+    let (_, err) = k.expect(1, &["up", "--program", &v2, "--target", a]);
+    assert!(
+        err.contains("urn:pulumi:dev::dbr::aws:s3/bucket:Bucket::b")
+            && err.contains("--target-dependents"),
+        "{err}"
+    );
+    assert_eq!(k.cloud(), cloud, "nothing deleted");
+    verified(&k);
+    k.ok(&["up", "--program", &v2, "--target", a, "--target-dependents"]);
+    verified(&k);
+    k.ok(&["up", "--program", &v2]);
+    verified(&k);
+}
+
+#[test]
+fn exclude_of_a_resource_whose_provider_goes_is_refused() {
+    let k = Keel::new();
+    // v1: `r` uses the explicit provider `p`; v2 drops `p`, so `r` moves to
+    // the default provider (a replace).
+    let v1 = k.write(
+        "v1.yaml",
+        "name: prov
+resources:
+  p: { type: \"pulumi:providers:aws\", properties: { region: eu-west-1 } }
+  r: { type: aws:s3/bucket:Bucket, options: { provider: p } }
+",
+    );
+    let v2 = k.write(
+        "v2.yaml",
+        "name: prov
+resources:
+  r: { type: aws:s3/bucket:Bucket }
+",
+    );
+    k.ok(&["up", "--program", &v1]);
+    let cloud = k.cloud();
+    let p = "urn:pulumi:dev::prov::pulumi:providers:aws::p";
+    let r = "urn:pulumi:dev::prov::aws:s3/bucket:Bucket::r";
+    // Excluding `r` keeps its state, which names `p` as its provider: `p`
+    // cannot go.
+    let (_, err) = k.expect(1, &["up", "--program", &v2, "--exclude", r]);
+    assert!(err.contains(p) && err.contains(r), "{err}");
+    assert_eq!(k.cloud(), cloud);
+    verified(&k);
+    // Excluding the provider keeps it for `r`'s old half; the replace runs.
+    k.ok(&["up", "--program", &v2, "--exclude", p]);
+    verified(&k);
+    k.ok(&["up", "--program", &v2]);
+    verified(&k);
+    k.ok(&["destroy"]);
+    verified(&k);
+    assert!(k.cloud().is_empty());
+}
+
+#[test]
+fn a_program_of_another_project_is_refused_on_a_stack() {
+    let k = Keel::new();
+    let v1 = example("site-v1.yaml");
+    k.ok(&["up", "--program", &v1]);
+    let (cloud, state) = (k.cloud(), k.resources());
+    let other = example("rename-v1.yaml");
+    for args in [
+        &["up", "--program", other.as_str()][..],
+        &["preview", "--program", other.as_str()],
+        &["destroy", "--program", other.as_str()],
+        &["refresh", "--program", other.as_str()],
+    ] {
+        let (_, err) = k.expect(2, args);
+        for needle in ["`site`", "`shop`", "--stack"] {
+            assert!(err.contains(needle), "{args:?}: {needle}: {err}");
+        }
+    }
+    assert_eq!(k.cloud(), cloud, "no object of `site` deleted");
+    assert_eq!(k.resources(), state);
+    // Another stack takes it; the first one's objects stay.
+    k.ok(&["up", "--program", &other, "--stack", "shop"]);
+    let ids: Vec<serde_json::Value> = k.cloud().iter().map(|o| o["id"].clone()).collect();
+    assert!(cloud.iter().all(|o| ids.contains(&o["id"])), "{ids:?}");
+    verified(&k);
+}
+
+#[test]
+fn filters_naming_nothing_are_refused_and_sim_fail_warns() {
+    let k = Keel::new();
+    let v1 = example("site-v1.yaml");
+    // The URN of `assets` without its parent's type names nothing.
+    let wrong = "urn:pulumi:dev::site::aws:s3/bucket:Bucket::assets";
+    for flag in ["--target", "--exclude", "--replace"] {
+        let (_, err) = k.expect(2, &["up", "--program", &v1, flag, wrong]);
+        assert!(err.contains(flag) && err.contains(wrong), "{err}");
+    }
+    assert!(!k.backend().exists(), "nothing was created");
+    k.ok(&["up", "--program", &v1]);
+    let state = k.resources();
+    for args in [
+        &["up", "--program", v1.as_str(), "--target", wrong][..],
+        &["preview", "--program", v1.as_str(), "--replace", wrong],
+        &["destroy", "--target", wrong],
+        &["destroy", "--exclude", wrong],
+    ] {
+        let (_, err) = k.expect(2, args);
+        assert!(err.contains(wrong), "{args:?}: {err}");
+    }
+    assert_eq!(k.resources(), state);
+    assert_eq!(k.cloud().len(), 4);
+    // A resource the program declares but the stack does not have yet is
+    // a valid target.
+    let fresh = "urn:pulumi:fresh::site::site:web:Site::site";
+    k.ok(&[
+        "preview",
+        "--program",
+        &v1,
+        "--stack",
+        "fresh",
+        "--target",
+        fresh,
+    ]);
+    // --sim-fail naming nothing injects nothing: a warning, not an error.
+    let (_, err) = k.expect(0, &["up", "--program", &v1, "--sim-fail", "nothing"]);
+    assert!(err.contains("--sim-fail nothing"), "{err}");
+    let (_, err) = k.expect(0, &["up", "--program", &v1, "--sim-fail", "cdn"]);
+    assert!(!err.contains("--sim-fail"), "{err}");
+}
