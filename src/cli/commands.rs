@@ -411,6 +411,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         let cloud = load_cloud(backend, sim_config(&a.sim, source.file()), true)?;
         let mut open = open_stack(backend, &stack, Op::Update)?;
         source.check_secrets(&stack, &open)?;
+        cloud.set_secrets(open.crypter.clone());
         let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
         let mut display = Display::new(
             Style::choose(a.output.json),
@@ -461,6 +462,7 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
             stack: stack.clone(),
             source,
         })?;
+        cloud.set_secrets(loaded.crypter.clone());
         let mut display = Display::new(
             Style::choose(a.output.json),
             Op::Preview.name(),
@@ -528,6 +530,7 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
         let file = source.as_ref().and_then(ProgramSource::file);
         let cloud = load_cloud(backend, sim_config(&a.sim, file), true)?;
         let mut open = open_stack(backend, &stack, op)?;
+        cloud.set_secrets(open.crypter.clone());
         let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
         let project = source
             .as_ref()

@@ -146,34 +146,56 @@ pub fn tree_json(d: &Deployment) -> Value {
     )
 }
 
-/// The simulated cloud's objects as `[{"id", "type", "name", "properties"}]`
-/// (properties: the outputs, in the checkpoint encoding).
+/// The simulated cloud's objects as `[{"id", "type", "name", "urn",
+/// "properties"}]` (an object is identified by its type and ID together;
+/// properties: the outputs, in the checkpoint encoding, secrets masked).
 pub fn cloud_json(objects: &[SimObject]) -> Value {
     Value::Array(
         objects
             .iter()
             .map(|o| {
-                let props: serde_json::Map<String, Value> = o
-                    .outputs
+                let props: serde_json::Map<String, Value> = mask_map(&o.outputs)
                     .iter()
                     .map(|(k, v)| (k.clone(), v.to_json()))
                     .collect();
-                json!({"id": o.id, "type": o.ty, "name": o.name, "properties": props})
+                json!({"id": o.id, "type": o.ty, "name": o.name, "urn": o.urn, "properties": props})
             })
             .collect(),
     )
 }
 
-/// The simulated cloud's objects as a table.
+/// The simulated cloud's objects as a table: ID, type (an object is
+/// identified by both), the stack whose resource created it (`-` for
+/// objects made outside keel) and name.
 pub fn cloud_lines(objects: &[SimObject]) -> Vec<String> {
     if objects.is_empty() {
         return vec!["the simulated cloud is empty".into()];
     }
+    let stack = |o: &SimObject| -> String {
+        crate::model::Urn::parse(&o.urn)
+            .map(|u| u.stack().to_owned())
+            .unwrap_or_else(|_| "-".into())
+    };
     let w_id = objects.iter().map(|o| o.id.len()).max().unwrap_or(2).max(2);
     let w_ty = objects.iter().map(|o| o.ty.len()).max().unwrap_or(4).max(4);
-    let mut lines = vec![format!("{:<w_id$}  {:<w_ty$}  NAME", "ID", "TYPE")];
+    let w_st = objects
+        .iter()
+        .map(|o| stack(o).len())
+        .max()
+        .unwrap_or(5)
+        .max(5);
+    let mut lines = vec![format!(
+        "{:<w_id$}  {:<w_ty$}  {:<w_st$}  NAME",
+        "ID", "TYPE", "STACK"
+    )];
     for o in objects {
-        lines.push(format!("{:<w_id$}  {:<w_ty$}  {}", o.id, o.ty, o.name));
+        lines.push(format!(
+            "{:<w_id$}  {:<w_ty$}  {:<w_st$}  {}",
+            o.id,
+            o.ty,
+            stack(o),
+            o.name
+        ));
     }
     lines
 }
