@@ -413,13 +413,7 @@ fn targets_replace_and_saved_plans_through_the_cli() {
         .find(|o| o["name"] == "assets")
         .map(|o| o["id"].clone())
         .unwrap();
-    let cloud_file = k.backend().join("cloud.json");
-    let mut cloud: Value = serde_json::from_slice(&std::fs::read(&cloud_file).unwrap()).unwrap();
-    cloud["objects"]
-        .as_array_mut()
-        .unwrap()
-        .retain(|o| o["id"] != assets);
-    std::fs::write(&cloud_file, serde_json::to_vec(&cloud).unwrap()).unwrap();
+    assert!(k.sim_cloud().remove_object(assets.as_str().unwrap()));
     let out = k.ok(&["up", "--program", &v2, "--refresh", "--json"]);
     assert_eq!(summary_steps(&out).get("create"), Some(&1), "{out}");
     // --replace forces a replace: a new ID for cdn.

@@ -528,6 +528,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         let program_urns = source.file().map(|f| f.expected_urns(&stack));
         check_names(&options, program_urns.as_ref(), &stack, &open.deployment)?;
         let sim_warnings = sim_fail_warnings(&a.sim, program_urns.as_ref(), &open.deployment);
+        cloud.set_secrets(open.crypter.clone());
         let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
         let mut display = Display::new(
             Style::choose(a.output.json),
@@ -595,6 +596,7 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
             }
         }
         let crypter = loaded.crypter.clone();
+        cloud.set_secrets(loaded.crypter.clone());
         let mut display = Display::new(
             Style::choose(a.output.json),
             Op::Preview.name(),
@@ -675,6 +677,7 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
         let none = BTreeSet::new();
         check_names(&options, Some(&none), &stack, &open.deployment)?;
         let sim_warnings = sim_fail_warnings(&a.sim, Some(&none), &open.deployment);
+        cloud.set_secrets(open.crypter.clone());
         let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
         let project = source
             .as_ref()

@@ -158,7 +158,7 @@ pub enum CliError {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        source: crate::provider::sim::CloudFileError,
     },
     /// State could not be written.
     #[error(transparent)]

@@ -148,38 +148,56 @@ pub fn tree_json(d: &Deployment) -> Value {
     )
 }
 
-/// The simulated cloud's objects as `[{"id", "type", "name", "properties"}]`
-/// (properties: the outputs, in the checkpoint encoding).
+/// The simulated cloud's objects as `[{"id", "type", "name", "urn",
+/// "properties"}]` (an object is identified by its type and ID together;
+/// properties: the outputs, in the checkpoint encoding, secrets masked).
 pub fn cloud_json(objects: &[SimObject]) -> Value {
     Value::Array(
         objects
             .iter()
             .map(|o| {
-                let props: serde_json::Map<String, Value> = o
-                    .outputs
+                let props: serde_json::Map<String, Value> = mask_map(&o.outputs)
                     .iter()
                     .map(|(k, v)| (k.clone(), v.to_json()))
                     .collect();
-                json!({"id": o.id, "type": o.ty, "name": o.name, "properties": props})
+                json!({"id": o.id, "type": o.ty, "name": o.name, "urn": o.urn, "properties": props})
             })
             .collect(),
     )
 }
 
-/// The simulated cloud's objects as a table.
+/// The simulated cloud's objects as a table: ID, type (an object is
+/// identified by both), the stack whose resource created it (`-` for
+/// objects made outside keel) and name.
 pub fn cloud_lines(objects: &[SimObject]) -> Vec<String> {
     if objects.is_empty() {
         return vec!["the simulated cloud is empty".into()];
     }
-    let rows: Vec<[Cow<'_, str>; 3]> = objects
+    let stack = |o: &SimObject| -> String {
+        crate::model::Urn::parse(&o.urn)
+            .map(|u| u.stack().to_owned())
+            .unwrap_or_else(|_| "-".into())
+    };
+    let rows: Vec<[Cow<'_, str>; 4]> = objects
         .iter()
-        .map(|o| [clean(&o.id), clean(&o.ty), clean(&o.name)])
+        .map(|o| {
+            [
+                clean(&o.id),
+                clean(&o.ty),
+                Cow::Owned(clean(&stack(o)).into_owned()),
+                clean(&o.name),
+            ]
+        })
         .collect();
     let w_id = rows.iter().map(|r| r[0].len()).max().unwrap_or(2).max(2);
     let w_ty = rows.iter().map(|r| r[1].len()).max().unwrap_or(4).max(4);
-    let mut lines = vec![format!("{:<w_id$}  {:<w_ty$}  NAME", "ID", "TYPE")];
-    for [id, ty, name] in &rows {
-        lines.push(format!("{id:<w_id$}  {ty:<w_ty$}  {name}"));
+    let w_st = rows.iter().map(|r| r[2].len()).max().unwrap_or(5).max(5);
+    let mut lines = vec![format!(
+        "{:<w_id$}  {:<w_ty$}  {:<w_st$}  NAME",
+        "ID", "TYPE", "STACK"
+    )];
+    for [id, ty, st, name] in &rows {
+        lines.push(format!("{id:<w_id$}  {ty:<w_ty$}  {st:<w_st$}  {name}"));
     }
     lines
 }

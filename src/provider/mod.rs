@@ -6,6 +6,7 @@ pub mod builtins;
 pub mod registry;
 pub mod schema;
 pub mod sim;
+mod sim_file;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

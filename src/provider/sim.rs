@@ -8,6 +8,18 @@
 //! ([`SimCall`]) and can persist its objects to a file so that runs build on
 //! each other.
 //!
+//! An object is identified by its type and ID together, as a real
+//! provider's are: a read, update or delete of type `T` and ID `X` touches
+//! only `T`'s object `X`, even when an object of another type has the ID
+//! `X`.
+//!
+//! The file ([`SimCloud::load`], [`SimCloud::autosave_to`]) is an
+//! append-only change log shared safely by several processes (see
+//! `sim_file.rs`): a change appends one record under a cross-process lock
+//! after catching up on the others' records. Plaintext secrets are
+//! encrypted with the stack's [`Crypter`] ([`SimCloud::set_secrets`])
+//! before they are written, and decrypted again for the provider's reads.
+//!
 //! Types may be schema-versioned ([`SimConfig::schemas`], or
 //! [`SimCloud::set_schema`] to bump a version between runs): the provider
 //! declares the version, its migration renames keys in inputs and outputs
@@ -25,7 +37,6 @@
 //! which its resources are created.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -34,10 +45,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+use super::sim_file::{key, CloudFile, CloudState, Record};
+pub use super::sim_file::{CloudFileError, CloudFileStats};
 use super::{
     DiffKind, DiffResponse, ObjectState, Provider, ProviderError, ResourceRequest, Result,
 };
-use crate::model::{PropertyMap, PropertyValue, Urn};
+use crate::model::{Deployment, PropertyMap, PropertyValue, State, Urn};
+use crate::secrets::{Crypter, SecretsError};
 
 /// The message of an injected failure.
 pub const INJECTED_FAILURE: &str = "injected failure (sim)";
@@ -209,31 +223,6 @@ pub struct SimCall {
     pub id: String,
 }
 
-/// The cloud's mutable contents.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct CloudState {
-    /// Objects by ID.
-    objects: BTreeMap<String, SimObject>,
-    /// Per-URN generation counters (how many IDs were issued per URN).
-    generations: BTreeMap<String, u64>,
-}
-
-/// The persisted form of the cloud.
-#[derive(Serialize)]
-struct SavedCloudRef<'a> {
-    objects: Vec<&'a SimObject>,
-    generations: &'a BTreeMap<String, u64>,
-}
-
-/// The persisted form of the cloud, as read.
-#[derive(Deserialize)]
-struct SavedCloud {
-    #[serde(default)]
-    objects: Vec<SimObject>,
-    #[serde(default)]
-    generations: BTreeMap<String, u64>,
-}
-
 /// The call log and its next sequence number.
 #[derive(Debug, Default)]
 struct CallLog {
@@ -264,10 +253,11 @@ pub struct SimCloud {
     rng: Mutex<u64>,
     log: Mutex<CallLog>,
     counters: Counters,
-    autosave: Mutex<Option<std::path::PathBuf>>,
-    /// Serializes saves: two concurrent saves could otherwise rename in the
-    /// opposite order of their snapshots and lose an object.
-    saving: Mutex<()>,
+    /// The file the objects are kept in, if any. Lock order: `file`, then
+    /// `state`.
+    file: Mutex<Option<CloudFile>>,
+    /// Encrypts the secrets written to the file and decrypts them for reads.
+    secrets: Mutex<Option<Arc<Crypter>>>,
     /// The current schemas (from the configuration; see
     /// [`SimCloud::set_schema`]).
     schemas: Mutex<BTreeMap<String, SchemaDef>>,
@@ -277,6 +267,24 @@ pub struct SimCloud {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The first object (by type) with this ID.
+fn first_with_id<'a>(state: &'a CloudState, id: &str) -> Option<&'a SimObject> {
+    state
+        .objects
+        .range((id.to_owned(), String::new())..)
+        .next()
+        .filter(|((i, _), _)| i == id)
+        .map(|(_, o)| o)
+}
+
+/// Runs blocking I/O: off the async workers on a multi-threaded runtime.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
 }
 
 /// 64-bit FNV-1a.
@@ -372,34 +380,98 @@ impl SimCloud {
             rng: Mutex::new(seed),
             log: Mutex::new(CallLog::default()),
             counters: Counters::default(),
-            autosave: Mutex::new(None),
-            saving: Mutex::new(()),
+            file: Mutex::new(None),
+            secrets: Mutex::new(None),
         }
     }
 
-    /// Saves the cloud to `path` after every change (create, update,
-    /// delete), so its objects survive the process being killed: the CLI's
-    /// cloud and crash tests use this.
+    /// Keeps the cloud in the file at `path` from now on: every change
+    /// (create, update, delete, and the out-of-band changes) is appended to
+    /// it before the call returns, so objects survive the process being
+    /// killed and other processes sharing the file see them. When the cloud
+    /// was not [loaded](Self::load) from `path`, the file's objects (if it
+    /// exists) replace the ones in memory at the next access; a missing
+    /// file is written with the objects in memory at the first change.
     pub fn autosave_to(&self, path: impl Into<std::path::PathBuf>) {
-        *lock(&self.autosave) = Some(path.into());
+        let path = path.into();
+        let mut file = lock(&self.file);
+        match file.as_mut() {
+            Some(f) if f.path() == path => f.writable = true,
+            _ => *file = Some(CloudFile::new(path, true)),
+        }
     }
 
-    /// Saves now when autosave is on (blocking I/O, off the async workers).
-    fn changed(&self) -> std::io::Result<()> {
-        let path = lock(&self.autosave).clone();
-        match path {
-            Some(p) => match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
-                Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
-                    tokio::task::block_in_place(|| self.save(&p))
-                }
-                _ => self.save(&p),
-            },
-            None => Ok(()),
+    /// The stack's secrets: plaintext secrets are encrypted with it before
+    /// they reach the file, and an object's encrypted secrets are decrypted
+    /// with it for the provider's reads.
+    pub fn set_secrets(&self, crypter: Arc<Crypter>) {
+        *lock(&self.secrets) = Some(crypter);
+    }
+
+    /// The work counters of the file (zero when there is none).
+    pub fn file_stats(&self) -> CloudFileStats {
+        lock(&self.file)
+            .as_ref()
+            .map(CloudFile::stats)
+            .unwrap_or_default()
+    }
+
+    /// Makes a change: `plan` looks at the state (caught up with the file,
+    /// under its lock) and says what to return and which records to write;
+    /// they are applied once written. Blocking I/O runs off the async
+    /// workers.
+    fn change<R>(
+        &self,
+        plan: impl FnOnce(&CloudState) -> (R, Vec<Record>),
+    ) -> std::result::Result<R, CloudFileError> {
+        let persistent = lock(&self.file).as_ref().is_some_and(|f| f.writable);
+        if !persistent {
+            let mut state = lock(&self.state);
+            let (r, records) = plan(&state);
+            records.into_iter().for_each(|rec| state.apply(rec));
+            return Ok(r);
+        }
+        blocking(|| {
+            let mut file = lock(&self.file);
+            let crypter = lock(&self.secrets).clone();
+            let Some(f) = file.as_mut() else {
+                unreachable!("the file is never detached")
+            };
+            let _locked = f.lock(true)?;
+            let mut state = lock(&self.state);
+            f.catch_up(&mut state)?;
+            let (r, records) = plan(&state);
+            f.append(&mut state, records, crypter.as_deref())?;
+            Ok(r)
+        })
+    }
+
+    /// Catches up with the file, if any (what other processes changed).
+    fn refresh_from_file(&self) -> std::result::Result<(), CloudFileError> {
+        if lock(&self.file).is_none() {
+            return Ok(());
+        }
+        blocking(|| {
+            let mut file = lock(&self.file);
+            let Some(f) = file.as_mut() else {
+                return Ok(());
+            };
+            let _locked = f.lock(false)?;
+            f.catch_up(&mut lock(&self.state))
+        })
+    }
+
+    /// [`Self::refresh_from_file`] for views that cannot fail: an error is
+    /// logged and the objects in memory are shown.
+    fn refresh_view(&self) {
+        if let Err(e) = self.refresh_from_file() {
+            tracing::warn!("{e}");
         }
     }
 
     /// The object a resource's URN was created as, if any.
     pub fn find_by_urn(&self, urn: &str) -> Option<SimObject> {
+        self.refresh_view();
         lock(&self.state)
             .objects
             .values()
@@ -433,8 +505,10 @@ impl SimCloud {
         lock(&self.migrations).clone()
     }
 
-    /// An object as the type's current schema shows it (renamed keys).
-    fn current_shape(&self, o: SimObject) -> ObjectState {
+    /// An object as the type's current schema shows it (renamed keys),
+    /// its secrets decrypted.
+    fn current_shape(&self, o: SimObject) -> std::result::Result<ObjectState, SecretsError> {
+        let o = self.revealed(o)?;
         let mut found = ObjectState {
             id: o.id,
             inputs: o.inputs,
@@ -444,7 +518,29 @@ impl SimCloud {
             schema.rename(&mut found.inputs);
             schema.rename(&mut found.outputs);
         }
-        found
+        Ok(found)
+    }
+
+    /// The object with its encrypted secrets (as read from the file)
+    /// decrypted with the stack's secrets.
+    fn revealed(&self, mut o: SimObject) -> std::result::Result<SimObject, SecretsError> {
+        let sealed = |s: &crate::model::property::Secret| {
+            matches!(s, crate::model::property::Secret::Ciphertext(_))
+        };
+        let mut d = Deployment::default();
+        d.resources.push(State {
+            inputs: std::mem::take(&mut o.inputs),
+            outputs: std::mem::take(&mut o.outputs),
+            ..State::default()
+        });
+        if crate::secrets::any_secret(&d, &sealed) {
+            let crypter = lock(&self.secrets).clone().unwrap_or_default();
+            crypter.decrypt_deployment(&mut d)?;
+        }
+        let holder = d.resources.pop().unwrap_or_default();
+        o.inputs = holder.inputs;
+        o.outputs = holder.outputs;
+        Ok(o)
     }
 
     /// A snapshot of the counters.
@@ -481,93 +577,128 @@ impl SimCloud {
         lock(&self.log).calls.clear();
     }
 
-    /// All objects, sorted by ID.
+    /// All objects, sorted by ID (then type). Objects read from a file
+    /// keep their secrets encrypted.
     pub fn objects(&self) -> Vec<SimObject> {
+        self.refresh_view();
         lock(&self.state).objects.values().cloned().collect()
     }
 
-    /// The object with this ID.
+    /// The object with this ID, of any type (the first by type when
+    /// objects of several types share it); see [`Self::object_of`].
     pub fn object(&self, id: &str) -> Option<SimObject> {
-        lock(&self.state).objects.get(id).cloned()
+        self.refresh_view();
+        first_with_id(&lock(&self.state), id).cloned()
     }
 
-    /// Removes an object behind keel's back; false when there was none.
-    pub fn remove_object(&self, id: &str) -> bool {
-        lock(&self.state).objects.remove(id).is_some()
+    /// The object of type `ty` with this ID.
+    pub fn object_of(&self, ty: &str, id: &str) -> Option<SimObject> {
+        self.refresh_view();
+        lock(&self.state).objects.get(&key(id, ty)).cloned()
     }
 
-    /// Changes a property behind keel's back (drift): sets `key` in the
-    /// outputs, and in the inputs unless it is a computed output that is not
-    /// an input. False when the object does not exist.
-    pub fn set_property(&self, id: &str, key: &str, value: PropertyValue) -> bool {
-        let mut state = lock(&self.state);
-        let Some(obj) = state.objects.get_mut(id) else {
-            return false;
-        };
-        if obj.inputs.contains_key(key) || !COMPUTED_OUTPUT_KEYS.contains(&key) {
-            obj.inputs.insert(key.to_owned(), value.clone());
+    /// Makes an out-of-band change; false when `plan` wrote nothing or the
+    /// file could not be written (logged).
+    fn out_of_band(&self, plan: impl FnOnce(&CloudState) -> Vec<Record>) -> bool {
+        match self.change(|state| {
+            let records = plan(state);
+            (!records.is_empty(), records)
+        }) {
+            Ok(changed) => changed,
+            Err(e) => {
+                tracing::warn!("{e}");
+                false
+            }
         }
-        obj.outputs.insert(key.to_owned(), value);
-        true
+    }
+
+    /// Removes the object with this ID (of any type, as
+    /// [`Self::object`] finds it) behind keel's back; false when there was
+    /// none.
+    pub fn remove_object(&self, id: &str) -> bool {
+        self.out_of_band(|state| {
+            first_with_id(state, id)
+                .map(|o| Record::Delete {
+                    ty: o.ty.clone(),
+                    id: o.id.clone(),
+                })
+                .into_iter()
+                .collect()
+        })
+    }
+
+    /// Removes the object of type `ty` with this ID behind keel's back;
+    /// false when there was none.
+    pub fn remove_object_of(&self, ty: &str, id: &str) -> bool {
+        self.out_of_band(|state| {
+            if state.objects.contains_key(&key(id, ty)) {
+                vec![Record::Delete {
+                    ty: ty.to_owned(),
+                    id: id.to_owned(),
+                }]
+            } else {
+                Vec::new()
+            }
+        })
+    }
+
+    /// Changes a property behind keel's back (drift) of the object with
+    /// this ID (of any type, as [`Self::object`] finds it): sets `key` in
+    /// the outputs, and in the inputs unless it is a computed output that
+    /// is not an input. False when the object does not exist.
+    pub fn set_property(&self, id: &str, key: &str, value: PropertyValue) -> bool {
+        self.out_of_band(|state| {
+            let Some(obj) = first_with_id(state, id) else {
+                return Vec::new();
+            };
+            let mut obj = obj.clone();
+            if obj.inputs.contains_key(key) || !COMPUTED_OUTPUT_KEYS.contains(&key) {
+                obj.inputs.insert(key.to_owned(), value.clone());
+            }
+            obj.outputs.insert(key.to_owned(), value);
+            vec![Record::Put {
+                object: obj,
+                next_generation: None,
+            }]
+        })
     }
 
     /// Adds (or replaces) an object that exists outside keel.
     pub fn insert_object(&self, object: SimObject) {
-        lock(&self.state).objects.insert(object.id.clone(), object);
+        self.out_of_band(|_| {
+            vec![Record::Put {
+                object,
+                next_generation: None,
+            }]
+        });
     }
 
-    /// Writes the cloud's objects and generation counters to `path` as
-    /// JSON, atomically and durably (temporary file, fsync, rename, fsync of
-    /// the directory). Blocking.
+    /// Writes the cloud's objects and generation counters to `path` as a
+    /// log [`SimCloud::load`] reads, atomically and durably (temporary
+    /// file, fsync, rename, fsync of the directory). Blocking.
     ///
     /// # Errors
-    /// Any I/O error.
-    pub fn save(&self, path: &Path) -> std::io::Result<()> {
-        let _saving = lock(&self.saving);
-        let json = {
-            let state = lock(&self.state);
-            let saved = SavedCloudRef {
-                objects: state.objects.values().collect(),
-                generations: &state.generations,
-            };
-            serde_json::to_vec_pretty(&saved).map_err(std::io::Error::other)?
-        };
-        let dir = match path.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p,
-            _ => Path::new("."),
-        };
-        let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
-        tmp.write_all(&json)?;
-        tmp.as_file().sync_all()?;
-        tmp.persist(path).map_err(|e| e.error)?;
-        #[cfg(unix)]
-        std::fs::File::open(dir)?.sync_all()?;
-        Ok(())
+    /// [`CloudFileError`].
+    pub fn save(&self, path: &Path) -> std::result::Result<(), CloudFileError> {
+        self.refresh_from_file()?;
+        let crypter = lock(&self.secrets).clone();
+        let state = lock(&self.state);
+        super::sim_file::write_snapshot(path, &state, crypter.as_deref()).map(|_| ())
     }
 
-    /// Reads a cloud saved by [`SimCloud::save`]; a missing file is an empty
-    /// cloud. Blocking.
+    /// Opens the cloud kept in the file at `path` for reading (a missing
+    /// file is an empty cloud); [`Self::autosave_to`] the same path makes
+    /// its changes persist. It sees what other processes write to the file.
+    /// Reads both the change log and the whole-JSON form of earlier
+    /// versions. Blocking.
     ///
     /// # Errors
-    /// I/O errors, and [`std::io::ErrorKind::InvalidData`] when the file is
-    /// not a saved cloud.
-    pub fn load(path: &Path, config: SimConfig) -> std::io::Result<Arc<Self>> {
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Self::new(config)),
-            Err(e) => return Err(e),
-        };
-        let saved: SavedCloud = serde_json::from_slice(&bytes)
-            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-        let state = CloudState {
-            objects: saved
-                .objects
-                .into_iter()
-                .map(|o| (o.id.clone(), o))
-                .collect(),
-            generations: saved.generations,
-        };
-        Ok(Arc::new(Self::with_state(config, state)))
+    /// [`CloudFileError`]: I/O, or a file that is not a simulated cloud.
+    pub fn load(path: &Path, config: SimConfig) -> std::result::Result<Arc<Self>, CloudFileError> {
+        let cloud = Self::new(config);
+        *lock(&cloud.file) = Some(CloudFile::new(path.to_owned(), false));
+        cloud.refresh_from_file()?;
+        Ok(cloud)
     }
 
     fn record(&self, kind: SimCallKind, phase: SimCallPhase, urn: &str, id: &str) {
@@ -644,31 +775,26 @@ impl SimCloud {
         Ok(())
     }
 
-    /// Stores a new object for `urn`, returning it.
-    fn store_new(&self, urn: &Urn, ty: &str, inputs: &PropertyMap) -> SimObject {
-        let mut state = lock(&self.state);
-        let CloudState {
-            objects,
-            generations,
-        } = &mut *state;
-        let generation = generations.entry(urn.as_str().to_owned()).or_insert(0);
+    /// Plans a new object for `urn`: the next free ID of its generation
+    /// counter.
+    fn plan_new(state: &CloudState, urn: &Urn, ty: &str, inputs: &PropertyMap) -> (SimObject, u64) {
+        let mut generation = state.generations.get(urn.as_str()).copied().unwrap_or(0);
         let id = loop {
-            let id = object_id(urn, *generation);
-            *generation += 1;
-            if !objects.contains_key(&id) {
+            let id = object_id(urn, generation);
+            generation += 1;
+            if !state.objects.contains_key(&key(&id, ty)) {
                 break id;
             }
         };
         let obj = SimObject {
             outputs: outputs_for(ty, &id, inputs),
-            id: id.clone(),
+            id,
             ty: ty.to_owned(),
             name: urn.name().to_owned(),
             urn: urn.as_str().to_owned(),
             inputs: inputs.clone(),
         };
-        objects.insert(id, obj.clone());
-        obj
+        (obj, generation)
     }
 
     fn diff_inputs(&self, req: &ResourceRequest<'_>) -> DiffResponse {
@@ -773,11 +899,17 @@ impl Provider for SimProvider {
         let mut guard = OpGuard::start(cloud, SimCallKind::Create, req.urn, "");
         cloud.sleep_within("create", req.urn, req.timeout).await?;
         cloud.inject("create", req.urn)?;
-        let obj = cloud.store_new(req.urn, req.ty.as_str(), req.inputs);
-        guard.id.clone_from(&obj.id);
-        cloud
-            .changed()
+        let obj = cloud
+            .change(|state| {
+                let (obj, next) = SimCloud::plan_new(state, req.urn, req.ty.as_str(), req.inputs);
+                let record = Record::Put {
+                    object: obj.clone(),
+                    next_generation: Some(next),
+                };
+                (obj, vec![record])
+            })
             .map_err(|e| cloud_io("create", req.urn, &e))?;
+        guard.id.clone_from(&obj.id);
         drop(guard);
         Ok(ObjectState {
             id: obj.id,
@@ -791,7 +923,17 @@ impl Provider for SimProvider {
         cloud.counters.reads.fetch_add(1, Ordering::SeqCst);
         let guard = OpGuard::start(cloud, SimCallKind::Read, req.urn, req.id);
         cloud.sleep().await;
-        let found = cloud.object(req.id).map(|o| cloud.current_shape(o));
+        cloud
+            .refresh_from_file()
+            .map_err(|e| cloud_io("read", req.urn, &e))?;
+        let found = lock(&cloud.state)
+            .objects
+            .get(&key(req.id, req.ty.as_str()))
+            .cloned();
+        let found = found
+            .map(|o| cloud.current_shape(o))
+            .transpose()
+            .map_err(|e| cloud_secrets("read", req.urn, &e))?;
         drop(guard);
         Ok(found)
     }
@@ -821,25 +963,30 @@ impl Provider for SimProvider {
         let guard = OpGuard::start(cloud, SimCallKind::Update, req.urn, req.id);
         cloud.sleep_within("update", req.urn, req.timeout).await?;
         cloud.inject("update", req.urn)?;
-        let updated = {
-            let mut state = lock(&cloud.state);
-            let Some(obj) = state.objects.get_mut(req.id) else {
-                return Err(ProviderError::NotFound {
-                    urn: req.urn.clone(),
-                    id: req.id.to_owned(),
-                });
-            };
-            obj.inputs = req.inputs.clone();
-            obj.outputs = outputs_for(&obj.ty, &obj.id, req.inputs);
-            ObjectState {
-                id: obj.id.clone(),
-                inputs: obj.inputs.clone(),
-                outputs: obj.outputs.clone(),
-            }
-        };
-        cloud
-            .changed()
-            .map_err(|e| cloud_io("update", req.urn, &e))?;
+        let updated = cloud
+            .change(|state| {
+                let Some(obj) = state.objects.get(&key(req.id, req.ty.as_str())) else {
+                    let missing = ProviderError::NotFound {
+                        urn: req.urn.clone(),
+                        id: req.id.to_owned(),
+                    };
+                    return (Err(missing), Vec::new());
+                };
+                let mut obj = obj.clone();
+                obj.inputs = req.inputs.clone();
+                obj.outputs = outputs_for(&obj.ty, &obj.id, req.inputs);
+                let updated = ObjectState {
+                    id: obj.id.clone(),
+                    inputs: obj.inputs.clone(),
+                    outputs: obj.outputs.clone(),
+                };
+                let record = Record::Put {
+                    object: obj,
+                    next_generation: None,
+                };
+                (Ok(updated), vec![record])
+            })
+            .map_err(|e| cloud_io("update", req.urn, &e))??;
         drop(guard);
         Ok(updated)
     }
@@ -853,19 +1000,35 @@ impl Provider for SimProvider {
         let guard = OpGuard::start(cloud, SimCallKind::Delete, req.urn, req.id);
         cloud.sleep_within("delete", req.urn, req.timeout).await?;
         cloud.inject("delete", req.urn)?;
-        lock(&cloud.state).objects.remove(req.id);
         cloud
-            .changed()
+            .change(|state| {
+                let k = key(req.id, req.ty.as_str());
+                let records = if state.objects.contains_key(&k) {
+                    vec![Record::Delete { ty: k.1, id: k.0 }]
+                } else {
+                    Vec::new()
+                };
+                ((), records)
+            })
             .map_err(|e| cloud_io("delete", req.urn, &e))?;
         drop(guard);
         Ok(())
     }
 
-    async fn find(&self, urn: &Urn, _ty: &crate::model::TypeToken) -> Result<Option<ObjectState>> {
-        Ok(self
-            .cloud
-            .find_by_urn(urn.as_str())
-            .map(|o| self.cloud.current_shape(o)))
+    async fn find(&self, urn: &Urn, ty: &crate::model::TypeToken) -> Result<Option<ObjectState>> {
+        let cloud = &*self.cloud;
+        cloud
+            .refresh_from_file()
+            .map_err(|e| cloud_io("read", urn, &e))?;
+        let found = lock(&cloud.state)
+            .objects
+            .values()
+            .find(|o| o.urn == urn.as_str() && o.ty == ty.as_str())
+            .cloned();
+        found
+            .map(|o| cloud.current_shape(o))
+            .transpose()
+            .map_err(|e| cloud_secrets("read", urn, &e))
     }
 
     fn schema(&self, ty: &crate::model::TypeToken) -> Option<super::SchemaInfo> {
@@ -910,11 +1073,21 @@ impl Provider for SimProvider {
     }
 }
 
-fn cloud_io(operation: &'static str, urn: &Urn, e: &std::io::Error) -> ProviderError {
+fn cloud_io(operation: &'static str, urn: &Urn, e: &CloudFileError) -> ProviderError {
     ProviderError::Failed {
         operation,
         urn: urn.clone(),
-        message: format!("the simulated cloud could not save its objects: {e}"),
+        message: e.to_string(),
+    }
+}
+
+fn cloud_secrets(operation: &'static str, urn: &Urn, e: &SecretsError) -> ProviderError {
+    ProviderError::Failed {
+        operation,
+        urn: urn.clone(),
+        message: format!(
+            "the simulated cloud's object holds secrets this stack cannot decrypt: {e}"
+        ),
     }
 }
 
@@ -1381,6 +1554,302 @@ mod tests {
 
         std::fs::write(&path, b"not json").expect("write");
         let err = SimCloud::load(&path, SimConfig::default()).expect_err("bad file");
-        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+        assert!(
+            matches!(err, CloudFileError::Corrupt { offset: 0, .. }),
+            "{err}"
+        );
+    }
+
+    /// `path`'s (device, inode) and length.
+    fn file_id(path: &Path) -> ((u64, u64), u64) {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).expect("metadata");
+        ((m.dev(), m.ino()), m.len())
+    }
+
+    /// A cloud kept in `path`, as a CLI process opens it.
+    fn persistent(path: &Path) -> Arc<SimCloud> {
+        let cloud = SimCloud::load(path, SimConfig::default()).expect("load");
+        cloud.autosave_to(path);
+        cloud
+    }
+
+    #[tokio::test]
+    async fn objects_are_identified_by_type_and_id() {
+        const OTHER: &str = "aws:s3/bucketWebsiteConfiguration:BucketWebsiteConfiguration";
+        let cloud = SimCloud::new(SimConfig::default());
+        let p = cloud.provider("aws");
+        let (u, t) = (urn("site"), ty());
+        let other_t = TypeToken::parse(OTHER).expect("type");
+        let inputs = props(&[("index", "a")]);
+        let bucket = p.create(req(&u, &t, "", &inputs)).await.expect("create");
+        // A second resource manages the same physical ID under another type.
+        cloud.insert_object(SimObject {
+            id: bucket.id.clone(),
+            ty: OTHER.to_owned(),
+            name: "site-website".to_owned(),
+            urn: String::new(),
+            inputs: inputs.clone(),
+            outputs: inputs.clone(),
+        });
+        assert_eq!(cloud.objects().len(), 2);
+
+        // Reads, updates and deletes of one type leave the other's object.
+        let new_inputs = props(&[("index", "b")]);
+        p.update(req(&u, &other_t, &bucket.id, &new_inputs))
+            .await
+            .expect("update");
+        assert_eq!(
+            cloud.object_of(TY, &bucket.id).expect("bucket").inputs,
+            inputs
+        );
+        p.delete(req(&u, &other_t, &bucket.id, &inputs))
+            .await
+            .expect("delete");
+        assert!(cloud.object_of(OTHER, &bucket.id).is_none());
+        let read = p
+            .read(req(&u, &t, &bucket.id, &inputs))
+            .await
+            .expect("read");
+        assert_eq!(read.expect("the bucket is still there").id, bucket.id);
+        assert!(p
+            .read(req(&u, &other_t, &bucket.id, &inputs))
+            .await
+            .expect("read")
+            .is_none());
+        let err = p
+            .update(req(&u, &other_t, &bucket.id, &inputs))
+            .await
+            .expect_err("missing");
+        assert!(matches!(err, ProviderError::NotFound { .. }), "{err}");
+        assert_eq!(cloud.objects().len(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_change_appends_one_record_whatever_the_number_of_objects() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cloud.json");
+        let cloud = persistent(&path);
+        let p = cloud.provider("aws");
+        let t = ty();
+        let inputs = props(&[("index", "index.html")]);
+        let mut growth = Vec::new();
+        let mut replaced = 0;
+        let mut last: Option<((u64, u64), u64)> = None;
+        for i in 0..1200 {
+            let u = urn(&format!("r{i:05}"));
+            p.create(req(&u, &t, "", &inputs)).await.expect("create");
+            let now = file_id(&path);
+            if let Some((id, len)) = last {
+                if id == now.0 {
+                    growth.push(now.1 - len);
+                } else {
+                    replaced += 1;
+                }
+            }
+            last = Some(now);
+        }
+        // The file is appended to, not rewritten: each create adds one
+        // record of the same size with 10 objects as with 1,000.
+        assert_eq!(replaced, 0, "the file was rewritten");
+        let (first, at_1000) = (growth[10], growth[1000]);
+        assert!(
+            at_1000 <= first + 8,
+            "{first} bytes at 10, {at_1000} at 1000"
+        );
+        assert!(first < 1024, "{first} bytes for one object");
+        let stats = cloud.file_stats();
+        assert_eq!(stats.appended_records, 1200);
+        assert!(stats.appended_bytes < 1200 * 1024, "{stats:?}");
+    }
+
+    #[tokio::test]
+    async fn compaction_keeps_the_file_near_its_live_objects() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cloud.json");
+        let cloud = persistent(&path);
+        let p = cloud.provider("aws");
+        let (u, t) = (urn("site"), ty());
+        let obj = p
+            .create(req(&u, &t, "", &props(&[("n", "0")])))
+            .await
+            .expect("create");
+        for i in 0..5000 {
+            let inputs = props(&[("n", &i.to_string())]);
+            p.update(req(&u, &t, &obj.id, &inputs))
+                .await
+                .expect("update");
+        }
+        let stats = cloud.file_stats();
+        assert!(stats.rewrites >= 2, "{stats:?}");
+        let (_, len) = file_id(&path);
+        assert!(len < 2048 * 400, "{len} bytes for one object");
+        // A fresh reader sees the last update.
+        let again = SimCloud::load(&path, SimConfig::default()).expect("load");
+        assert_eq!(
+            again.object_of(TY, &obj.id).expect("object").inputs,
+            props(&[("n", "4999")])
+        );
+    }
+
+    #[tokio::test]
+    async fn clouds_sharing_a_file_see_each_others_changes() {
+        // Two handles on one file stand for two keel processes.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cloud.json");
+        let (a, b) = (persistent(&path), persistent(&path));
+        let (pa, pb) = (a.provider("aws"), b.provider("aws"));
+        let t = ty();
+        let inputs = PropertyMap::new();
+        let x = pa.create(req(&urn("x"), &t, "", &inputs)).await.expect("x");
+        let y = pb.create(req(&urn("y"), &t, "", &inputs)).await.expect("y");
+        let z = pa.create(req(&urn("z"), &t, "", &inputs)).await.expect("z");
+        pb.delete(req(&urn("x"), &t, &x.id, &inputs))
+            .await
+            .expect("delete x");
+        let ids = |c: &SimCloud| c.objects().into_iter().map(|o| o.id).collect::<Vec<_>>();
+        let mut both = vec![y.id.clone(), z.id.clone()];
+        both.sort();
+        assert_eq!(ids(&a), both);
+        assert_eq!(ids(&b), both);
+        let fresh = SimCloud::load(&path, SimConfig::default()).expect("load");
+        assert_eq!(ids(&fresh), both);
+
+        // One handle compacts (rewrites the file); the other notices the
+        // new file and reads it whole.
+        a.save(&path).expect("rewrite");
+        let w = pb.create(req(&urn("w"), &t, "", &inputs)).await.expect("w");
+        assert!(a.object_of(TY, &w.id).is_some());
+        assert_eq!(ids(&a).len(), 3);
+        assert_eq!(
+            ids(&SimCloud::load(&path, SimConfig::default()).expect("load")).len(),
+            3
+        );
+    }
+
+    #[tokio::test]
+    async fn whole_json_files_are_read_and_rewritten_as_a_log() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cloud.json");
+        let legacy = serde_json::json!({
+            "objects": [{
+                "id": "old-1", "ty": TY, "name": "old", "urn": urn("old").as_str(),
+                "inputs": {"index": "a"}, "outputs": {"index": "a"}
+            }],
+            "generations": {urn("old").as_str(): 1}
+        });
+        std::fs::write(&path, serde_json::to_vec_pretty(&legacy).expect("json")).expect("write");
+        let cloud = persistent(&path);
+        assert_eq!(cloud.objects().len(), 1);
+        let p = cloud.provider("aws");
+        p.create(req(&urn("new"), &ty(), "", &PropertyMap::new()))
+            .await
+            .expect("create");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(text.starts_with("{\"keelSimCloud\":1}\n"), "{text}");
+        let again = SimCloud::load(&path, SimConfig::default()).expect("load");
+        assert_eq!(again.objects().len(), 2);
+        assert!(again.object_of(TY, "old-1").is_some());
+    }
+
+    #[tokio::test]
+    async fn a_torn_last_record_is_no_change_and_a_damaged_one_is_refused() {
+        use std::io::Write as _;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cloud.json");
+        let cloud = persistent(&path);
+        let p = cloud.provider("aws");
+        p.create(req(&urn("a"), &ty(), "", &PropertyMap::new()))
+            .await
+            .expect("create");
+        let good = std::fs::read(&path).expect("read");
+        // A writer killed in the middle of its record.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("open");
+        f.write_all(b"{\"put\":{\"object\":{\"id\":\"half")
+            .expect("write");
+        drop(f);
+        let next = persistent(&path);
+        assert_eq!(next.objects().len(), 1);
+        next.provider("aws")
+            .create(req(&urn("b"), &ty(), "", &PropertyMap::new()))
+            .await
+            .expect("create after a torn record");
+        assert_eq!(
+            SimCloud::load(&path, SimConfig::default())
+                .expect("load")
+                .objects()
+                .len(),
+            2
+        );
+        // A damaged record followed by others is refused with its offset.
+        let mut bad = good.clone();
+        bad.extend_from_slice(b"garbage\n");
+        bad.extend_from_slice(&good[good.iter().position(|b| *b == b'\n').expect("header") + 1..]);
+        std::fs::write(&path, &bad).expect("write");
+        let err = SimCloud::load(&path, SimConfig::default()).expect_err("damaged");
+        assert!(
+            matches!(err, CloudFileError::Corrupt { offset, .. } if offset == good.len() as u64),
+            "{err}"
+        );
+        assert!(err.to_string().contains("cloud.json"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn secrets_are_encrypted_in_the_file_and_read_back() {
+        use crate::model::property::Secret;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cloud.json");
+        let (u, t) = (urn("db"), ty());
+        let mut inputs = props(&[("engine", "pg")]);
+        let secret = PropertyValue::Secret(Secret::plaintext(PropertyValue::String(
+            "hunter2-plain".to_owned(),
+        )));
+        inputs.insert("password".to_owned(), secret.clone());
+
+        // Without the stack's secrets nothing is written.
+        let bare = persistent(&path);
+        let err = bare
+            .provider("aws")
+            .create(req(&u, &t, "", &inputs))
+            .await
+            .expect_err("no crypter");
+        assert!(err.to_string().contains("KEEL_CONFIG_PASSPHRASE"), "{err}");
+        assert!(bare.objects().is_empty());
+
+        let crypter =
+            Arc::new(Crypter::for_stack(&Default::default(), Some("pw")).expect("crypter"));
+        let cloud = persistent(&path);
+        cloud.set_secrets(crypter.clone());
+        let created = cloud
+            .provider("aws")
+            .create(req(&u, &t, "", &inputs))
+            .await
+            .expect("create");
+        cloud.save(&path).expect("rewrite");
+        let text = std::fs::read_to_string(&path).expect("read");
+        assert!(!text.contains("hunter2-plain"), "{text}");
+        assert!(text.contains("ciphertext"), "{text}");
+
+        // Another process of the stack reads the value back.
+        let other = SimCloud::load(&path, SimConfig::default()).expect("load");
+        other.set_secrets(crypter);
+        let read = other
+            .provider("aws")
+            .read(req(&u, &t, &created.id, &inputs))
+            .await
+            .expect("read")
+            .expect("exists");
+        assert_eq!(read.inputs.get("password"), Some(&secret));
+        assert_eq!(read, created);
+        // Without the key, a read fails rather than leak or lose it.
+        let stranger = SimCloud::load(&path, SimConfig::default()).expect("load");
+        assert!(stranger
+            .provider("aws")
+            .read(req(&u, &t, &created.id, &inputs))
+            .await
+            .is_err());
     }
 }

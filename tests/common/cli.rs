@@ -48,7 +48,8 @@ impl Keel {
         self.path().join(".keel")
     }
 
-    pub fn run(&self, args: &[&str]) -> Output {
+    /// The command running `keel args` here (to spawn it).
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_keel"));
         c.current_dir(self.path()).env_remove("KEEL_BACKEND");
         for var in ["KEEL_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE"] {
@@ -58,7 +59,12 @@ impl Keel {
             c.env("KEEL_CONFIG_PASSPHRASE", p);
         }
         c.envs(self.env.iter().map(|(k, v)| (k, v)));
-        c.args(args).output().expect("run keel")
+        c.args(args);
+        c
+    }
+
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().expect("run keel")
     }
 
     /// Runs and expects exit status `code`; returns (stdout, stderr).
@@ -185,6 +191,15 @@ impl Keel {
         let mut objects = v.as_array().expect("an array").clone();
         objects.sort_by(|a, b| a["id"].as_str().cmp(&b["id"].as_str()));
         objects
+    }
+
+    /// The backend's simulated cloud, opened as a keel process opens it
+    /// (for changes behind keel's back).
+    pub fn sim_cloud(&self) -> std::sync::Arc<keel::provider::SimCloud> {
+        let path = self.backend().join("cloud.json");
+        let cloud = keel::provider::SimCloud::load(&path, Default::default()).expect("cloud");
+        cloud.autosave_to(path);
+        cloud
     }
 
     /// `keel stack export`, parsed.
