@@ -16,7 +16,7 @@ use keel::model::{Deployment, State};
 use keel::persist::backend::{Backend, BackendError, PersistenceKind};
 use keel::persist::checkpoint_file::CheckpointPersister;
 use keel::persist::fs::LockError;
-use keel::persist::journal::JournalError;
+use keel::persist::journal::{encode, ChangeRecord, Entry, JournalError, Ref};
 use keel::persist::journal_file::{JournalOptions, JournalPersister};
 use keel::persist::{Change, Mutation, Persister, SnapshotBuilder};
 use keel::plan::step::share;
@@ -211,7 +211,9 @@ fn torn_tails_are_cut_and_middle_corruption_is_refused() {
     let starts = record_starts(&good);
     assert_eq!(starts.len(), 6);
 
-    for tail in [&good[starts[1]..starts[1] + 11], &b"\x00garbage\xff"[..]] {
+    // What a crash can leave of an append: a prefix of a record, or zeros
+    // where the data never reached the disk.
+    for tail in [&good[starts[1]..starts[1] + 11], &[0u8; 512][..]] {
         std::fs::write(&journal, [&good[..], tail].concat()).unwrap();
         let loaded = backend.load(STACK).unwrap();
         assert!(
@@ -240,6 +242,127 @@ fn torn_tails_are_cut_and_middle_corruption_is_refused() {
     }
     let e = backend.load(STACK).unwrap_err().to_string();
     assert!(e.contains(&format!("offset {}", starts[2])), "{e}");
+}
+
+/// The files of the stack, for "nothing changed" checks.
+fn stack_files(backend: &Backend) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(backend.paths(STACK).dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.ends_with("lock"))
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p, bytes)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Asserts that the stack refuses to load and to open with an error naming
+/// `file` (and containing `also`), and that its files did not change.
+fn refused(backend: &Backend, file: &Path, also: &str) {
+    let before = stack_files(backend);
+    let e = backend.load(STACK).map(|_| ()).unwrap_err().to_string();
+    assert!(
+        e.contains(&file.display().to_string()) && e.contains(also),
+        "the error names {} and says `{also}`: {e}",
+        file.display()
+    );
+    let e = backend
+        .open(STACK, "keel up")
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&file.display().to_string()), "{e}");
+    assert!(stack_files(backend) == before, "refusing changed the files");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_no_torn_write_can_leave_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path());
+    let cloud = SimCloud::new(SimConfig::default());
+    up(&backend, &cloud, many(6), PersistenceKind::Journal, None)
+        .await
+        .unwrap();
+    let journal = backend.paths(STACK).journal;
+    // Random bytes in place of the journal (xorshift, fixed seed): not a
+    // torn write at offset 0, which would read the stack as its base.
+    let mut x: u64 = 0x0dd_ba11_cafe_f00d;
+    let random: Vec<u8> = (0..2048)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(&journal, &random).unwrap();
+    refused(&backend, &journal, "offset 0");
+
+    // Garbage after whole records, and a header claiming more than any
+    // record keel writes, at the end of the file.
+    let good = {
+        std::fs::write(&journal, b"").unwrap();
+        drop(backend.open(STACK, "test").unwrap());
+        journal_with_creates(&backend, 3);
+        std::fs::read(&journal).unwrap()
+    };
+    let mut huge = u32::MAX.to_le_bytes().to_vec();
+    huge.extend(b"\0\0\0\0{\"kind\":");
+    for tail in [&b"\x00garbage\xff"[..], &huge[..]] {
+        std::fs::write(&journal, [&good[..], tail].concat()).unwrap();
+        refused(&backend, &journal, &format!("offset {}", good.len()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_base_checkpoint_is_refused_not_read_as_an_empty_stack() {
+    for kind in [PersistenceKind::Journal, PersistenceKind::Checkpoint] {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Backend::new(dir.path());
+        let cloud = SimCloud::new(SimConfig::default());
+        up(&backend, &cloud, many(4), kind, None).await.unwrap();
+        up(&backend, &cloud, many(5), kind, None).await.unwrap();
+        let paths = backend.paths(STACK);
+        std::fs::remove_file(&paths.base).unwrap();
+        refused(&backend, &paths.base, "checkpoint.json.bak");
+        assert_eq!(cloud.objects().len(), 5, "{kind:?}");
+    }
+    // Without the backup, a journal that follows a base gives it away.
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path());
+    let cloud = SimCloud::new(SimConfig::default());
+    up(&backend, &cloud, many(3), PersistenceKind::Journal, None)
+        .await
+        .unwrap();
+    journal_with_creates(&backend, 2);
+    let paths = backend.paths(STACK);
+    std::fs::remove_file(&paths.base).unwrap();
+    let _ = std::fs::remove_file(paths.base.with_extension("json.bak"));
+    refused(&backend, &paths.base, "journal.log");
+}
+
+#[test]
+fn errors_reading_a_checkpoint_or_journal_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path());
+    journal_with_creates(&backend, 2);
+    drop(backend.open(STACK, "test").unwrap());
+    let paths = backend.paths(STACK);
+    let good_base = std::fs::read(&paths.base).unwrap();
+    std::fs::write(&paths.base, b"{\"version\": 3, \"deployment\": [").unwrap();
+    refused(&backend, &paths.base, "");
+    // A journal entry that does not apply to the base names the journal.
+    std::fs::write(&paths.base, good_base).unwrap();
+    let entry = Entry::Success {
+        seq: 99,
+        op: 0,
+        change: ChangeRecord::Remove { old: Ref::Base(42) },
+    };
+    std::fs::write(&paths.journal, encode(&entry)).unwrap();
+    refused(&backend, &paths.journal, "seq 99");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
