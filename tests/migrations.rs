@@ -110,6 +110,36 @@ async fn rename_walkthrough_replaces_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_an_interrupted_run_left_pending_do_not_block_the_next_migration() {
+    let mut h = Harness::new(SimConfig::default());
+    h.up(vec![
+        component("app"),
+        bucket("old", &[("k", "v")]).parent("app"),
+    ])
+    .await
+    .unwrap();
+    // A run killed during a create left it pending (its object never made).
+    let mut lost = h.state_of("old").clone();
+    lost.urn = keel::model::Urn::parse(&h.urn("old").as_str().replace("::old", "::lost")).unwrap();
+    lost.id = String::new();
+    let mut p = keel::model::snapshot::PendingOperation::default();
+    p.resource = lost;
+    p.ty = keel::model::snapshot::OperationType::Creating;
+    h.state.pending_operations = vec![p];
+    // Recovery resolves it first: the migration sees no pending operation.
+    let o = h
+        .up(vec![
+            migrating(component("app"), vec![rename("old", "new")]),
+            bucket("new", &[("k", "v")]).parent("app"),
+        ])
+        .await
+        .unwrap_or_else(|e| panic!("the first update after the crash failed: {e}"));
+    assert_eq!(committed(&o), 1, "{:?}", o.migrations);
+    assert!(h.state.pending_operations.is_empty());
+    assert_eq!(h.cloud.objects().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fold_walkthrough_maps_two_children_onto_one() {
     let mut h = Harness::new(SimConfig::default());
     h.up(vec![

@@ -66,8 +66,8 @@ pub enum BackendError {
         stack: String,
         /// The file read.
         path: PathBuf,
-        /// Why.
-        source: CheckpointError,
+        /// Why (boxed: the error stays small).
+        source: Box<CheckpointError>,
     },
     /// The journal is corrupt or does not replay.
     #[error("stack `{stack}`: {}: {source}", .path.display())]
@@ -334,7 +334,7 @@ impl Backend {
                     BackendError::Checkpoint {
                         stack: stack.to_owned(),
                         path: paths.base.clone(),
-                        source,
+                        source: Box::new(source),
                     }
                 })?;
                 let seq = file
@@ -437,10 +437,15 @@ impl Backend {
                 .decrypt_deployment(&mut deployment)
                 .map_err(secrets)?;
         }
-        for p in &deployment.pending_operations {
+        if !deployment.pending_operations.is_empty() {
+            let urns: Vec<String> = deployment
+                .pending_operations
+                .iter()
+                .map(|p| format!("{:?} {}", p.ty, p.resource.urn))
+                .collect();
             warnings.push(format!(
-                "an interrupted operation left a pending {:?} of {}: run `keel refresh` to resolve it",
-                p.ty, p.resource.urn
+                "stack `{stack}`: an interrupted operation left {}: the next `keel up` or `keel refresh` resolves them (adopting objects that were created, removing resources whose delete went through, clearing the rest)",
+                crate::events::summarize("pending operation", &urns)
             ));
         }
         Ok(Loaded {

@@ -381,10 +381,12 @@ pub fn normalize_aliases(resources: &mut [State]) {
     }
 }
 
-/// Drops references to resources a refresh found gone: dependencies,
+/// Drops references to resources a refresh (or the recovery of an
+/// interrupted delete) found gone, mapped to their parents: dependencies,
 /// property dependencies, `deletedWith` and `replaceWith` lose them, and
-/// their children move to their parent.
-fn drop_vanished(
+/// their children move to their parent. A URN some state still has is
+/// kept.
+pub fn drop_vanished(
     resources: &mut [State],
     vanished: &HashMap<crate::model::Urn, crate::model::Urn>,
 ) {

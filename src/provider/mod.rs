@@ -186,6 +186,17 @@ pub trait Provider: Send + Sync + 'static {
         Ok(None)
     }
 
+    /// Every object the cloud holds for a URN, when the provider can tell
+    /// (a replacement shares its URN with the object it replaces: recovery
+    /// of an interrupted create-replacement must see both). The default
+    /// asks [`Provider::find`].
+    ///
+    /// # Errors
+    /// [`ProviderError::Failed`] when the cloud cannot be asked.
+    async fn find_all(&self, urn: &Urn, ty: &TypeToken) -> Result<Vec<ObjectState>> {
+        Ok(self.find(urn, ty).await?.into_iter().collect())
+    }
+
     /// The current persisted schema of a resource type, when the provider
     /// versions it (`architecture.md` §8). The default versions nothing:
     /// `None`.

@@ -868,6 +868,16 @@ impl Provider for SimProvider {
             .map(|o| self.cloud.current_shape(o)))
     }
 
+    async fn find_all(&self, urn: &Urn, _ty: &crate::model::TypeToken) -> Result<Vec<ObjectState>> {
+        Ok(self
+            .cloud
+            .objects()
+            .into_iter()
+            .filter(|o| o.urn == urn.as_str())
+            .map(|o| self.cloud.current_shape(o))
+            .collect())
+    }
+
     fn schema(&self, ty: &crate::model::TypeToken) -> Option<super::SchemaInfo> {
         self.cloud
             .schema(ty.as_str())
