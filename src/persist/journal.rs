@@ -276,13 +276,11 @@ enum Bad {
     Garbage(String),
 }
 
-/// Whether `bytes` can be (a prefix of) a payload keel wrote, possibly
-/// zero-filled from some point on: nothing, zeros, or JSON's `{` first.
+/// Whether `bytes` can be (a prefix of) a payload keel wrote, some of its
+/// blocks possibly never written (read back as zeros): nothing, JSON's `{`
+/// first, or a zero first.
 fn plausible_payload(bytes: &[u8]) -> bool {
-    match bytes.iter().position(|&b| b != 0) {
-        None => true,
-        Some(i) => i == 0 && bytes[0] == b'{',
-    }
+    bytes.first().is_none_or(|&b| b == b'{' || b == 0)
 }
 
 /// Tries to read a whole, valid record at `at`.
@@ -326,9 +324,9 @@ fn record_at(bytes: &[u8], at: usize) -> Result<(Entry, usize), Bad> {
 }
 
 /// Decodes a journal. The writer only appends whole framed records, so a
-/// crash can leave a prefix of its last append, possibly zero-filled from
-/// some point on: a short header, a plausible length with a short payload
-/// (`{` first, or zeros), a CRC mismatch, or zeros. Such a tail is torn: it
+/// crash can leave a prefix of its last append, possibly with zeros where
+/// blocks never reached the disk: a short header, a plausible length with a
+/// short payload (`{` or a zero first), a CRC mismatch, or zeros. Such a tail is torn: it
 /// is reported and cut. Anything else (a length beyond [`MAX_PAYLOAD`], a
 /// payload that cannot start an entry, a CRC-valid payload that is no
 /// entry) is damage, refused with its offset even at the end of the file,
