@@ -23,6 +23,7 @@ use crate::persist::actor::{PersistMsg, PersisterActor};
 use crate::persist::{MemoryPersister, PersistError, Persister, SnapshotBuilder};
 use crate::plan::actor::{GenArgs, GenMsg, GeneratorActor, MigrationEnv, MigrationReport, Mode};
 use crate::plan::generator::{PlanOptions, Planner, UpdateOptions};
+use crate::provider::ProviderError;
 use crate::provider::ProviderRegistry;
 use crate::source::goal::Goal;
 use crate::source::{Context, NullSource, Program, SourceActor};
@@ -283,10 +284,10 @@ impl Engine {
         let started = Instant::now();
         let spawn_err = |e: ractor::SpawnErr| EngineError::Spawn(e.to_string());
         let root = self.root_urn()?;
-        // Migrations are restricted by pending operations of the prior
-        // snapshot as the user left it, before recovery resolves them.
-        let prior_pending = prior.pending_operations.clone();
-        for warning in self.resolve_pending(&mut prior).await {
+        for warning in self
+            .resolve_pending(&mut prior, mode == Mode::Refresh)
+            .await
+        {
             tracing::warn!("{warning}");
             self.config.events.send(EngineEvent::Diagnostic {
                 severity: "warning".into(),
@@ -294,6 +295,10 @@ impl Engine {
                 message: warning,
             });
         }
+        // Migrations are restricted by the pending operations of the prior
+        // state after recovery (`migrations.md` §5.4): those it resolved
+        // restrict nothing.
+        let pending_operations = !prior.pending_operations.is_empty();
         // Schema upgrades, before planning and before any component
         // migration callback sees the state. A failure changes nothing.
         let upgraded = match mode {
@@ -321,7 +326,7 @@ impl Engine {
         let migration_env = MigrationEnv {
             prior: Arc::new(ArcSwap::from_pointee(olds.clone())),
             supported,
-            pending_operations: !prior_pending.is_empty(),
+            pending_operations,
             snippets: snippets.clone(),
             extensions: extensions.clone(),
             report_states: self.config.report_migration_states,
@@ -548,35 +553,96 @@ impl Engine {
 }
 
 impl Engine {
-    /// Resolves the operations an interrupted run left pending: a create
-    /// whose object exists in the cloud is adopted (so the next update does
-    /// not create it twice), a delete whose object is gone removes the
-    /// resource, the rest are cleared. Returns warnings for the user.
-    async fn resolve_pending(&self, prior: &mut Deployment) -> Vec<String> {
-        let mut warnings = Vec::new();
+    /// Resolves the operations an interrupted run left pending, so that
+    /// every object in the cloud is owned by exactly one state:
+    /// - a create whose object exists (`Provider::find_all`, an object of
+    ///   its URN no state holds) is adopted: as the resource when no live
+    ///   state has its URN (or the live one is pending its replacement,
+    ///   its object already deleted), otherwise as the new state of the
+    ///   interrupted create-before-delete replacement, the old one kept
+    ///   marked for deletion (as the step would have ended);
+    /// - a delete whose object is gone removes the resource, and the
+    ///   references other states hold to it are dropped (as refresh does);
+    /// - the rest are cleared.
+    ///
+    /// Returns one summarized warning per outcome.
+    async fn resolve_pending(&self, prior: &mut Deployment, refresh: bool) -> Vec<String> {
+        let mut adopted = Vec::new();
+        let mut replacements = Vec::new();
+        let mut removed = Vec::new();
+        let mut cleared = Vec::new();
+        let mut unknown = Vec::new();
+        let mut kept = Vec::new();
+        let mut cleared_blind = Vec::new();
+        let mut gone = std::collections::HashMap::new();
         for op in std::mem::take(&mut prior.pending_operations) {
+            if op.ty == OperationType::Creating && !refresh {
+                // A create the provider cannot look up stays pending, as
+                // Pulumi keeps it: its object may exist, and clearing the
+                // record would orphan it.
+                if let Some(p) = crate::model::ProviderRef::parse(&op.resource.provider)
+                    .ok()
+                    .map(|r| self.registry.get(&r))
+                {
+                    if let Err(ProviderError::CannotLookUp { .. }) =
+                        p.find_all(&op.resource.urn, &op.resource.ty).await
+                    {
+                        unknown.push(op.resource.urn.to_string());
+                        kept.push(op);
+                        continue;
+                    }
+                }
+            }
             let s = op.resource;
             let provider = crate::model::ProviderRef::parse(&s.provider)
                 .ok()
                 .map(|r| self.registry.get(&r));
-            let live = prior
-                .resources
-                .iter()
-                .position(|r| r.urn == s.urn && !r.delete);
             match (op.ty, provider) {
-                (OperationType::Creating, Some(p)) if live.is_none() => match p.find(&s.urn, &s.ty).await {
-                    Ok(Some(obj)) => {
-                        warnings.push(format!("adopted {} (id {}): its create was interrupted after the object was made", s.urn, obj.id));
-                        let mut adopted = s.clone();
-                        adopted.id = obj.id;
-                        adopted.inputs = obj.inputs;
-                        adopted.outputs = obj.outputs;
-                        crate::provider::schema::stamp(&*p, &mut adopted);
-                        prior.resources.push(adopted);
+                (OperationType::Creating, Some(p)) => {
+                    let found = match p.find_all(&s.urn, &s.ty).await {
+                        Ok(found) => found,
+                        Err(e) => {
+                            cleared_blind.push(format!("{} ({e})", s.urn));
+                            continue;
+                        }
+                    };
+                    let owned =
+                        |id: &str| prior.resources.iter().any(|r| r.urn == s.urn && r.id == id);
+                    let Some(obj) = found.into_iter().find(|o| !owned(&o.id)) else {
+                        cleared.push(s.urn.to_string());
+                        continue;
+                    };
+                    let mut new = s.clone();
+                    new.id = obj.id;
+                    new.inputs = obj.inputs;
+                    new.outputs = obj.outputs;
+                    new.delete = false;
+                    new.pending_replacement = false;
+                    crate::provider::schema::stamp(&*p, &mut new);
+                    let live = prior
+                        .resources
+                        .iter()
+                        .position(|r| r.urn == s.urn && !r.delete);
+                    match live {
+                        // Delete-before-replace: the old object is gone;
+                        // the new one takes its place (and its dependents).
+                        Some(i) if prior.resources[i].pending_replacement => {
+                            adopted.push(format!("{} (id {})", s.urn, new.id));
+                            prior.resources[i] = new;
+                        }
+                        // Create-before-delete: the old one is deleted at
+                        // the end of the next update.
+                        Some(i) => {
+                            replacements.push(format!("{} (id {})", s.urn, new.id));
+                            prior.resources[i].delete = true;
+                            prior.resources.push(new);
+                        }
+                        None => {
+                            adopted.push(format!("{} (id {})", s.urn, new.id));
+                            prior.resources.push(new);
+                        }
                     }
-                    Ok(None) => warnings.push(format!("cleared the interrupted create of {}: no object was found in the cloud", s.urn)),
-                    Err(e) => warnings.push(format!("cleared the interrupted create of {}: {e}; if the object exists, import it", s.urn)),
-                },
+                }
                 (OperationType::Deleting, Some(p)) => {
                     let req = crate::provider::ResourceRequest {
                         urn: &s.urn,
@@ -592,39 +658,44 @@ impl Engine {
                     };
                     match p.read(req).await {
                         Ok(None) => {
-                            prior.resources.retain(|r| !(r.urn == s.urn && r.id == s.id));
-                            if !prior.resources.iter().any(|r| r.urn == s.urn) {
-                                drop_references(&mut prior.resources, &s.urn, &s.parent);
-                            }
-                            warnings.push(format!("removed {}: its delete was interrupted after the object was deleted", s.urn));
+                            prior
+                                .resources
+                                .retain(|r| !(r.urn == s.urn && r.id == s.id));
+                            gone.insert(s.urn.clone(), s.parent.clone());
+                            removed.push(s.urn.to_string());
                         }
-                        _ => warnings.push(format!("cleared the interrupted delete of {}: the object still exists", s.urn)),
+                        _ => cleared.push(s.urn.to_string()),
                     }
                 }
-                (ty, _) => warnings.push(format!("cleared the interrupted {ty:?} of {}", s.urn)),
+                (ty, _) => cleared.push(format!("{ty:?} {}", s.urn)),
             }
         }
+        // A resource pending its replacement may still depend on one whose
+        // delete went through: drop such references, as refresh does.
+        crate::persist::drop_vanished(&mut prior.resources, &gone);
+        let mut warnings = Vec::new();
+        let mut say = |list: &[String], what: &str, text: &str| {
+            if !list.is_empty() {
+                let s = crate::events::summarize(what, list);
+                warnings.push(format!("{s}: {text}"));
+            }
+        };
+        say(&adopted, "interrupted create", "adopted: the objects had been made, so they are in the state now and not created again");
+        say(&replacements, "interrupted create-replacement", "adopted as the new states: the objects had been made; the replaced ones are marked for deletion and deleted at the end of this update (or the next)");
+        say(
+            &removed,
+            "interrupted delete",
+            "the objects are gone, so the resources left the state",
+        );
+        say(
+            &cleared,
+            "interrupted operation",
+            "cleared: the cloud holds nothing of them that the state does not",
+        );
+        say(&unknown, "interrupted create", "kept pending: the provider cannot tell whether the objects exist; check the cloud, then `keel refresh` clears the records (import or delete any object that was made)");
+        say(&cleared_blind, "interrupted create", "cleared, but the cloud could not be asked whether the objects exist: if they do, import them or delete them by hand");
+        prior.pending_operations = kept;
         warnings
-    }
-}
-
-/// Removes every reference to `gone`, a resource no longer in the state,
-/// so the state stays loadable: dependencies, property dependencies,
-/// `deletedWith` and `replaceWith` drop it, and its children move to its
-/// own parent (which comes before them).
-fn drop_references(resources: &mut [crate::model::State], gone: &Urn, parent: &Urn) {
-    for r in resources {
-        r.dependencies.retain(|d| d != gone);
-        for deps in r.property_dependencies.values_mut().flatten() {
-            deps.retain(|d| d != gone);
-        }
-        if r.deleted_with == *gone {
-            r.deleted_with = Urn::default();
-        }
-        r.replace_with.retain(|d| d != gone);
-        if r.parent == *gone {
-            r.parent = parent.clone();
-        }
     }
 }
 

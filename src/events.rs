@@ -121,3 +121,22 @@ impl EventSink {
         self.0.is_some()
     }
 }
+
+/// How many items a summarized warning lists by name.
+pub const LISTED: usize = 3;
+
+/// `n <what>s (first, second, third and n-3 more)`: one line for a list of
+/// items however long (warnings about many resources).
+pub fn summarize(what: &str, items: &[String]) -> String {
+    let n = items.len();
+    let noun = if n == 1 {
+        what.to_owned()
+    } else {
+        format!("{what}s")
+    };
+    let mut listed = items[..n.min(LISTED)].join(", ");
+    if n > LISTED {
+        listed.push_str(&format!(" and {} more", n - LISTED));
+    }
+    format!("{n} {noun} ({listed})")
+}

@@ -110,6 +110,78 @@ async fn rename_walkthrough_replaces_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operations_an_interrupted_run_left_pending_do_not_block_the_next_migration() {
+    let mut h = Harness::new(SimConfig::default());
+    h.up(vec![
+        component("app"),
+        bucket("old", &[("k", "v")]).parent("app"),
+    ])
+    .await
+    .unwrap();
+    // A run killed during a create left it pending (its object never made).
+    let mut lost = h.state_of("old").clone();
+    lost.urn = keel::model::Urn::parse(&h.urn("old").as_str().replace("::old", "::lost")).unwrap();
+    lost.id = String::new();
+    let mut p = keel::model::snapshot::PendingOperation::default();
+    p.resource = lost;
+    p.ty = keel::model::snapshot::OperationType::Creating;
+    h.state.pending_operations = vec![p];
+    // Recovery resolves it first: the migration sees no pending operation.
+    let o = h
+        .up(vec![
+            migrating(component("app"), vec![rename("old", "new")]),
+            bucket("new", &[("k", "v")]).parent("app"),
+        ])
+        .await
+        .unwrap_or_else(|e| panic!("the first update after the crash failed: {e}"));
+    assert_eq!(committed(&o), 1, "{:?}", o.migrations);
+    assert!(h.state.pending_operations.is_empty());
+    assert_eq!(h.cloud.objects().len(), 1);
+}
+
+/// A provider that cannot look objects up by URN (as a Pulumi plugin
+/// cannot) leaves an interrupted create unresolved: it stays pending
+/// through updates (its object may exist; clearing it would orphan it),
+/// keeps restricting migrations, and `refresh` clears it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_the_provider_cannot_look_up_stays_pending_until_refresh() {
+    let mut h = Harness::new(SimConfig {
+        lookup: false,
+        ..SimConfig::default()
+    });
+    h.up(vec![
+        component("app"),
+        bucket("old", &[("k", "v")]).parent("app"),
+    ])
+    .await
+    .unwrap();
+    let mut lost = h.state_of("old").clone();
+    lost.urn = keel::model::Urn::parse(&h.urn("old").as_str().replace("::old", "::lost")).unwrap();
+    lost.id = String::new();
+    let mut p = keel::model::snapshot::PendingOperation::default();
+    p.resource = lost;
+    p.ty = keel::model::snapshot::OperationType::Creating;
+    h.state.pending_operations = vec![p];
+    let program = || {
+        vec![
+            migrating(component("app"), vec![rename("old", "new")]),
+            bucket("new", &[("k", "v")]).parent("app"),
+        ]
+    };
+    let o = failed(h.up(program()).await);
+    assert_eq!(o.summary.rules, vec!["pending-operations".to_owned()]);
+    assert_eq!(
+        h.state.pending_operations.len(),
+        1,
+        "kept through the update"
+    );
+    h.refresh().await.unwrap();
+    assert!(h.state.pending_operations.is_empty(), "refresh clears it");
+    let o = h.up(program()).await.unwrap();
+    assert_eq!(committed(&o), 1, "{:?}", o.migrations);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fold_walkthrough_maps_two_children_onto_one() {
     let mut h = Harness::new(SimConfig::default());
     h.up(vec![

@@ -12,11 +12,12 @@ use common::*;
 use keel::engine::{Engine, EngineConfig, EngineError, Outcome};
 use keel::model::integrity::verify;
 use keel::model::snapshot::OperationType;
+use keel::model::snapshot::PendingOperation;
 use keel::model::{Deployment, State};
-use keel::persist::backend::{Backend, BackendError, PersistenceKind};
+use keel::persist::backend::{write_base, Backend, BackendError, PersistenceKind};
 use keel::persist::checkpoint_file::CheckpointPersister;
 use keel::persist::fs::LockError;
-use keel::persist::journal::JournalError;
+use keel::persist::journal::{encode, ChangeRecord, Entry, JournalError, Ref};
 use keel::persist::journal_file::{JournalOptions, JournalPersister};
 use keel::persist::{Change, Mutation, Persister, SnapshotBuilder};
 use keel::plan::step::share;
@@ -24,11 +25,11 @@ use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
 
 const STACK: &str = "dev";
 
-fn engine(cloud: &Arc<SimCloud>) -> Engine {
+fn engine(cloud: &Arc<SimCloud>, parallel: usize) -> Engine {
     Engine::new(
         EngineConfig {
             project: "proj".into(),
-            parallel: 8,
+            parallel,
             ..EngineConfig::default()
         },
         ProviderRegistry::simulated(cloud.clone()),
@@ -57,6 +58,28 @@ async fn up(
     kind: PersistenceKind,
     fail_at: Option<u64>,
 ) -> Result<Outcome, EngineError> {
+    up_inner(backend, cloud, resources, kind, fail_at, 8).await
+}
+
+/// [`up`] running at most `parallel` provider operations at once.
+async fn up_with(
+    backend: &Backend,
+    cloud: &Arc<SimCloud>,
+    resources: Vec<Res>,
+    kind: PersistenceKind,
+    parallel: usize,
+) -> Result<Outcome, EngineError> {
+    up_inner(backend, cloud, resources, kind, None, parallel).await
+}
+
+async fn up_inner(
+    backend: &Backend,
+    cloud: &Arc<SimCloud>,
+    resources: Vec<Res>,
+    kind: PersistenceKind,
+    fail_at: Option<u64>,
+    parallel: usize,
+) -> Result<Outcome, EngineError> {
     let open = backend.open(STACK, "keel up").unwrap();
     let persister: Box<dyn Persister> = match (kind, fail_at) {
         (k, None) => open.persister(k, JournalOptions::default()).unwrap(),
@@ -75,7 +98,7 @@ async fn up(
                 .fail_at(n),
         ),
     };
-    engine(cloud)
+    engine(cloud, parallel)
         .update(open.deployment.clone(), program(resources), persister)
         .await
 }
@@ -211,7 +234,9 @@ fn torn_tails_are_cut_and_middle_corruption_is_refused() {
     let starts = record_starts(&good);
     assert_eq!(starts.len(), 6);
 
-    for tail in [&good[starts[1]..starts[1] + 11], &b"\x00garbage\xff"[..]] {
+    // What a crash can leave of an append: a prefix of a record, or zeros
+    // where the data never reached the disk.
+    for tail in [&good[starts[1]..starts[1] + 11], &[0u8; 512][..]] {
         std::fs::write(&journal, [&good[..], tail].concat()).unwrap();
         let loaded = backend.load(STACK).unwrap();
         assert!(
@@ -240,6 +265,322 @@ fn torn_tails_are_cut_and_middle_corruption_is_refused() {
     }
     let e = backend.load(STACK).unwrap_err().to_string();
     assert!(e.contains(&format!("offset {}", starts[2])), "{e}");
+}
+
+/// The files of the stack, for "nothing changed" checks.
+fn stack_files(backend: &Backend) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files: Vec<(PathBuf, Vec<u8>)> = std::fs::read_dir(backend.paths(STACK).dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| !p.ends_with("lock"))
+        .map(|p| {
+            let bytes = std::fs::read(&p).unwrap();
+            (p, bytes)
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// Asserts that the stack refuses to load and to open with an error naming
+/// `file` (and containing `also`), and that its files did not change.
+fn refused(backend: &Backend, file: &Path, also: &str) {
+    let before = stack_files(backend);
+    let e = backend.load(STACK).map(|_| ()).unwrap_err().to_string();
+    assert!(
+        e.contains(&file.display().to_string()) && e.contains(also),
+        "the error names {} and says `{also}`: {e}",
+        file.display()
+    );
+    let e = backend
+        .open(STACK, "keel up")
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&file.display().to_string()), "{e}");
+    assert!(stack_files(backend) == before, "refusing changed the files");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_journal_no_torn_write_can_leave_is_refused_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path());
+    let cloud = SimCloud::new(SimConfig::default());
+    up(&backend, &cloud, many(6), PersistenceKind::Journal, None)
+        .await
+        .unwrap();
+    let journal = backend.paths(STACK).journal;
+    // Random bytes in place of the journal (xorshift, fixed seed): not a
+    // torn write at offset 0, which would read the stack as its base.
+    let mut x: u64 = 0x0dd_ba11_cafe_f00d;
+    let random: Vec<u8> = (0..2048)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    std::fs::write(&journal, &random).unwrap();
+    refused(&backend, &journal, "offset 0");
+
+    // Garbage after whole records, and a header claiming more than any
+    // record keel writes, at the end of the file.
+    let good = {
+        std::fs::write(&journal, b"").unwrap();
+        drop(backend.open(STACK, "test").unwrap());
+        journal_with_creates(&backend, 3);
+        std::fs::read(&journal).unwrap()
+    };
+    let mut huge = u32::MAX.to_le_bytes().to_vec();
+    huge.extend(b"\0\0\0\0{\"kind\":");
+    for tail in [&b"\x00garbage\xff"[..], &huge[..]] {
+        std::fs::write(&journal, [&good[..], tail].concat()).unwrap();
+        refused(&backend, &journal, &format!("offset {}", good.len()));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_base_checkpoint_is_refused_not_read_as_an_empty_stack() {
+    for kind in [PersistenceKind::Journal, PersistenceKind::Checkpoint] {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Backend::new(dir.path());
+        let cloud = SimCloud::new(SimConfig::default());
+        up(&backend, &cloud, many(4), kind, None).await.unwrap();
+        up(&backend, &cloud, many(5), kind, None).await.unwrap();
+        let paths = backend.paths(STACK);
+        std::fs::remove_file(&paths.base).unwrap();
+        refused(&backend, &paths.base, "checkpoint.json.bak");
+        assert_eq!(cloud.objects().len(), 5, "{kind:?}");
+    }
+    // Without the backup, a journal that follows a base gives it away.
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path());
+    let cloud = SimCloud::new(SimConfig::default());
+    up(&backend, &cloud, many(3), PersistenceKind::Journal, None)
+        .await
+        .unwrap();
+    journal_with_creates(&backend, 2);
+    let paths = backend.paths(STACK);
+    std::fs::remove_file(&paths.base).unwrap();
+    let _ = std::fs::remove_file(paths.base.with_extension("json.bak"));
+    refused(&backend, &paths.base, "journal.log");
+}
+
+#[test]
+fn errors_reading_a_checkpoint_or_journal_name_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path());
+    journal_with_creates(&backend, 2);
+    drop(backend.open(STACK, "test").unwrap());
+    let paths = backend.paths(STACK);
+    let good_base = std::fs::read(&paths.base).unwrap();
+    std::fs::write(&paths.base, b"{\"version\": 3, \"deployment\": [").unwrap();
+    refused(&backend, &paths.base, "");
+    // A journal entry that does not apply to the base names the journal.
+    std::fs::write(&paths.base, good_base).unwrap();
+    let entry = Entry::Success {
+        seq: 99,
+        op: 0,
+        change: ChangeRecord::Remove { old: Ref::Base(42) },
+    };
+    std::fs::write(&paths.journal, encode(&entry)).unwrap();
+    refused(&backend, &paths.journal, "seq 99");
+}
+
+/// Writes `d` as the stack's base, as a killed operation can leave it.
+fn leave(backend: &Backend, d: &Deployment) {
+    let paths = backend.paths(STACK);
+    write_base(&paths.base, d, 0, 0, &Default::default()).unwrap();
+    std::fs::write(&paths.journal, b"").unwrap();
+}
+
+fn pending(resource: &State, ty: OperationType) -> PendingOperation {
+    let mut p = PendingOperation::default();
+    p.resource = resource.clone();
+    p.ty = ty;
+    p
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_create_replacement_is_adopted_not_leaked() {
+    for kind in [PersistenceKind::Journal, PersistenceKind::Checkpoint] {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Backend::new(dir.path());
+        let cloud = SimCloud::new(Crash::Replace.config());
+        let v = |n: &str| {
+            vec![
+                bucket("a", &[("name", n)]),
+                bucket("b", &[("size", "1")]).dep("a"),
+            ]
+        };
+        up(&backend, &cloud, v("x"), kind, None).await.unwrap();
+        // Killed after the replacement of `a` was made, before it was
+        // recorded: the create is pending, the old `a` still live.
+        let mut d = backend.load(STACK).unwrap().deployment;
+        let old = d
+            .resources
+            .iter()
+            .find(|s| s.urn.name() == "a")
+            .unwrap()
+            .clone();
+        let mut new = old.clone();
+        new.id = String::new();
+        new.inputs = props(&[("name", "y")]);
+        let made = cloud
+            .objects()
+            .into_iter()
+            .find(|o| o.urn == old.urn.as_str())
+            .unwrap();
+        cloud.insert_object(keel::provider::sim::SimObject {
+            id: format!("{}-replacement", made.id),
+            inputs: new.inputs.clone(),
+            ..made
+        });
+        d.pending_operations = vec![pending(&new, OperationType::Creating)];
+        leave(&backend, &d);
+
+        up(&backend, &cloud, v("y"), kind, None)
+            .await
+            .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
+        let state = backend.load(STACK).unwrap().deployment;
+        assert_eq!(cloud.objects().len(), 2, "{kind:?}: {:?}", cloud.objects());
+        nothing_forgotten(&state, &cloud);
+        let a = state
+            .resources
+            .iter()
+            .find(|s| s.urn.name() == "a")
+            .unwrap();
+        assert_eq!(
+            a.id,
+            format!("{}-replacement", made.id),
+            "{kind:?}: adopted, not made again"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_delete_before_replace_leaves_a_stack_that_saves() {
+    for kind in [PersistenceKind::Checkpoint, PersistenceKind::Journal] {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Backend::new(dir.path());
+        let cloud = SimCloud::new(Crash::DeleteBeforeReplace.config());
+        let v = |n: &str| {
+            vec![
+                bucket("a", &[("name", n)]),
+                bucket("b", &[("size", "1")]).dep("a"),
+            ]
+        };
+        up(&backend, &cloud, v("x"), kind, None).await.unwrap();
+        // Killed during the delete of `a` (its dependent `b` deleted first
+        // and pending its replacement), after the object was deleted.
+        let mut d = backend.load(STACK).unwrap().deployment;
+        for s in &mut d.resources {
+            if s.urn.name() == "b" {
+                s.pending_replacement = true;
+                cloud.remove_object(&s.id);
+            }
+        }
+        let a = d
+            .resources
+            .iter()
+            .find(|s| s.urn.name() == "a")
+            .unwrap()
+            .clone();
+        cloud.remove_object(&a.id);
+        d.pending_operations = vec![pending(&a, OperationType::Deleting)];
+        leave(&backend, &d);
+
+        up(&backend, &cloud, v("y"), kind, None)
+            .await
+            .unwrap_or_else(|e| panic!("{kind:?}: the next update failed: {e}"));
+        let state = backend.load(STACK).unwrap().deployment;
+        verify(&state).unwrap();
+        assert_eq!(cloud.objects().len(), 2, "{kind:?}");
+        nothing_forgotten(&state, &cloud);
+        assert!(state.resources.iter().all(|s| !s.pending_replacement));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_pending_operations_make_one_warning_each_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path());
+    let cloud = SimCloud::new(SimConfig::default());
+    up(&backend, &cloud, many(3), PersistenceKind::Journal, None)
+        .await
+        .unwrap();
+    let mut d = backend.load(STACK).unwrap().deployment;
+    let template = d
+        .resources
+        .iter()
+        .find(|s| s.urn.name() == "b0")
+        .unwrap()
+        .clone();
+    d.pending_operations = (0..2000)
+        .map(|i| {
+            let mut s = template.clone();
+            s.urn =
+                keel::model::Urn::parse(&template.urn.as_str().replace("::b0", &format!("::n{i}")))
+                    .unwrap();
+            s.id = String::new();
+            pending(&s, OperationType::Creating)
+        })
+        .collect();
+    leave(&backend, &d);
+
+    let loaded = backend.load(STACK).unwrap();
+    assert_eq!(loaded.warnings.len(), 1, "{:?}", &loaded.warnings[..3]);
+    let w = &loaded.warnings[0];
+    assert!(
+        w.contains("2000 pending operations")
+            && w.contains("::n0")
+            && w.contains("1997 more")
+            && w.contains("keel refresh"),
+        "{w}"
+    );
+    // The update resolving them says so in one line too.
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let engine = Engine::new(
+        EngineConfig {
+            project: "proj".into(),
+            events: keel::events::EventSink::new(tx),
+            ..EngineConfig::default()
+        },
+        ProviderRegistry::simulated(cloud.clone()),
+    );
+    let open = backend.open(STACK, "keel up").unwrap();
+    let p = open
+        .persister(PersistenceKind::Journal, JournalOptions::default())
+        .unwrap();
+    engine
+        .update(open.deployment.clone(), program(many(3)), p)
+        .await
+        .unwrap();
+    drop(engine);
+    let mut warnings = Vec::new();
+    while let Ok(e) = rx.try_recv() {
+        if let keel::events::EngineEvent::Diagnostic {
+            severity, message, ..
+        } = e
+        {
+            if severity == "warning" {
+                warnings.push(message);
+            }
+        }
+    }
+    assert_eq!(
+        warnings.len(),
+        1,
+        "{:?}",
+        &warnings[..warnings.len().min(3)]
+    );
+    assert!(
+        warnings[0].contains("2000 interrupted operations") && warnings[0].contains("1997 more"),
+        "{}",
+        warnings[0]
+    );
+    assert!(backend.load(STACK).unwrap().warnings.is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -295,34 +636,81 @@ fn a_second_operation_fails_at_once_naming_the_holder() {
 }
 
 const CRASH_RESOURCES: usize = 240;
+const REPLACED: usize = 60;
 
-/// The child side of the crash test: runs one update and is killed.
+/// What a crash round runs: the stack before, and the update killed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Crash {
+    /// 240 creates on an empty stack.
+    Creates,
+    /// 60 create-before-delete replacements.
+    Replace,
+    /// 60 delete-before-replace replacements, every third resource
+    /// depending on the one before (its dependent is deleted first).
+    DeleteBeforeReplace,
+}
+
+impl Crash {
+    fn parse(s: &str) -> Self {
+        [Self::Creates, Self::Replace, Self::DeleteBeforeReplace]
+            .into_iter()
+            .find(|c| format!("{c:?}") == s)
+            .unwrap()
+    }
+
+    fn config(self) -> SimConfig {
+        let mut c = SimConfig {
+            latency: Duration::from_millis(3),
+            record_calls: false,
+            ..SimConfig::default()
+        };
+        c.replace_on_change.insert("name".into());
+        if self == Self::DeleteBeforeReplace {
+            c.delete_before_replace_types.insert(BUCKET.into());
+        }
+        c
+    }
+
+    fn program(self, version: &str) -> Vec<Res> {
+        if self == Self::Creates {
+            return many(CRASH_RESOURCES);
+        }
+        (0..REPLACED)
+            .map(|i| {
+                let r = bucket(&format!("b{i}"), &[("name", version)]);
+                if i % 3 == 2 {
+                    r.dep(&format!("b{}", i - 1))
+                } else {
+                    r
+                }
+            })
+            .collect()
+    }
+
+    fn objects(self) -> usize {
+        match self {
+            Self::Creates => CRASH_RESOURCES,
+            _ => REPLACED,
+        }
+    }
+}
+
+/// The child side of the crash tests: runs one update and is killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_child() {
     let Some(dir) = std::env::var_os("KEEL_CRASH_DIR").map(PathBuf::from) else {
         return;
     };
+    let env = |k: &str| std::env::var(k).unwrap();
+    let crash = Crash::parse(&env("KEEL_CRASH"));
+    let kind: PersistenceKind = env("KEEL_CRASH_PERSISTENCE").parse().unwrap();
+    let parallel: usize = env("KEEL_CRASH_PARALLEL").parse().unwrap();
     let backend = Backend::new(&dir);
-    let cloud = SimCloud::load(&dir.join("cloud.json"), sim_config()).unwrap();
+    let cloud = SimCloud::load(&dir.join("cloud.json"), crash.config()).unwrap();
     cloud.autosave_to(dir.join("cloud.json"));
     std::fs::write(dir.join("started"), b"").unwrap();
-    let _ = up(
-        &backend,
-        &cloud,
-        many(CRASH_RESOURCES),
-        PersistenceKind::Journal,
-        None,
-    )
-    .await;
+    let _ = up_with(&backend, &cloud, crash.program("y"), kind, parallel).await;
     std::fs::write(dir.join("finished"), b"").unwrap();
-}
-
-fn sim_config() -> SimConfig {
-    SimConfig {
-        latency: Duration::from_millis(3),
-        record_calls: false,
-        ..SimConfig::default()
-    }
 }
 
 fn wait_for(path: &Path, limit: Duration) {
@@ -337,20 +725,48 @@ fn wait_for(path: &Path, limit: Duration) {
     panic!("{} never appeared", path.display());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_at_any_instant_forgets_nothing() {
+/// Kills a child running `crash` at `rounds` seeded moments within
+/// `window`, then checks what it left: the stack loads and passes
+/// integrity, every cloud object is in the state or pending, at most
+/// `parallel` operations are pending, and the next update (same program)
+/// succeeds with exactly one object per resource and nothing unowned.
+/// Returns how many kills landed mid-run.
+async fn kill_rounds(
+    crash: Crash,
+    kind: PersistenceKind,
+    parallel: usize,
+    rounds: usize,
+    window: Duration,
+) -> usize {
     let exe = std::env::current_exe().unwrap();
     let mut rng: u64 = 0x5eed_1234_abcd_0001;
     let mut killed_mid_run = 0;
-    for round in 0..20 {
+    for round in 0..rounds {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        let delay = Duration::from_micros(rng % 160_000);
+        let delay = Duration::from_micros(rng % window.as_micros() as u64);
         let dir = tempfile::tempdir().unwrap();
+        let backend = Backend::new(dir.path());
+        if crash != Crash::Creates {
+            let cloud = SimCloud::new(crash.config());
+            cloud.autosave_to(dir.path().join("cloud.json"));
+            up(&backend, &cloud, crash.program("x"), kind, None)
+                .await
+                .unwrap();
+        }
         let mut child = std::process::Command::new(&exe)
             .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
             .env("KEEL_CRASH_DIR", dir.path())
+            .env("KEEL_CRASH", format!("{crash:?}"))
+            .env(
+                "KEEL_CRASH_PERSISTENCE",
+                match kind {
+                    PersistenceKind::Journal => "journal",
+                    PersistenceKind::Checkpoint => "checkpoint",
+                },
+            )
+            .env("KEEL_CRASH_PARALLEL", parallel.to_string())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -362,54 +778,93 @@ async fn kill_9_at_any_instant_forgets_nothing() {
         if !dir.path().join("finished").exists() {
             killed_mid_run += 1;
         }
+        let at = format!("{crash:?} {kind:?} round {round} (killed after {delay:?})");
 
-        let backend = Backend::new(dir.path());
-        let loaded = backend.load(STACK).unwrap_or_else(|e| {
-            panic!("round {round} (killed after {delay:?}): reopening failed: {e}")
-        });
+        let loaded = backend
+            .load(STACK)
+            .unwrap_or_else(|e| panic!("{at}: reopening failed: {e}"));
         verify(&loaded.deployment).unwrap();
-        let cloud = SimCloud::load(&dir.path().join("cloud.json"), sim_config()).unwrap();
+        let cloud = SimCloud::load(&dir.path().join("cloud.json"), crash.config()).unwrap();
         nothing_forgotten(&loaded.deployment, &cloud);
-        for p in &loaded.deployment.pending_operations {
+        let pending = &loaded.deployment.pending_operations;
+        assert!(
+            pending.len() <= parallel,
+            "{at}: {} operations pending with --parallel {parallel}",
+            pending.len()
+        );
+        for p in pending {
             assert!(matches!(
                 p.ty,
                 OperationType::Creating | OperationType::Updating | OperationType::Deleting
             ));
         }
 
-        // The next update converges with no duplicate objects.
+        // The next update converges with no duplicate or unowned objects.
         cloud.autosave_to(dir.path().join("cloud.json"));
-        up(
-            &backend,
-            &cloud,
-            many(CRASH_RESOURCES),
-            PersistenceKind::Journal,
-            None,
-        )
-        .await
-        .unwrap_or_else(|e| panic!("round {round}: the next update failed: {e}"));
+        up(&backend, &cloud, crash.program("y"), kind, None)
+            .await
+            .unwrap_or_else(|e| panic!("{at}: the next update failed: {e}"));
         let objects = cloud.objects();
-        assert_eq!(
-            objects.len(),
-            CRASH_RESOURCES,
-            "round {round}: duplicates or losses in the cloud"
-        );
         let mut urns: Vec<&str> = objects.iter().map(|o| o.urn.as_str()).collect();
         urns.sort_unstable();
         urns.dedup();
         assert_eq!(
-            urns.len(),
-            CRASH_RESOURCES,
-            "round {round}: two objects for one resource"
+            (objects.len(), urns.len()),
+            (crash.objects(), crash.objects()),
+            "{at}: objects and distinct URNs in the cloud (duplicates, leaks or losses)"
         );
         let state = backend.load(STACK).unwrap().deployment;
-        assert!(state.pending_operations.is_empty());
+        assert!(state.pending_operations.is_empty(), "{at}");
         nothing_forgotten(&state, &cloud);
     }
+    killed_mid_run
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_at_any_instant_forgets_nothing() {
+    let mid = kill_rounds(
+        Crash::Creates,
+        PersistenceKind::Journal,
+        8,
+        20,
+        Duration::from_millis(160),
+    )
+    .await;
     assert!(
-        killed_mid_run >= 5,
-        "only {killed_mid_run} of 20 kills landed mid-run: widen the window"
+        mid >= 5,
+        "only {mid} of 20 kills landed mid-run: widen the window"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_leaves_at_most_parallel_operations_pending() {
+    for kind in [PersistenceKind::Journal, PersistenceKind::Checkpoint] {
+        let mid = kill_rounds(Crash::Creates, kind, 2, 6, Duration::from_millis(200)).await;
+        assert!(mid >= 3, "{kind:?}: only {mid} of 6 kills landed mid-run");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_create_before_delete_replacements_leaks_no_object() {
+    for kind in [PersistenceKind::Journal, PersistenceKind::Checkpoint] {
+        let mid = kill_rounds(Crash::Replace, kind, 8, 10, Duration::from_millis(150)).await;
+        assert!(mid >= 5, "{kind:?}: only {mid} of 10 kills landed mid-run");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_delete_before_replace_leaves_a_stack_the_next_update_saves() {
+    for kind in [PersistenceKind::Checkpoint, PersistenceKind::Journal] {
+        let mid = kill_rounds(
+            Crash::DeleteBeforeReplace,
+            kind,
+            8,
+            10,
+            Duration::from_millis(150),
+        )
+        .await;
+        assert!(mid >= 5, "{kind:?}: only {mid} of 10 kills landed mid-run");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -426,7 +881,7 @@ async fn compactions_in_the_middle_of_an_operation_keep_the_state_replayable() {
     let p = open
         .persister(PersistenceKind::Journal, options.clone())
         .unwrap();
-    let o = engine(&cloud)
+    let o = engine(&cloud, 8)
         .update(open.deployment.clone(), program(many(60)), p)
         .await
         .unwrap();
@@ -449,7 +904,7 @@ async fn compactions_in_the_middle_of_an_operation_keep_the_state_replayable() {
     );
     let mut v2 = many(60);
     v2.extend((60..120).map(|i| bucket(&format!("b{i}"), &[("size", "2")]).dep("b0")));
-    let r = engine(&cloud)
+    let r = engine(&cloud, 8)
         .update(open.deployment.clone(), program(v2), p)
         .await;
     assert!(matches!(r, Err(EngineError::Failed(_))), "{r:?}");

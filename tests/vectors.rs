@@ -465,7 +465,13 @@ async fn run(v: &Value) -> Run {
     };
     let engine = Engine::new(
         config,
-        ProviderRegistry::simulated(SimCloud::new(SimConfig::default())),
+        // A provider that cannot look objects up by URN, as Pulumi's
+        // plugins cannot: a vector's pending operations are ones recovery
+        // cannot resolve, so they restrict migrations (`pending-operations`).
+        ProviderRegistry::simulated(SimCloud::new(SimConfig {
+            lookup: false,
+            ..SimConfig::default()
+        })),
     );
     let result = match operation.as_str() {
         "update" => {

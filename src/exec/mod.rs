@@ -7,7 +7,8 @@
 //! the chains of what it depends on, then runs its steps in order. Each
 //! provider call is bracketed by a `begin` and an end mutation that the
 //! persister makes durable, and holds a pool permit (default 4 x cores)
-//! only while the call itself runs, so waits for durability share group
+//! from its `begin` to the end of the call, so at most that many
+//! operations are ever pending; waits for end records share group
 //! commits. Deletes run as antichains, each in parallel, in order.
 
 use std::collections::BTreeMap;
@@ -166,6 +167,15 @@ impl ExecShared {
         if let Some(tx) = self.status.get(urn) {
             tx.send_replace(s);
         }
+    }
+
+    /// Hands a mutation to the persister; the receiver answers once it is
+    /// durable. Mutations are made durable in the order they are queued.
+    fn queue(&self, m: Mutation) -> oneshot::Receiver<Result<(), PersistError>> {
+        let (tx, rx) = oneshot::channel();
+        // A stopped persister drops the sender: the receiver reports it.
+        let _ = self.persister.cast(PersistMsg::Mutate(m, tx.into()));
+        rx
     }
 
     async fn persist(&self, m: Mutation) -> Result<(), PersistError> {
@@ -481,7 +491,7 @@ async fn write(
 /// durable, and records the state as written this operation.
 async fn end_write(
     shared: &ExecShared,
-    op: u64,
+    op: Begun<'_>,
     old: Option<StateRef>,
     new: State,
     mark_old_delete: bool,
@@ -508,48 +518,76 @@ async fn end_write(
     Ok(Some(reg))
 }
 
+/// A provider operation begun: its id, and the pool permit it holds until
+/// its end record is queued behind its begin record.
+struct Begun<'a> {
+    op: u64,
+    _permit: tokio::sync::SemaphorePermit<'a>,
+}
+
 /// Brackets a provider call with `begin` and its end mutation.
-async fn bracket<T>(
-    shared: &ExecShared,
+async fn bracket<'a, T>(
+    shared: &'a ExecShared,
     kind: OperationType,
     state: &State,
     call: impl std::future::Future<Output = Result<T, ProviderError>>,
-) -> Result<(T, u64), StepError> {
-    let op = shared.next_op.fetch_add(1, Ordering::Relaxed);
+) -> Result<(T, Begun<'a>), StepError> {
+    // The begin record is written only once the step holds a pool permit,
+    // just before the provider call, and the permit is released only once
+    // the end record is queued (records are durable in queue order): a
+    // crash leaves at most `parallel` operations pending, not every chain
+    // waiting for a slot. Waits for end records share group commits.
+    let Ok(permit) = shared.pool.acquire().await else {
+        return Err(StepError::Other("the executor stopped".into()));
+    };
+    let begun = Begun {
+        op: shared.next_op.fetch_add(1, Ordering::Relaxed),
+        _permit: permit,
+    };
     if !shared.config.preview {
         shared
             .persist(Mutation::Begin {
-                op,
+                op: begun.op,
                 kind,
                 state: Box::new(state.clone()),
             })
             .await?;
     }
-    // The pool bounds provider operations, not waits for durability: the
-    // permit is held only around the call, so chains waiting for their
-    // records to be durable share group commits instead of idling slots.
-    let result = match shared.pool.acquire().await {
-        Ok(_permit) => call.await,
-        Err(_) => return Err(StepError::Other("the executor stopped".into())),
-    };
-    match result {
-        Ok(v) => Ok((v, op)),
+    match call.await {
+        Ok(v) => Ok((v, begun)),
         Err(e) => {
-            if !shared.config.preview {
-                shared.persist(Mutation::Failed { op }).await?;
-            }
+            fail(shared, begun).await?;
             Err(e.into())
         }
     }
 }
 
-async fn end(shared: &ExecShared, op: u64, change: Change) -> Result<(), StepError> {
+/// Records that a begun operation failed (nothing changed).
+async fn fail(shared: &ExecShared, begun: Begun<'_>) -> Result<(), PersistError> {
+    if shared.config.preview {
+        return Ok(());
+    }
+    let durable = shared.queue(Mutation::Failed { op: begun.op });
+    drop(begun);
+    durable
+        .await
+        .unwrap_or_else(|_| Err(PersistError::Stopped("the persister stopped".into())))
+}
+
+async fn end(shared: &ExecShared, begun: Begun<'_>, change: Change) -> Result<(), StepError> {
     let m = if shared.config.preview {
         Mutation::Apply(change)
     } else {
-        Mutation::End { op, change }
+        Mutation::End {
+            op: begun.op,
+            change,
+        }
     };
-    shared.persist(m).await?;
+    let durable = shared.queue(m);
+    drop(begun);
+    durable
+        .await
+        .unwrap_or_else(|_| Err(PersistError::Stopped("the persister stopped".into())))?;
     Ok(())
 }
 
@@ -799,9 +837,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             let obj = match (obj, mismatch) {
                 (Some(o), Some(None)) => o,
                 (found, mismatch) => {
-                    if !preview {
-                        shared.persist(Mutation::Failed { op }).await?;
-                    }
+                    fail(shared, op).await?;
                     return Err(match (found, mismatch) {
                         (None, _) => ProviderError::NotFound {
                             urn: new.urn.clone(),
@@ -831,7 +867,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 bracket(shared, OperationType::Reading, &new, provider.read(req)).await?
             };
             let Some(obj) = obj else {
-                let _ = shared.persist(Mutation::Failed { op }).await;
+                let _ = fail(shared, op).await;
                 return Err(ProviderError::NotFound {
                     urn: new.urn.clone(),
                     id: new.id.clone(),

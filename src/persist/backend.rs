@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::checkpoint_file::CheckpointPersister;
-use super::fs::{atomic_write, Holder, IoCounters, LockError, StackLock};
+use super::fs::{self, atomic_write, Holder, IoCounters, LockError, StackLock};
 use super::journal::{self, JournalError};
 use super::journal_file::{JournalOptions, JournalPersister};
 use super::{PersistError, Persister, SnapshotBuilder};
@@ -58,21 +58,37 @@ pub enum BackendError {
     /// Another operation holds the stack.
     #[error(transparent)]
     Locked(#[from] LockError),
-    /// The base checkpoint is unreadable or invalid.
-    #[error("stack `{stack}`: {source}")]
+    /// The base checkpoint is unreadable or invalid (or the state the
+    /// journal replays onto it is).
+    #[error("stack `{stack}`: {}: {source}", .path.display())]
     Checkpoint {
         /// The stack.
         stack: String,
-        /// Why.
-        source: CheckpointError,
+        /// The file read.
+        path: PathBuf,
+        /// Why (boxed: the error stays small).
+        source: Box<CheckpointError>,
     },
     /// The journal is corrupt or does not replay.
-    #[error("stack `{stack}`: {source}")]
+    #[error("stack `{stack}`: {}: {source}", .path.display())]
     Journal {
         /// The stack.
         stack: String,
+        /// The journal.
+        path: PathBuf,
         /// Why.
         source: JournalError,
+    },
+    /// The base checkpoint is gone while the files that follow it are
+    /// there: keel never removes it, so the stack is not empty.
+    #[error("stack `{stack}`: the base checkpoint {} is missing, but {} {} there. keel never removes it, so it was deleted or moved, and reading the stack as empty would create every resource again. Nothing was changed. Put the checkpoint back (`{}` holds the state before the last write, when present), or remove the stack directory {} if the stack is really gone", .base.display(), list(.found), if .found.len() == 1 { "is" } else { "are" }, fs::backup_path(.base).display(), .base.parent().unwrap_or(.base).display())]
+    MissingBase {
+        /// The stack.
+        stack: String,
+        /// The missing base checkpoint.
+        base: PathBuf,
+        /// The stack's files that are there (backup, journal).
+        found: Vec<PathBuf>,
     },
     /// The stack's secrets cannot be decrypted (no or wrong passphrase,
     /// a provider keel does not implement).
@@ -91,6 +107,14 @@ pub enum BackendError {
         /// Why.
         source: PersistError,
     },
+}
+
+fn list(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(" and ")
 }
 
 /// The files of one stack.
@@ -301,12 +325,16 @@ impl Backend {
             stack: stack.to_owned(),
             source,
         };
-        let (mut base, seq, split) = match std::fs::read(&paths.base) {
+        let base_bytes = std::fs::read(&paths.base);
+        let base_missing =
+            matches!(&base_bytes, Err(e) if e.kind() == std::io::ErrorKind::NotFound);
+        let (mut base, seq, split) = match base_bytes {
             Ok(bytes) => {
                 let file = CheckpointFile::from_slice_verified(&bytes).map_err(|source| {
                     BackendError::Checkpoint {
                         stack: stack.to_owned(),
-                        source,
+                        path: paths.base.clone(),
+                        source: Box::new(source),
                     }
                 })?;
                 let seq = file
@@ -339,10 +367,32 @@ impl Backend {
                 }))
             }
         };
-        let decoded = journal::decode(&journal).map_err(|source| BackendError::Journal {
+        let journal_err = |source| BackendError::Journal {
             stack: stack.to_owned(),
+            path: paths.journal.clone(),
             source,
-        })?;
+        };
+        let decoded = journal::decode(&journal).map_err(journal_err)?;
+        if base_missing {
+            // A stack's first operation journals onto an empty base from
+            // seq 1; any other file there means the base was removed.
+            let bak = fs::backup_path(&paths.base);
+            let mut found: Vec<PathBuf> = Vec::new();
+            if bak.exists() {
+                found.push(bak);
+            }
+            let follows_a_base = decoded.records.first().is_some_and(|r| r.entry.seq() != 1);
+            if follows_a_base || (!found.is_empty() && !journal.is_empty()) {
+                found.push(paths.journal.clone());
+            }
+            if !found.is_empty() {
+                return Err(BackendError::MissingBase {
+                    stack: stack.to_owned(),
+                    base: paths.base.clone(),
+                    found,
+                });
+            }
+        }
         let mut warnings = Vec::new();
         if let Some(t) = &decoded.torn {
             warnings.push(format!("the journal of stack `{stack}` ended in a torn write: {t}; every whole record was kept"));
@@ -358,16 +408,12 @@ impl Backend {
         } else {
             let olds = SnapshotBuilder::share_resources(&mut base);
             let mut builder = SnapshotBuilder::new(base, olds).with_split(split);
-            journal::replay(&mut builder, &decoded.records, seq).map_err(|source| {
-                BackendError::Journal {
-                    stack: stack.to_owned(),
-                    source,
-                }
-            })?;
+            journal::replay(&mut builder, &decoded.records, seq).map_err(journal_err)?;
             let deployment = builder.snapshot();
-            crate::model::integrity::verify(&deployment).map_err(|e| BackendError::Checkpoint {
+            crate::model::integrity::verify(&deployment).map_err(|e| BackendError::Journal {
                 stack: stack.to_owned(),
-                source: e.into(),
+                path: paths.journal.clone(),
+                source: JournalError::Integrity(e.to_string()),
             })?;
             deployment
         };
@@ -391,10 +437,15 @@ impl Backend {
                 .decrypt_deployment(&mut deployment)
                 .map_err(secrets)?;
         }
-        for p in &deployment.pending_operations {
+        if !deployment.pending_operations.is_empty() {
+            let urns: Vec<String> = deployment
+                .pending_operations
+                .iter()
+                .map(|p| format!("{:?} {}", p.ty, p.resource.urn))
+                .collect();
             warnings.push(format!(
-                "an interrupted operation left a pending {:?} of {}: run `keel refresh` to resolve it",
-                p.ty, p.resource.urn
+                "stack `{stack}`: an interrupted operation left {}: the next `keel up` or `keel refresh` resolves them (adopting objects that were created, removing resources whose delete went through, clearing the rest)",
+                crate::events::summarize("pending operation", &urns)
             ));
         }
         Ok(Loaded {

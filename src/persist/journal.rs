@@ -186,6 +186,21 @@ pub enum JournalError {
         /// What is wrong with it.
         reason: String,
     },
+    /// Bytes no write of keel's could leave: a record header that is
+    /// garbage, a length beyond [`MAX_PAYLOAD`], a payload that is not a
+    /// JSON entry. Refused even at the end of the file (a torn write only
+    /// leaves a prefix of whole framed records, possibly zero-filled).
+    #[error("the journal is damaged at byte offset {offset}: {reason}; a torn write cannot leave this. Nothing was changed. Restore the stack directory from a backup, or move the journal aside to fall back to the base checkpoint (losing the steps it recorded)")]
+    Garbage {
+        /// Where the bad bytes start.
+        offset: u64,
+        /// What is wrong with them.
+        reason: String,
+    },
+    /// The state replayed from the base and the journal breaks an
+    /// integrity rule.
+    #[error("the base checkpoint and the journal replay to a state that breaks an integrity rule: {0}. Nothing was changed. Restore the stack directory from a backup, or move the journal aside to fall back to the base checkpoint (losing the steps it recorded)")]
+    Integrity(String),
     /// A record's entry does not apply to the state replayed so far.
     #[error("journal entry seq {seq} at byte offset {offset} cannot be replayed: {reason}")]
     BadEntry {
@@ -251,34 +266,75 @@ pub struct Decoded {
     pub torn: Option<String>,
 }
 
+/// Why no whole record could be read at an offset.
+enum Bad {
+    /// What a torn write can leave: a short header, a plausible length
+    /// with a short payload, a CRC mismatch.
+    Torn(String),
+    /// What it cannot: a length beyond [`MAX_PAYLOAD`], a CRC-valid
+    /// payload that is not an entry.
+    Garbage(String),
+}
+
+/// Whether `bytes` can be (a prefix of) a payload keel wrote, some of its
+/// blocks possibly never written (read back as zeros): nothing, JSON's `{`
+/// first, or a zero first.
+fn plausible_payload(bytes: &[u8]) -> bool {
+    bytes.first().is_none_or(|&b| b == b'{' || b == 0)
+}
+
 /// Tries to read a whole, valid record at `at`.
-fn record_at(bytes: &[u8], at: usize) -> Result<(Entry, usize), String> {
+fn record_at(bytes: &[u8], at: usize) -> Result<(Entry, usize), Bad> {
     let rest = &bytes[at..];
     if rest.len() < HEADER {
-        return Err(format!("{} bytes of a record header", rest.len()));
+        return Err(Bad::Torn(format!(
+            "{} bytes of a record header",
+            rest.len()
+        )));
+    }
+    if rest[..HEADER].iter().all(|&b| b == 0) {
+        return Err(Bad::Torn("a zero-filled record header".into()));
     }
     let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
     let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
-    if len > MAX_PAYLOAD || len > rest.len() - HEADER {
-        return Err(format!(
+    if len > MAX_PAYLOAD {
+        return Err(Bad::Garbage(format!(
+            "a record header claims {len} bytes, more than the largest record keel writes ({MAX_PAYLOAD})"
+        )));
+    }
+    let present = &rest[HEADER..rest.len().min(HEADER + len)];
+    if !plausible_payload(present) {
+        return Err(Bad::Garbage(format!(
+            "a record of {len} bytes whose payload is not a JSON entry"
+        )));
+    }
+    if len > rest.len() - HEADER {
+        return Err(Bad::Torn(format!(
             "a record of {len} bytes with {} left",
             rest.len() - HEADER
-        ));
+        )));
     }
     let payload = &rest[HEADER..HEADER + len];
     if crc32c::crc32c(payload) != crc {
-        return Err("CRC mismatch".into());
+        return Err(Bad::Torn("CRC mismatch".into()));
     }
-    let entry: Entry = serde_json::from_slice(payload).map_err(|e| format!("bad entry: {e}"))?;
+    let entry: Entry = serde_json::from_slice(payload)
+        .map_err(|e| Bad::Garbage(format!("a record with a valid CRC holds no entry: {e}")))?;
     Ok((entry, HEADER + len))
 }
 
-/// Decodes a journal. A bad record at the end (short header, short payload,
-/// CRC mismatch) is a torn tail: it is reported and cut. A bad record
-/// followed by any good record is corruption, refused with its offset.
+/// Decodes a journal. The writer only appends whole framed records, so a
+/// crash can leave a prefix of its last append, possibly with zeros where
+/// blocks never reached the disk: a short header, a plausible length with a
+/// short payload (`{` or a zero first), a CRC mismatch, or zeros. Such a tail is torn: it
+/// is reported and cut. Anything else (a length beyond [`MAX_PAYLOAD`], a
+/// payload that cannot start an entry, a CRC-valid payload that is no
+/// entry) is damage, refused with its offset even at the end of the file,
+/// and so is a bad record followed by any good record.
 ///
 /// # Errors
-/// [`JournalError::Corrupt`] for damage in the middle.
+/// [`JournalError::Garbage`] for bytes a torn write cannot leave;
+/// [`JournalError::Corrupt`] for damage followed by good records.
 pub fn decode(bytes: &[u8]) -> Result<Decoded, JournalError> {
     let mut records = Vec::new();
     let mut at = 0;
@@ -299,11 +355,19 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, JournalError> {
                     reason: format!("seq {} does not follow seq {last_seq}", entry.seq()),
                 })
             }
-            Err(reason) => {
+            Err(Bad::Garbage(reason)) => {
+                return Err(JournalError::Garbage {
+                    offset: at as u64,
+                    reason,
+                })
+            }
+            Err(Bad::Torn(reason)) => {
                 // Torn tail, unless a valid record with a later seq starts
-                // anywhere after the bad one.
-                let later = (at + 1..bytes.len().saturating_sub(HEADER - 1))
-                    .any(|y| matches!(record_at(bytes, y), Ok((e, _)) if e.seq() > last_seq));
+                // anywhere after the bad one (none can in zeros).
+                let zeros = bytes[at..].iter().all(|&b| b == 0);
+                let later = !zeros
+                    && (at + 1..bytes.len().saturating_sub(HEADER - 1))
+                        .any(|y| matches!(record_at(bytes, y), Ok((e, _)) if e.seq() > last_seq));
                 if later {
                     return Err(JournalError::Corrupt {
                         offset: at as u64,
@@ -577,11 +641,16 @@ mod tests {
     fn torn_tails_are_cut_without_losing_whole_records() {
         let (bytes, starts) = journal(5);
         let half = encode(&entry(6));
+        // What a crash can leave of the last append: a prefix of it, and
+        // on some filesystems zeros where the data never reached the disk.
+        let zero_filled = [&half[..HEADER + 4], &[0; 9][..]].concat();
         for tail in [
             &half[..3],
+            &half[..HEADER],
             &half[..HEADER + 2],
-            &b"garbage!!"[..],
-            &[0xff; 40][..],
+            &half[..half.len() - 1],
+            &zero_filled[..],
+            &[0; 4096][..],
         ] {
             let mut b = bytes.clone();
             b.extend_from_slice(tail);
@@ -597,6 +666,47 @@ mod tests {
         let d = decode(&b).unwrap();
         assert_eq!(d.records.len(), 4);
         assert_eq!(d.valid_len, starts[4] as u64);
+    }
+
+    #[test]
+    fn bytes_no_torn_write_can_leave_are_refused_even_at_the_end() {
+        let (bytes, _) = journal(3);
+        // Random bytes in place of a journal (xorshift, fixed seed).
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        let random: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        let not_an_entry = {
+            let payload = b"[1,2,3]";
+            let mut r = (payload.len() as u32).to_le_bytes().to_vec();
+            r.extend(crc32c::crc32c(payload).to_le_bytes());
+            r.extend(payload);
+            r
+        };
+        let mut too_long = (MAX_PAYLOAD as u32 + 1).to_le_bytes().to_vec();
+        too_long.extend([0; 4]);
+        too_long.extend(b"{\"kind\"");
+        for (prefix, tail) in [
+            (&[][..], &random[..]),
+            (&bytes[..], &random[..]),
+            (&bytes[..], &b"garbage!!"[..]),
+            (&bytes[..], &[0xff; 40][..]),
+            (&bytes[..], &too_long[..]),
+            (&bytes[..], &not_an_entry[..]),
+        ] {
+            let b = [prefix, tail].concat();
+            match decode(&b) {
+                Err(JournalError::Garbage { offset, .. }) => {
+                    assert_eq!(offset, prefix.len() as u64, "tail {:?}", &tail[..8])
+                }
+                other => panic!("tail {:?}: {other:?}", &tail[..8]),
+            }
+        }
     }
 
     #[test]

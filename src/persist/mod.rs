@@ -473,10 +473,12 @@ pub fn references_first(states: &[State]) -> Option<Vec<usize>> {
     Some(order)
 }
 
-/// Drops references to resources a refresh found gone: dependencies,
+/// Drops references to resources a refresh (or the recovery of an
+/// interrupted delete) found gone, mapped to their parents: dependencies,
 /// property dependencies, `deletedWith` and `replaceWith` lose them, and
-/// their children move to their parent.
-fn drop_vanished(
+/// their children move to their parent. A URN some state still has is
+/// kept.
+pub fn drop_vanished(
     resources: &mut [State],
     vanished: &HashMap<crate::model::Urn, crate::model::Urn>,
 ) {

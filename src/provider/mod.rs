@@ -40,6 +40,12 @@ pub enum ProviderError {
         /// One message per invalid input.
         failures: Vec<String>,
     },
+    /// The provider cannot tell which objects a URN was created as.
+    #[error("the provider of {urn} cannot look objects up by URN")]
+    CannotLookUp {
+        /// The resource.
+        urn: Urn,
+    },
     /// The object does not exist.
     #[error("{urn} (id `{id}`) does not exist in the cloud")]
     NotFound {
@@ -178,13 +184,27 @@ pub trait Provider: Send + Sync + 'static {
 
     /// Finds the object a resource was created as, by its URN, when the
     /// provider can (used to adopt the result of a create interrupted before
-    /// its ID was recorded). The default cannot: `None`.
+    /// its ID was recorded). `Ok(None)` means the cloud holds no such
+    /// object; a provider that cannot tell must say so, never `None`.
+    ///
+    /// # Errors
+    /// [`ProviderError::CannotLookUp`] by default (Pulumi's provider
+    /// protocol has no lookup by URN); [`ProviderError::Failed`] when the
+    /// cloud cannot be asked.
+    async fn find(&self, urn: &Urn, ty: &TypeToken) -> Result<Option<ObjectState>> {
+        let _ = ty;
+        Err(ProviderError::CannotLookUp { urn: urn.clone() })
+    }
+
+    /// Every object the cloud holds for a URN, when the provider can tell
+    /// (a replacement shares its URN with the object it replaces: recovery
+    /// of an interrupted create-replacement must see both). The default
+    /// asks [`Provider::find`].
     ///
     /// # Errors
     /// [`ProviderError::Failed`] when the cloud cannot be asked.
-    async fn find(&self, urn: &Urn, ty: &TypeToken) -> Result<Option<ObjectState>> {
-        let _ = (urn, ty);
-        Ok(None)
+    async fn find_all(&self, urn: &Urn, ty: &TypeToken) -> Result<Vec<ObjectState>> {
+        Ok(self.find(urn, ty).await?.into_iter().collect())
     }
 
     /// The current persisted schema of a resource type, when the provider

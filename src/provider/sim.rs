@@ -83,6 +83,10 @@ pub struct SimConfig {
     pub delete_before_replace_types: BTreeSet<String>,
     /// Record physical operations in the call log ([`SimCloud::call_log`]).
     pub record_calls: bool,
+    /// Whether the provider can look objects up by URN
+    /// ([`Provider::find`]). Off, it behaves as a Pulumi provider plugin:
+    /// an interrupted create cannot be resolved by asking the cloud.
+    pub lookup: bool,
     /// Schema versions per type token (`architecture.md` §8): the
     /// provider declares them, and its migration renames keys.
     pub schemas: BTreeMap<String, SchemaDef>,
@@ -136,6 +140,7 @@ impl Default for SimConfig {
             replace_on_change_types: BTreeMap::new(),
             delete_before_replace_types: BTreeSet::new(),
             record_calls: true,
+            lookup: true,
             schemas: BTreeMap::new(),
         }
     }
@@ -1017,6 +1022,9 @@ impl Provider for SimProvider {
 
     async fn find(&self, urn: &Urn, ty: &crate::model::TypeToken) -> Result<Option<ObjectState>> {
         let cloud = &*self.cloud;
+        if !cloud.config.lookup {
+            return Err(ProviderError::CannotLookUp { urn: urn.clone() });
+        }
         cloud
             .refresh_from_file()
             .map_err(|e| cloud_io("read", urn, &e))?;
@@ -1028,6 +1036,27 @@ impl Provider for SimProvider {
         found
             .map(|o| cloud.current_shape(o))
             .transpose()
+            .map_err(|e| cloud_secrets("read", urn, &e))
+    }
+
+    async fn find_all(&self, urn: &Urn, ty: &crate::model::TypeToken) -> Result<Vec<ObjectState>> {
+        let cloud = &*self.cloud;
+        if !cloud.config.lookup {
+            return Err(ProviderError::CannotLookUp { urn: urn.clone() });
+        }
+        cloud
+            .refresh_from_file()
+            .map_err(|e| cloud_io("read", urn, &e))?;
+        let found: Vec<SimObject> = lock(&cloud.state)
+            .objects
+            .values()
+            .filter(|o| o.urn == urn.as_str() && o.ty == ty.as_str())
+            .cloned()
+            .collect();
+        found
+            .into_iter()
+            .map(|o| cloud.current_shape(o))
+            .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| cloud_secrets("read", urn, &e))
     }
 
