@@ -46,3 +46,49 @@ fn targeted_up_keeps_dependencies_before_dependents() {
         k.ok(&["state", "verify"]);
     }
 }
+
+/// With `--continue-on-error`, a resource whose delete failed keeps its
+/// parent and its dependencies: deleting them anyway left a child naming a
+/// missing parent, and the stack never loaded again.
+#[test]
+fn a_failed_delete_keeps_what_it_refers_to_under_continue_on_error() {
+    for persistence in ["journal", "checkpoint"] {
+        let k = Keel::new();
+        let v1 = k.write(
+            "v1.yaml",
+            "name: fz\nresources:\n  \
+             group: { type: 'fz:app:Group', component: true }\n  \
+             base: { type: 'fz:store:Box', properties: { size: 1 } }\n  \
+             child:\n    type: 'fz:net:Link'\n    properties: { from: '${base.id}' }\n    \
+             options: { parent: group }\n  \
+             other: { type: 'fz:store:Box', properties: { size: 1 } }\n",
+        );
+        k.ok(&["up", "--program", &v1, "--persistence", persistence]);
+        let v2 = k.write(
+            "v2.yaml",
+            "name: fz\nresources:\n  other: { type: 'fz:store:Box', properties: { size: 1 } }\n",
+        );
+        k.expect(
+            1,
+            &[
+                "up",
+                "--program",
+                &v2,
+                "--persistence",
+                persistence,
+                "--sim-fail",
+                "child",
+                "--continue-on-error",
+            ],
+        );
+        k.ok(&["state", "verify"]);
+        let urns: Vec<String> = k.resources().into_keys().collect();
+        for kept in ["::group", "::base", "::child"] {
+            assert!(urns.iter().any(|u| u.ends_with(kept)), "{kept} in {urns:?}");
+        }
+        // Once the provider lets it go, everything goes.
+        k.ok(&["up", "--program", &v2, "--persistence", persistence]);
+        k.ok(&["state", "verify"]);
+        assert_eq!(k.cloud().len(), 1);
+    }
+}

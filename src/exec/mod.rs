@@ -11,7 +11,7 @@
 //! operations are ever pending; waits for end records share group
 //! commits. Deletes run as antichains, each in parallel, in order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -283,18 +283,42 @@ impl Actor for ExecutorActor {
             }
             ExecMsg::Deletes(groups) => {
                 tokio::spawn(async move {
+                    // With continue-on-error a resource whose delete failed
+                    // (or was held back) keeps what it refers to: deleting
+                    // its parent or a dependency would leave it dangling.
+                    let mut held: HashSet<Urn> = HashSet::new();
+                    let hold = |s: &StateRef, held: &mut HashSet<Urn>| {
+                        held.extend(crate::persist::referents(&lock(s)));
+                    };
                     for group in groups {
                         if shared.stopped() {
                             break;
                         }
-                        run_group(&shared, group).await;
+                        let (run, keep): (Vec<Step>, Vec<Step>) =
+                            group.into_iter().partition(|s| !held.contains(&s.urn));
+                        for step in &keep {
+                            if let Some(old) = &step.old {
+                                hold(old, &mut held);
+                            }
+                            shared.events.send(EngineEvent::Diagnostic {
+                                severity: "warning".into(),
+                                urn: Some(step.urn.clone()),
+                                message: format!(
+                                    "not deleted: a resource that refers to {} failed to delete",
+                                    step.urn
+                                ),
+                            });
+                        }
+                        for old in run_group(&shared, run).await {
+                            hold(&old, &mut held);
+                        }
                     }
                     let _ = generator.cast(GenMsg::DeletesDone);
                 });
             }
             ExecMsg::Refreshes(steps) => {
                 tokio::spawn(async move {
-                    run_group(&shared, steps).await;
+                    let _ = run_group(&shared, steps).await;
                     let _ = generator.cast(GenMsg::DeletesDone);
                 });
             }
@@ -314,20 +338,29 @@ impl Actor for ExecutorActor {
 
 /// Runs independent steps in parallel, each under its own reservation, and
 /// waits for all of them (a delete antichain, or refreshes).
-async fn run_group(shared: &Arc<ExecShared>, steps: Vec<Step>) {
+/// Returns the prior states of the steps that failed.
+async fn run_group(shared: &Arc<ExecShared>, steps: Vec<Step>) -> Vec<StateRef> {
     let tasks: Vec<_> = steps
         .into_iter()
         .map(|step| {
             let shared = shared.clone();
             tokio::spawn(async move {
+                let old = step.old.clone();
                 let reservation = shared.gate.reserve().await;
-                let _ = Box::pin(run_steps(&shared, vec![step], reservation)).await;
+                match Box::pin(run_steps(&shared, vec![step], reservation)).await {
+                    Err(RegisterError::Step(_)) => old,
+                    _ => None,
+                }
             })
         })
         .collect();
+    let mut failed = Vec::new();
     for t in tasks {
-        let _ = t.await;
+        if let Ok(Some(old)) = t.await {
+            failed.push(old);
+        }
     }
+    failed
 }
 
 async fn wait_for(shared: &ExecShared, urn: &Urn) -> Status {

@@ -398,7 +398,7 @@ pub fn normalize_aliases(resources: &mut [State]) {
 
 /// The URNs a state refers to: parent, dependencies, property
 /// dependencies, `deletedWith`, `replaceWith` and provider.
-fn referents(s: &State) -> impl Iterator<Item = crate::model::Urn> + '_ {
+pub(crate) fn referents(s: &State) -> impl Iterator<Item = crate::model::Urn> + '_ {
     let provider = s.provider_ref().ok().flatten().map(|p| p.urn().clone());
     std::iter::once(&s.parent)
         .chain(&s.dependencies)
