@@ -635,3 +635,91 @@ async fn an_interrupted_delete_resolved_by_the_next_operation_drops_references_t
         .unwrap();
     assert_eq!(h.cloud.objects().len(), 2);
 }
+
+/// A delete-before-replace deletes the prior dependents of the replaced
+/// resource first. One of them registered after that chain was planned but
+/// before the chain deleted it must be created anew once the chain has run:
+/// planning it as an update (or same) left a state whose object the chain
+/// deleted (found by the lifecycle fuzzer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dependent_registered_while_its_dbr_delete_runs_is_created_anew() {
+    use keel::source::goal::{Goal, ResourceOptions};
+    use keel::source::{Context, ProgramError};
+    let mut config = replace_on_name();
+    config.latency = Duration::from_millis(200);
+    let mut h = Harness::new(config);
+    let dbr = |o: &mut keel::source::goal::ResourceOptions| o.delete_before_replace = Some(true);
+    h.up(vec![
+        bucket("a", &[("name", "a1")]).with(dbr),
+        bucket("b", &[("name", "b")]).dep("a"),
+        bucket("c", &[("name", "c")]).dep("b"),
+    ])
+    .await
+    .unwrap();
+    let a = h.urn("a");
+    let goal = |name: &str, value: &str, deps: Vec<keel::model::Urn>, dbr: bool| Goal {
+        ty: ty("aws:s3/bucket:Bucket"),
+        name: name.into(),
+        custom: true,
+        inputs: props(&[("name", value)]),
+        options: ResourceOptions {
+            depends_on: deps,
+            delete_before_replace: dbr.then_some(true),
+            ..ResourceOptions::default()
+        },
+    };
+    let (ga, gb, gc) = (
+        goal("a", "a2", vec![], true),
+        goal("b", "b", vec![a.clone()], false),
+        // `c` no longer depends on `b`, so it registers at once.
+        goal("c", "c", vec![], false),
+    );
+    let program = move |ctx: Context| {
+        let (ga, gb, gc) = (ga.clone(), gb.clone(), gc.clone());
+        async move {
+            // `a`'s chain (delete c, delete b, delete a, create a) is
+            // planned first; `c` registers while its delete is in flight.
+            let replace = tokio::spawn({
+                let ctx = ctx.clone();
+                async move { ctx.register(ga).await }
+            });
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            ctx.register(gc).await?;
+            replace.await.expect("the replace task")?;
+            ctx.register(gb).await?;
+            Ok::<(), ProgramError>(())
+        }
+    };
+    let o = h
+        .engine
+        .update(
+            h.state.clone(),
+            program,
+            Box::new(keel::persist::MemoryPersister::new()),
+        )
+        .await
+        .unwrap();
+    h.state = o.snapshot.clone();
+    keel::model::integrity::verify(&h.state).unwrap();
+    // Every custom resource's object exists, and nothing is left pending.
+    let ids: Vec<String> = h.cloud.objects().into_iter().map(|o| o.id).collect();
+    for s in h
+        .state
+        .resources
+        .iter()
+        .filter(|s| s.custom && !s.ty.is_provider())
+    {
+        assert!(
+            !s.pending_replacement,
+            "{} is still pending replacement",
+            s.urn
+        );
+        assert!(
+            ids.contains(&s.id),
+            "{} (id {}) has no object in {ids:?}",
+            s.urn,
+            s.id
+        );
+    }
+    assert_eq!(ids.len(), 3, "{ids:?}");
+}

@@ -208,6 +208,11 @@ pub struct Planner {
     handled: Vec<bool>,
     /// Prior states a create-before-delete replace left to delete at the end.
     replaced: HashSet<usize>,
+    /// Prior states a delete-before-replace chain deletes as dependents
+    /// (old index -> the replaced resource's URN), so that one registered
+    /// after that chain was planned, but maybe before it ran, is created
+    /// anew once the chain has deleted it.
+    dbr_dependents: HashMap<usize, Urn>,
     /// URNs registered (or read) in this operation.
     registered: HashSet<Urn>,
     /// Default provider reference per package, once planned.
@@ -245,6 +250,7 @@ impl Planner {
             claimed: HashMap::new(),
             handled,
             replaced: HashSet::new(),
+            dbr_dependents: HashMap::new(),
             registered: HashSet::new(),
             default_providers: HashMap::new(),
             root: None,
@@ -808,8 +814,12 @@ impl Planner {
             self.handled[i] = true;
         }
         let old = lock(&old_ref).clone();
-        if old.pending_replacement {
-            // Deleted earlier by a delete-before-replace: create it anew.
+        let deleting = old_index.and_then(|i| self.dbr_dependents.get(&i)).cloned();
+        if old.pending_replacement || deleting.is_some() {
+            // Deleted by a delete-before-replace (earlier, or by a chain of
+            // this operation, which it waits for): create it anew.
+            let mut waits_for = waits_for;
+            waits_for.extend(deleting);
             return Ok(Chain {
                 steps: vec![Step::new(
                     StepKind::CreateReplacement,
@@ -893,6 +903,7 @@ impl Planner {
                     step.keep_pending = true;
                     step.skip_provider = d.retain_on_delete || d.external;
                     steps.push(step);
+                    self.dbr_dependents.insert(j, urn.clone());
                 }
                 let mut del = Step::new(
                     StepKind::DeleteReplaced,
