@@ -119,13 +119,7 @@ async fn operations_an_interrupted_run_left_pending_do_not_block_the_next_migrat
     .await
     .unwrap();
     // A run killed during a create left it pending (its object never made).
-    let mut lost = h.state_of("old").clone();
-    lost.urn = keel::model::Urn::parse(&h.urn("old").as_str().replace("::old", "::lost")).unwrap();
-    lost.id = String::new();
-    let mut p = keel::model::snapshot::PendingOperation::default();
-    p.resource = lost;
-    p.ty = keel::model::snapshot::OperationType::Creating;
-    h.state.pending_operations = vec![p];
+    h.state.pending_operations = vec![pending_create_like(&h, "old", "lost")];
     // Recovery resolves it first: the migration sees no pending operation.
     let o = h
         .up(vec![
@@ -137,6 +131,25 @@ async fn operations_an_interrupted_run_left_pending_do_not_block_the_next_migrat
     assert_eq!(committed(&o), 1, "{:?}", o.migrations);
     assert!(h.state.pending_operations.is_empty());
     assert_eq!(h.cloud.objects().len(), 1);
+}
+
+/// An interrupted create of `name`, shaped like `like` (no ID yet).
+fn pending_create_like(
+    h: &Harness,
+    like: &str,
+    name: &str,
+) -> keel::model::snapshot::PendingOperation {
+    let mut lost = h.state_of(like).clone();
+    let urn = h
+        .urn(like)
+        .as_str()
+        .replace(&format!("::{like}"), &format!("::{name}"));
+    lost.urn = keel::model::Urn::parse(&urn).unwrap();
+    lost.id = String::new();
+    let mut p = keel::model::snapshot::PendingOperation::default();
+    p.resource = lost;
+    p.ty = keel::model::snapshot::OperationType::Creating;
+    p
 }
 
 /// A provider that cannot look objects up by URN (as a Pulumi plugin
@@ -155,13 +168,7 @@ async fn a_create_the_provider_cannot_look_up_stays_pending_until_refresh() {
     ])
     .await
     .unwrap();
-    let mut lost = h.state_of("old").clone();
-    lost.urn = keel::model::Urn::parse(&h.urn("old").as_str().replace("::old", "::lost")).unwrap();
-    lost.id = String::new();
-    let mut p = keel::model::snapshot::PendingOperation::default();
-    p.resource = lost;
-    p.ty = keel::model::snapshot::OperationType::Creating;
-    h.state.pending_operations = vec![p];
+    h.state.pending_operations = vec![pending_create_like(&h, "old", "lost")];
     let program = || {
         vec![
             migrating(component("app"), vec![rename("old", "new")]),

@@ -1021,22 +1021,7 @@ impl Provider for SimProvider {
     }
 
     async fn find(&self, urn: &Urn, ty: &crate::model::TypeToken) -> Result<Option<ObjectState>> {
-        let cloud = &*self.cloud;
-        if !cloud.config.lookup {
-            return Err(ProviderError::CannotLookUp { urn: urn.clone() });
-        }
-        cloud
-            .refresh_from_file()
-            .map_err(|e| cloud_io("read", urn, &e))?;
-        let found = lock(&cloud.state)
-            .objects
-            .values()
-            .find(|o| o.urn == urn.as_str() && o.ty == ty.as_str())
-            .cloned();
-        found
-            .map(|o| cloud.current_shape(o))
-            .transpose()
-            .map_err(|e| cloud_secrets("read", urn, &e))
+        Ok(self.find_all(urn, ty).await?.into_iter().next())
     }
 
     async fn find_all(&self, urn: &Urn, ty: &crate::model::TypeToken) -> Result<Vec<ObjectState>> {
