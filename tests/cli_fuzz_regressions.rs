@@ -92,3 +92,43 @@ fn a_failed_delete_keeps_what_it_refers_to_under_continue_on_error() {
         assert_eq!(k.cloud().len(), 1);
     }
 }
+
+/// An untargeted resource whose program now refers to a resource whose
+/// create was skipped (outside the targets, no prior state) keeps its prior
+/// references: taking the program's left it naming a resource in no state.
+#[test]
+fn a_kept_state_never_refers_to_a_skipped_create() {
+    for persistence in ["journal", "checkpoint"] {
+        let k = Keel::new();
+        let v1 = k.write(
+            "v1.yaml",
+            "name: fz\nresources:\n  \
+             a: { type: 'fz:store:Box', properties: { size: 1 } }\n  \
+             b: { type: 'fz:net:Link', properties: { from: '${a.id}' } }\n  \
+             x: { type: 'fz:store:Box', properties: { size: 1 } }\n",
+        );
+        k.ok(&["up", "--program", &v1, "--persistence", persistence]);
+        // `a` is renamed without an alias (a new resource), `b` follows it;
+        // only `x` is targeted, so `a2` is not created and `b` is kept.
+        let v2 = k.write(
+            "v2.yaml",
+            "name: fz\nresources:\n  \
+             a2: { type: 'fz:store:Box', properties: { size: 1 } }\n  \
+             b: { type: 'fz:net:Link', properties: { from: '${a2.id}' } }\n  \
+             x: { type: 'fz:store:Box', properties: { size: 2 } }\n",
+        );
+        k.ok(&[
+            "up",
+            "--program",
+            &v2,
+            "--persistence",
+            persistence,
+            "--target",
+            "urn:pulumi:dev::fz::fz:store:Box::x",
+        ]);
+        k.ok(&["state", "verify"]);
+        k.ok(&["up", "--program", &v2, "--persistence", persistence]);
+        k.ok(&["state", "verify"]);
+        assert_eq!(k.cloud().len(), 3);
+    }
+}

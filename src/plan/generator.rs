@@ -933,12 +933,19 @@ impl Planner {
     /// (the object belongs to it) unless the registration names the same
     /// provider; a provider the program no longer registers is refused.
     fn keep_references(&self, kept: &mut State, new: &State) -> Result<()> {
-        kept.parent.clone_from(&new.parent);
-        kept.dependencies.clone_from(&new.dependencies);
-        kept.property_dependencies
-            .clone_from(&new.property_dependencies);
-        kept.deleted_with.clone_from(&new.deleted_with);
-        kept.replace_with.retain(|u| self.registered.contains(u));
+        // A registration naming a resource whose create was skipped (outside
+        // the targets, no prior state) cannot lend its references: that
+        // resource is in no state. The prior references stay then, as
+        // Pulumi's same step keeps them; what they name is kept too (a
+        // targeted operation refuses deletes that would dangle).
+        if !new.references().any(|(_, u)| self.skipped.contains(u)) {
+            kept.parent.clone_from(&new.parent);
+            kept.dependencies.clone_from(&new.dependencies);
+            kept.property_dependencies
+                .clone_from(&new.property_dependencies);
+            kept.deleted_with.clone_from(&new.deleted_with);
+            kept.replace_with.retain(|u| self.registered.contains(u));
+        }
         match (provider_urn(&kept.provider), provider_urn(&new.provider)) {
             (Some(old), Some(now)) if old == now => kept.provider.clone_from(&new.provider),
             (Some(old), _) if !self.registered.iter().any(|u| u.as_str() == old) => {
