@@ -1,0 +1,929 @@
+//! The lifecycle fuzzer: seeded random sequences of program versions run
+//! against one stack through the real `keel` binary, with invariant checks
+//! after every step.
+//!
+//! Each *episode* starts from an empty backend and applies a few dozen
+//! steps. A step mutates the program (creates, updates, replaces in both
+//! orders, deletes, renames and re-parents through aliases, component
+//! migrations that rename, move or fold several resources into a
+//! sub-component, and retype) and runs one command: `up`
+//! (with either persister, any parallelism, injected provider failures,
+//! `--continue-on-error`, `--target`, `--exclude`, or SIGKILL at a random
+//! moment), `preview`, `refresh` or `destroy` (whole or targeted). After
+//! every step:
+//! - the stack loads and passes integrity;
+//! - every cloud object is owned by exactly one state (or, when no state
+//!   owns it, one pending create);
+//! - no plaintext secret is in any file of the backend or in keel's output;
+//! - a preview changed neither the state nor the cloud;
+//! - a clean, untargeted `up` that exited 0 left exactly the program's
+//!   resources, each with one cloud object, and nothing else.
+//!
+//! An episode ends with `refresh` and a clean `up`, which must converge to
+//! exactly the program, and a preview that plans only `same` steps.
+//!
+//! `KEEL_FUZZ_SEED` (default 1), `KEEL_FUZZ_STEPS` (default 120),
+//! `KEEL_FUZZ_EPISODE` (steps per episode, default 30) and `KEEL_FUZZ_FROM`
+//! (the first episode, default 0; episodes are independent) choose the run; the long run is documented in BENCHMARKS.md. A failure prints
+//! the seed, the step, and the transcript of the episode so far (commands,
+//! exit codes and program files) and the stack's files after each step,
+//! kept in a directory that is not removed.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::cli::{text, Keel};
+use serde_json::{json, Value};
+
+const STACK: &str = "dev";
+const PROJECT: &str = "fz";
+const CUSTOM_TYPES: [&str; 2] = ["fz:store:Box", "fz:net:Link"];
+
+/// splitmix64: small, seedable, good enough to drive a test.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    fn pick<T: Clone>(&mut self, items: &[T]) -> Option<T> {
+        (!items.is_empty()).then(|| items[self.below(items.len() as u64) as usize].clone())
+    }
+}
+
+/// One resource of the program.
+#[derive(Debug, Clone)]
+struct Res {
+    ty: String,
+    component: bool,
+    /// The key of the parent component, if any.
+    parent: Option<String>,
+    size: u64,
+    /// A `replaceOnChanges` key: changing it replaces the resource.
+    zone: u64,
+    dbr: bool,
+    secret: Option<String>,
+    /// Keys of custom resources whose ID this one uses.
+    refs: Vec<String>,
+    depends_on: Vec<String>,
+    /// URNs this resource was known by (until a clean `up` applies them).
+    aliases: Vec<String>,
+    /// `stateMigrations` entries (components; until a clean `up`).
+    migrations: Vec<Value>,
+}
+
+/// The program as the fuzzer means it.
+#[derive(Debug, Clone, Default)]
+struct Model {
+    res: BTreeMap<String, Res>,
+    next: u64,
+    secrets: bool,
+    /// Every secret plaintext ever used.
+    plaintexts: BTreeSet<String>,
+}
+
+impl Model {
+    fn qualified_type(&self, key: &str) -> String {
+        let mut chain = Vec::new();
+        let mut at = Some(key.to_owned());
+        while let Some(k) = at {
+            let r = &self.res[&k];
+            chain.push(r.ty.clone());
+            at = r.parent.clone();
+        }
+        chain.reverse();
+        chain.join("$")
+    }
+
+    fn urn(&self, key: &str) -> String {
+        format!(
+            "urn:pulumi:{STACK}::{PROJECT}::{}::{key}",
+            self.qualified_type(key)
+        )
+    }
+
+    fn keys(&self, f: impl Fn(&Res) -> bool) -> Vec<String> {
+        self.res
+            .iter()
+            .filter(|(_, r)| f(r))
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Is `key` at or below `ancestor`?
+    fn below(&self, key: &str, ancestor: &str) -> bool {
+        let mut at = Some(key.to_owned());
+        while let Some(k) = at {
+            if k == ancestor {
+                return true;
+            }
+            at = self.res[&k].parent.clone();
+        }
+        false
+    }
+
+    fn fresh(&mut self, prefix: &str) -> String {
+        self.next += 1;
+        format!("{prefix}{}", self.next)
+    }
+
+    /// Re-keys `old` as `new` everywhere (parents, references).
+    fn rekey(&mut self, old: &str, new: &str) {
+        let r = self.res.remove(old).expect("rekey of a known resource");
+        self.res.insert(new.to_owned(), r);
+        for r in self.res.values_mut() {
+            for k in r
+                .refs
+                .iter_mut()
+                .chain(r.depends_on.iter_mut())
+                .chain(r.parent.iter_mut())
+            {
+                if k == old {
+                    *k = new.to_owned();
+                }
+            }
+        }
+    }
+
+    fn program(&self) -> Value {
+        let mut resources = serde_json::Map::new();
+        for (k, r) in &self.res {
+            let mut body = json!({ "type": r.ty });
+            let mut options = serde_json::Map::new();
+            if r.component {
+                body["component"] = json!(true);
+            } else {
+                let mut props = json!({ "size": r.size, "zone": format!("z{}", r.zone) });
+                for (i, dep) in r.refs.iter().enumerate() {
+                    props[format!("ref{i}")] = json!(format!("${{{dep}.id}}"));
+                }
+                if let Some(s) = &r.secret {
+                    props["token"] = json!({ "fn::secret": s });
+                }
+                body["properties"] = props;
+                options.insert("replaceOnChanges".into(), json!(["zone"]));
+                if r.dbr {
+                    options.insert("deleteBeforeReplace".into(), json!(true));
+                }
+            }
+            if let Some(p) = &r.parent {
+                options.insert("parent".into(), json!(p));
+            }
+            if !r.depends_on.is_empty() {
+                options.insert("dependsOn".into(), json!(r.depends_on));
+            }
+            if !r.aliases.is_empty() {
+                options.insert("aliases".into(), json!(r.aliases));
+            }
+            if !r.migrations.is_empty() {
+                options.insert("stateMigrations".into(), json!(r.migrations));
+            }
+            if !options.is_empty() {
+                body["options"] = Value::Object(options);
+            }
+            resources.insert(k.clone(), body);
+        }
+        json!({ "name": PROJECT, "resources": resources })
+    }
+
+    /// What a clean `up` must leave: the URN of every program resource and
+    /// whether it is custom.
+    fn expected(&self) -> BTreeMap<String, bool> {
+        self.res
+            .iter()
+            .map(|(k, r)| (self.urn(k), !r.component))
+            .collect()
+    }
+
+    /// Forgets aliases and migrations once a clean `up` applied them.
+    fn settle(&mut self) {
+        for r in self.res.values_mut() {
+            r.aliases.clear();
+            r.migrations.clear();
+        }
+    }
+
+    fn pending_renames(&self) -> bool {
+        self.res
+            .values()
+            .any(|r| !r.aliases.is_empty() || !r.migrations.is_empty())
+    }
+}
+
+/// One mutation of the program; returns what it did, for the transcript.
+fn mutate(m: &mut Model, rng: &mut Rng) -> String {
+    let customs = m.keys(|r| !r.component);
+    let components = m.keys(|r| r.component);
+    let choice = if m.res.len() < 3 { 0 } else { rng.below(100) };
+    match choice {
+        0..=24 => {
+            let key = m.fresh("r");
+            let parent = if rng.chance(50) {
+                rng.pick(&components)
+            } else {
+                None
+            };
+            let mut refs = Vec::new();
+            for _ in 0..rng.below(3) {
+                if let Some(d) = rng.pick(&customs) {
+                    if !refs.contains(&d) {
+                        refs.push(d);
+                    }
+                }
+            }
+            let depends_on = if rng.chance(20) {
+                rng.pick(&m.keys(|_| true)).into_iter().collect()
+            } else {
+                Vec::new()
+            };
+            let secret = (m.secrets && rng.chance(40)).then(|| format!("pw-{:016x}", rng.next()));
+            if let Some(s) = &secret {
+                m.plaintexts.insert(s.clone());
+            }
+            m.res.insert(
+                key.clone(),
+                Res {
+                    ty: rng.pick(&CUSTOM_TYPES).unwrap().to_owned(),
+                    component: false,
+                    parent,
+                    size: rng.below(10),
+                    zone: 0,
+                    dbr: rng.chance(30),
+                    secret,
+                    refs,
+                    depends_on,
+                    aliases: Vec::new(),
+                    migrations: Vec::new(),
+                },
+            );
+            format!("add custom {key}")
+        }
+        25..=34 => {
+            let key = m.fresh("c");
+            let parent = if rng.chance(40) {
+                rng.pick(&components)
+            } else {
+                None
+            };
+            let ty = format!("fz:app:G{}", m.next);
+            m.res.insert(
+                key.clone(),
+                Res {
+                    ty,
+                    component: true,
+                    parent,
+                    size: 0,
+                    zone: 0,
+                    dbr: false,
+                    secret: None,
+                    refs: Vec::new(),
+                    depends_on: Vec::new(),
+                    aliases: Vec::new(),
+                    migrations: Vec::new(),
+                },
+            );
+            format!("add component {key}")
+        }
+        35..=49 => match rng.pick(&customs) {
+            Some(k) => {
+                m.res.get_mut(&k).unwrap().size += 1;
+                format!("update {k}")
+            }
+            None => "nothing".into(),
+        },
+        50..=61 => match rng.pick(&customs) {
+            Some(k) => {
+                let flip = rng.chance(50);
+                let r = m.res.get_mut(&k).unwrap();
+                r.zone += 1;
+                if flip {
+                    r.dbr = !r.dbr;
+                }
+                format!("replace {k} (deleteBeforeReplace {})", r.dbr)
+            }
+            None => "nothing".into(),
+        },
+        62..=73 => {
+            let Some(k) = rng.pick(&m.keys(|_| true)) else {
+                return "nothing".into();
+            };
+            let gone: BTreeSet<String> = m
+                .keys(|_| true)
+                .into_iter()
+                .filter(|x| m.below(x, &k))
+                .collect();
+            for g in &gone {
+                m.res.remove(g);
+            }
+            for r in m.res.values_mut() {
+                r.refs.retain(|x| !gone.contains(x));
+                r.depends_on.retain(|x| !gone.contains(x));
+            }
+            format!("delete {k} and below ({} resources)", gone.len())
+        }
+        74..=81 => {
+            // Rename through an alias (components too: children's URNs
+            // hold types, not names).
+            let Some(k) = rng.pick(&m.keys(|r| r.migrations.is_empty())) else {
+                return "nothing".into();
+            };
+            let old = m.urn(&k);
+            let new = m.fresh(if m.res[&k].component { "c" } else { "r" });
+            m.rekey(&k, &new);
+            m.res.get_mut(&new).unwrap().aliases.push(old);
+            format!("rename {k} -> {new} (alias)")
+        }
+        82..=87 => {
+            // Re-parent a custom resource through an alias.
+            let Some(k) = rng.pick(&customs) else {
+                return "nothing".into();
+            };
+            let old = m.urn(&k);
+            let to = if rng.chance(30) {
+                None
+            } else {
+                rng.pick(&components)
+            };
+            if to == m.res[&k].parent {
+                return "nothing".into();
+            }
+            let r = m.res.get_mut(&k).unwrap();
+            r.parent = to.clone();
+            r.aliases.push(old);
+            format!("re-parent {k} under {to:?} (alias)")
+        }
+        _ => migrate(m, rng),
+    }
+}
+
+/// A component migration: rename, move or retype.
+fn migrate(m: &mut Model, rng: &mut Rng) -> String {
+    if m.pending_renames() {
+        return "nothing (a rename is pending)".into();
+    }
+    let components = m.keys(|r| r.component);
+    let Some(c) = rng.pick(&components) else {
+        return "nothing".into();
+    };
+    let below: Vec<String> = m
+        .keys(|_| true)
+        .into_iter()
+        .filter(|k| k != &c && m.below(k, &c))
+        .collect();
+    match rng.below(3) {
+        0 => {
+            let customs: Vec<String> = below
+                .iter()
+                .filter(|k| !m.res[*k].component)
+                .cloned()
+                .collect();
+            let Some(x) = rng.pick(&customs) else {
+                return "nothing".into();
+            };
+            let y = m.fresh("r");
+            m.rekey(&x, &y);
+            m.res.get_mut(&c).unwrap().migrations = vec![json!({"rename": {"from": x, "to": y}})];
+            format!("migration on {c}: rename {x} -> {y}")
+        }
+        1 => {
+            let targets: Vec<String> = below
+                .iter()
+                .filter(|k| m.res[*k].component)
+                .cloned()
+                .collect();
+            let Some(d) = rng.pick(&targets) else {
+                return "nothing".into();
+            };
+            let movable: Vec<String> = below
+                .iter()
+                .filter(|k| !m.res[*k].component && m.res[*k].parent.as_deref() != Some(d.as_str()))
+                .cloned()
+                .collect();
+            // One resource moves; several fold into `d`.
+            let mut moved: Vec<String> = Vec::new();
+            for _ in 0..=rng.below(3) {
+                if let Some(x) = rng.pick(&movable) {
+                    if !moved.contains(&x) {
+                        moved.push(x);
+                    }
+                }
+            }
+            if moved.is_empty() {
+                return "nothing".into();
+            }
+            for x in &moved {
+                m.res.get_mut(x).unwrap().parent = Some(d.clone());
+            }
+            m.res.get_mut(&c).unwrap().migrations =
+                vec![json!({"move": {"resources": moved, "under": d}})];
+            format!("migration on {c}: move {moved:?} under {d}")
+        }
+        _ => {
+            m.next += 1;
+            let to = format!("fz:app:G{}", m.next);
+            let r = m.res.get_mut(&c).unwrap();
+            let from = std::mem::replace(&mut r.ty, to.clone());
+            r.migrations = vec![json!({"retype": {"from": from, "to": to}})];
+            format!("migration on {c}: retype {from} -> {to}")
+        }
+    }
+}
+
+/// How a step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Exit {
+    Code(i32),
+    Killed,
+}
+
+/// What the checks read of the world.
+struct World {
+    state: Value,
+    cloud: Vec<Value>,
+}
+
+struct Fuzz {
+    keel: Keel,
+    rng: Rng,
+    model: Model,
+    seed: u64,
+    transcript: Vec<String>,
+    keep: PathBuf,
+    program_no: usize,
+    episode: u64,
+    /// The global number of the episode's first step.
+    first_step: usize,
+}
+
+impl Fuzz {
+    fn new(seed: u64, episode: u64, first_step: usize) -> Self {
+        let mut rng = Rng(seed ^ episode.wrapping_mul(0x2545_f491_4f6c_dd1d));
+        let mut keel = Keel::new();
+        let secrets = rng.chance(25);
+        if secrets {
+            keel.passphrase = Some("fuzz passphrase".into());
+        }
+        let keep = keel.path().join("transcript");
+        std::fs::create_dir_all(&keep).unwrap();
+        Self {
+            keel,
+            rng,
+            model: Model {
+                secrets,
+                ..Model::default()
+            },
+            seed,
+            transcript: Vec::new(),
+            keep,
+            program_no: 0,
+            episode,
+            first_step,
+        }
+    }
+
+    fn write_program(&mut self) -> String {
+        self.program_no += 1;
+        let p = self
+            .keep
+            .join(format!("program-{:03}.json", self.program_no));
+        std::fs::write(
+            &p,
+            serde_json::to_vec_pretty(&self.model.program()).unwrap(),
+        )
+        .unwrap();
+        p.display().to_string()
+    }
+
+    /// Runs keel; with `kill_after`, SIGKILLs it after that long.
+    fn run(&mut self, args: &[String], kill_after: Option<Duration>) -> (Exit, String) {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_keel"));
+        c.current_dir(self.keel.path()).env_remove("KEEL_BACKEND");
+        for var in ["KEEL_CONFIG_PASSPHRASE", "PULUMI_CONFIG_PASSPHRASE"] {
+            c.env_remove(var).env_remove(format!("{var}_FILE"));
+        }
+        if let Some(p) = &self.keel.passphrase {
+            c.env("KEEL_CONFIG_PASSPHRASE", p);
+        }
+        c.args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let (exit, output) = match kill_after {
+            None => {
+                let o = c.output().expect("run keel");
+                let code = o.status.code().map_or(Exit::Killed, Exit::Code);
+                (code, format!("{}{}", text(&o.stdout), text(&o.stderr)))
+            }
+            Some(d) => {
+                let mut child = c.spawn().expect("spawn keel");
+                std::thread::sleep(d);
+                let _ = child.kill();
+                let o = child.wait_with_output().expect("wait for keel");
+                let exit = o.status.code().map_or(Exit::Killed, Exit::Code);
+                (exit, format!("{}{}", text(&o.stdout), text(&o.stderr)))
+            }
+        };
+        self.transcript
+            .push(format!("keel {} -> {exit:?}", args.join(" ")));
+        (exit, output)
+    }
+
+    fn fail(&mut self, step: usize, why: &str) -> ! {
+        let log = self.keep.join("transcript.txt");
+        std::fs::write(&log, self.transcript.join("\n")).unwrap();
+        // Keep the directory for inspection.
+        let dir = std::mem::replace(&mut self.keel.dir, tempfile::tempdir().unwrap());
+        let kept = dir.keep();
+        panic!(
+            "lifecycle fuzzer: seed {seed}, step {step}: {why}\n\
+             reproduce: KEEL_FUZZ_SEED={seed} KEEL_FUZZ_FROM={episode} KEEL_FUZZ_STEPS={n} cargo test --release --test lifecycle_fuzz -- --nocapture\n\
+             backend and program files kept in {dir}\ntranscript:\n{t}",
+            seed = self.seed,
+            episode = self.episode,
+            n = step + 1 - self.first_step,
+            dir = kept.display(),
+            t = self.transcript.join("\n")
+        );
+    }
+
+    fn world(&mut self, step: usize) -> World {
+        let backend = keel::persist::backend::Backend::new(self.keel.backend());
+        let loaded = match backend.load(STACK) {
+            Ok(l) => l,
+            Err(e) => self.fail(step, &format!("the stack does not load: {e}")),
+        };
+        if let Err(e) = keel::model::integrity::verify(&loaded.deployment) {
+            self.fail(step, &format!("the stack fails integrity: {e}"));
+        }
+        let state = serde_json::to_value(&loaded.deployment).unwrap();
+        let (exit, out) = self.run(&["cloud".into(), "list".into(), "--json".into()], None);
+        if exit != Exit::Code(0) {
+            self.fail(step, &format!("cloud list failed: {out}"));
+        }
+        let cloud: Vec<Value> = match serde_json::from_str(&out) {
+            Ok(Value::Array(a)) => a,
+            _ => self.fail(step, &format!("cloud list is not a JSON array: {out}")),
+        };
+        World { state, cloud }
+    }
+
+    /// Keeps a copy of the stack's files after `step`, for a post-mortem.
+    fn snapshot_files(&self, step: usize) {
+        let stack = self.keel.backend().join("stacks").join(STACK);
+        let Ok(entries) = std::fs::read_dir(&stack) else {
+            return;
+        };
+        let to = self.keep.join(format!("state-{step:05}"));
+        std::fs::create_dir_all(&to).unwrap();
+        for e in entries.flatten() {
+            if e.path().is_file() && e.file_name() != "lock" {
+                let _ = std::fs::copy(e.path(), to.join(e.file_name()));
+            }
+        }
+    }
+
+    /// The invariants that hold after every step.
+    fn check(&mut self, step: usize, output: &str) -> World {
+        self.snapshot_files(step);
+        if output.contains("panicked") {
+            self.fail(step, &format!("keel panicked:\n{output}"));
+        }
+        let w = self.world(step);
+        let resources = w.state["resources"].as_array().cloned().unwrap_or_default();
+        let pending = w.state["pending_operations"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        for o in &w.cloud {
+            let (ty, id, name) = (&o["type"], &o["id"], &o["name"]);
+            let owners = resources
+                .iter()
+                .filter(|r| r["custom"] == true && &r["type"] == ty && &r["id"] == id)
+                .count();
+            let creating = pending
+                .iter()
+                .filter(|p| {
+                    let r = &p["resource"];
+                    &r["type"] == ty
+                        && (&r["id"] == id
+                            || (r["id"].as_str().unwrap_or_default().is_empty()
+                                && r["urn"]
+                                    .as_str()
+                                    .is_some_and(|u| u.rsplit("::").next() == name.as_str())))
+                })
+                .count();
+            if !(owners == 1 || owners == 0 && creating == 1) {
+                self.fail(
+                    step,
+                    &format!(
+                        "cloud object {ty} {id} has {owners} owning states and {creating} pending operations\nstate: {:#}",
+                        w.state
+                    ),
+                );
+            }
+        }
+        let plaintexts: Vec<String> = self.model.plaintexts.iter().cloned().collect();
+        for s in &plaintexts {
+            if output.contains(s.as_str()) {
+                self.fail(step, &format!("secret {s} in keel's output:\n{output}"));
+            }
+        }
+        if !plaintexts.is_empty() {
+            for (path, bytes) in self.keel.files() {
+                for s in &plaintexts {
+                    if bytes.windows(s.len()).any(|w| w == s.as_bytes()) {
+                        self.fail(
+                            step,
+                            &format!("secret {s} in plaintext in {}", path.display()),
+                        );
+                    }
+                }
+            }
+        }
+        w
+    }
+
+    /// After a clean `up`: exactly the program, nothing else.
+    fn exact(&mut self, step: usize, w: &World) {
+        let expected = self.model.expected();
+        let resources = w.state["resources"].as_array().cloned().unwrap_or_default();
+        if !w.state["pending_operations"]
+            .as_array()
+            .is_none_or(Vec::is_empty)
+        {
+            self.fail(step, "pending operations after a clean up");
+        }
+        let mut live: BTreeMap<String, Value> = BTreeMap::new();
+        for r in &resources {
+            let urn = r["urn"].as_str().unwrap_or_default().to_owned();
+            let ty = r["type"].as_str().unwrap_or_default();
+            if r["delete"] == true {
+                self.fail(
+                    step,
+                    &format!("{urn} still pending deletion after a clean up"),
+                );
+            }
+            if ty == "pulumi:pulumi:Stack" || ty.starts_with("pulumi:providers:") {
+                continue;
+            }
+            if !expected.contains_key(&urn) {
+                self.fail(
+                    step,
+                    &format!("{urn} is in the state but not in the program"),
+                );
+            }
+            live.insert(urn, r.clone());
+        }
+        for (urn, custom) in &expected {
+            match live.get(urn) {
+                None => self.fail(step, &format!("{urn} of the program is not in the state")),
+                Some(r) if r["custom"] != *custom => {
+                    self.fail(step, &format!("{urn} has the wrong custom flag"))
+                }
+                _ => {}
+            }
+        }
+        let customs = expected.values().filter(|c| **c).count();
+        if w.cloud.len() != customs {
+            self.fail(
+                step,
+                &format!(
+                    "the cloud holds {} objects for {customs} custom resources: {:#}",
+                    w.cloud.len(),
+                    Value::Array(w.cloud.clone())
+                ),
+            );
+        }
+    }
+
+    fn base_args(&mut self, command: &str, program: Option<&str>) -> Vec<String> {
+        let mut a = vec![command.to_owned()];
+        if let Some(p) = program {
+            a.extend(["--program".into(), p.to_owned()]);
+        }
+        if command != "preview" {
+            a.push("--yes".into());
+        }
+        if command != "preview" && self.rng.chance(50) {
+            a.extend(["--persistence".into(), "checkpoint".into()]);
+        }
+        if self.rng.chance(30) {
+            a.push("--json".into());
+        }
+        a.extend(["--parallel".into(), (1 + self.rng.below(8)).to_string()]);
+        a
+    }
+
+    /// A random URN of the program or the state.
+    fn some_urn(&mut self) -> Option<String> {
+        let keys = self.model.keys(|_| true);
+        self.rng.pick(&keys).map(|k| self.model.urn(&k))
+    }
+
+    /// One step: mutate, run a command, check.
+    fn step(&mut self, step: usize) {
+        let mut did = Vec::new();
+        for _ in 0..=self.rng.below(3) {
+            did.push(mutate(&mut self.model, &mut self.rng));
+        }
+        let program = self.write_program();
+        self.transcript.push(format!(
+            "step {step}: {} -> {}",
+            did.join("; "),
+            Path::new(&program).file_name().unwrap().to_string_lossy()
+        ));
+        let roll = self.rng.below(100);
+        let mut clean_up = false;
+        let mut kill = None;
+        let mut lenient = false;
+        let (args, preview_before) = match roll {
+            0..=5 => {
+                let a = self.base_args("preview", Some(&program));
+                (a, Some(self.world(step)))
+            }
+            6..=10 => (self.base_args("refresh", Some(&program)), None),
+            11..=13 => (self.base_args("destroy", Some(&program)), None),
+            14..=16 => {
+                let mut a = self.base_args("destroy", Some(&program));
+                if let Some(u) = self.some_urn() {
+                    a.extend(["--target".into(), u]);
+                }
+                lenient = true;
+                (a, None)
+            }
+            _ => {
+                let mut a = self.base_args("up", Some(&program));
+                let extra = self.rng.below(100);
+                match extra {
+                    0..=11 => {
+                        if let Some(k) = self.rng.pick(&self.model.keys(|r| !r.component)) {
+                            a.extend(["--sim-fail".into(), k]);
+                        }
+                    }
+                    12..=19 => {
+                        a.extend([
+                            "--sim-fail-rate".into(),
+                            "0.3".into(),
+                            "--sim-seed".into(),
+                            self.rng.below(1000).to_string(),
+                        ]);
+                    }
+                    20..=37 => {
+                        let latency = 1 + self.rng.below(8);
+                        a.extend(["--sim-latency-ms".into(), latency.to_string()]);
+                        let span = 30 + latency * 3 * (self.model.res.len() as u64 + 1);
+                        kill = Some(Duration::from_millis(self.rng.below(span)));
+                    }
+                    38..=43 => {
+                        if let Some(u) = self.some_urn() {
+                            a.extend(["--target".into(), u]);
+                            lenient = true;
+                        }
+                    }
+                    44..=47 => {
+                        if let Some(u) = self.some_urn() {
+                            a.extend(["--exclude".into(), u]);
+                            lenient = true;
+                        }
+                    }
+                    _ => clean_up = true,
+                }
+                if extra <= 19 && self.rng.chance(50) {
+                    a.push("--continue-on-error".into());
+                }
+                (a, None)
+            }
+        };
+        // Before the first up there is no stack to refresh or destroy.
+        let no_stack = !self.keel.backend().join("stacks").join(STACK).exists();
+        let (exit, output) = self.run(&args, kill);
+        match exit {
+            Exit::Code(0) | Exit::Code(1) | Exit::Killed => {}
+            Exit::Code(2) if lenient || no_stack => {}
+            Exit::Code(c) => self.fail(step, &format!("exit {c}:\n{output}")),
+        }
+        if clean_up && exit != Exit::Code(0) && !output.contains("state migration rejected") {
+            self.fail(step, &format!("a clean up failed:\n{output}"));
+        }
+        let w = self.check(step, &output);
+        if let Some(before) = preview_before {
+            if before.state["resources"] != w.state["resources"] || before.cloud != w.cloud {
+                self.fail(step, "a preview changed the state or the cloud");
+            }
+        }
+        if clean_up && exit == Exit::Code(0) {
+            self.exact(step, &w);
+            self.model.settle();
+        }
+    }
+
+    /// The end of an episode: refresh and a clean up converge, and then a
+    /// preview plans nothing.
+    fn converge(&mut self, step: usize) {
+        let program = self.write_program();
+        self.transcript.push(format!("converge with {program}"));
+        let refresh = self.base_args("refresh", Some(&program));
+        let (exit, out) = self.run(&refresh, None);
+        if exit != Exit::Code(0) {
+            self.fail(step, &format!("the final refresh failed:\n{out}"));
+        }
+        self.check(step, &out);
+        let up = vec![
+            "up".to_owned(),
+            "--program".into(),
+            program.clone(),
+            "--yes".into(),
+        ];
+        let (exit, out) = self.run(&up, None);
+        if exit != Exit::Code(0) {
+            self.fail(step, &format!("the final up failed:\n{out}"));
+        }
+        let w = self.check(step, &out);
+        self.exact(step, &w);
+        self.model.settle();
+        let program = self.write_program();
+        let preview = vec![
+            "preview".to_owned(),
+            "--program".into(),
+            program,
+            "--json".into(),
+        ];
+        let (exit, out) = self.run(&preview, None);
+        if exit != Exit::Code(0) {
+            self.fail(step, &format!("the final preview failed:\n{out}"));
+        }
+        let summary = out
+            .lines()
+            .last()
+            .and_then(|l| serde_json::from_str::<Value>(l).ok());
+        let changes: Vec<String> = summary
+            .as_ref()
+            .and_then(|s| s["steps"].as_object())
+            .map(|o| o.keys().filter(|k| *k != "same").cloned().collect())
+            .unwrap_or_else(|| vec!["no summary".into()]);
+        if !changes.is_empty() {
+            self.fail(
+                step,
+                &format!("after convergence a preview plans {changes:?}:\n{out}"),
+            );
+        }
+    }
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} must be a number"))
+        })
+        .unwrap_or(default)
+}
+
+#[test]
+fn lifecycle_fuzz() {
+    let seed = env_u64("KEEL_FUZZ_SEED", 1);
+    let steps = env_u64("KEEL_FUZZ_STEPS", 120) as usize;
+    let per_episode = env_u64("KEEL_FUZZ_EPISODE", 30) as usize;
+    eprintln!("lifecycle fuzzer: seed {seed}, {steps} steps");
+    let mut episode = env_u64("KEEL_FUZZ_FROM", 0);
+    let mut done = episode as usize * per_episode;
+    let steps = done + steps;
+    while done < steps {
+        let mut f = Fuzz::new(seed, episode, done);
+        let n = per_episode.min(steps - done);
+        for i in 0..n {
+            f.step(done + i);
+        }
+        done += n;
+        f.converge(done - 1);
+        if std::env::var_os("KEEL_FUZZ_VERBOSE").is_some() {
+            eprintln!("episode {episode}:\n{}", f.transcript.join("\n"));
+        } else if episode % 10 == 9 {
+            eprintln!("lifecycle fuzzer: seed {seed}: clean up to step {done}");
+        }
+        episode += 1;
+    }
+    eprintln!("lifecycle fuzzer: seed {seed}: clean up to step {done} (episode {episode})");
+}
