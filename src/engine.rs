@@ -284,10 +284,13 @@ impl Engine {
         let started = Instant::now();
         let spawn_err = |e: ractor::SpawnErr| EngineError::Spawn(e.to_string());
         let root = self.root_urn()?;
-        for warning in self
+        let recovered = self
             .resolve_pending(&mut prior, mode == Mode::Refresh)
-            .await
-        {
+            .await;
+        // Recovery changed the prior state: it becomes the persisted base
+        // before any journal entry names a state by its position.
+        let rebase = !recovered.is_empty() && !preview;
+        for warning in recovered {
             tracing::warn!("{warning}");
             self.config.events.send(EngineEvent::Diagnostic {
                 severity: "warning".into(),
@@ -320,6 +323,19 @@ impl Engine {
             humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
         );
         let builder = SnapshotBuilder::new(prior, olds.clone());
+        let (builder, persister) = if rebase {
+            let (r, builder, persister) = tokio::task::spawn_blocking(move || {
+                let (mut builder, mut persister) = (builder, persister);
+                let r = persister.rebase(&mut builder);
+                (r, builder, persister)
+            })
+            .await
+            .map_err(|e| EngineError::Persist(PersistError::Stopped(e.to_string())))?;
+            r.map_err(EngineError::Persist)?;
+            (builder, persister)
+        } else {
+            (builder, persister)
+        };
 
         let (fail_tx, mut fail_rx) = mpsc::unbounded_channel();
         let supported = persister.supports_migrations();

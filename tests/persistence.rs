@@ -913,3 +913,58 @@ async fn compactions_in_the_middle_of_an_operation_keep_the_state_replayable() {
     verify(&loaded.deployment).unwrap();
     nothing_forgotten(&loaded.deployment, &cloud);
 }
+
+/// Recovery that adopts an interrupted create adds a state to the prior
+/// list: the journal of the operation names states by their position in
+/// it, so that list must become the persisted base first, or a run that
+/// dies before its final compaction leaves a journal naming a state the
+/// base does not have (found by the lifecycle fuzzer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recovered_prior_list_is_the_base_the_journal_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path());
+    let cloud = SimCloud::new(SimConfig::default());
+    let v = || {
+        vec![
+            bucket("a", &[("size", "1")]),
+            bucket("b", &[("size", "1")]),
+            bucket("d", &[("size", "1")]),
+        ]
+    };
+    up(
+        &backend,
+        &cloud,
+        v()[..2].to_vec(),
+        PersistenceKind::Journal,
+        None,
+    )
+    .await
+    .unwrap();
+    // Killed after `d`'s object was made, before its create was recorded.
+    let mut d = backend.load(STACK).unwrap().deployment;
+    let mut lost = d
+        .resources
+        .iter()
+        .find(|s| s.urn.name() == "b")
+        .unwrap()
+        .clone();
+    lost.urn = keel::model::Urn::parse(&lost.urn.as_str().replace("::b", "::d")).unwrap();
+    lost.id = String::new();
+    let made = cloud.objects().into_iter().find(|o| o.name == "b").unwrap();
+    cloud.insert_object(keel::provider::sim::SimObject {
+        id: "d-made".into(),
+        name: "d".into(),
+        urn: lost.urn.as_str().to_owned(),
+        ..made
+    });
+    d.pending_operations = vec![pending(&lost, OperationType::Creating)];
+    leave(&backend, &d);
+    // The next update adopts `d` and then dies before its final compaction
+    // (every save after the fourth fails).
+    let _ = up(&backend, &cloud, v(), PersistenceKind::Journal, Some(5)).await;
+    let loaded = backend
+        .load(STACK)
+        .unwrap_or_else(|e| panic!("the stack no longer loads: {e}"));
+    keel::model::integrity::verify(&loaded.deployment).unwrap();
+    assert!(loaded.deployment.resources.iter().any(|s| s.id == "d-made"));
+}

@@ -72,6 +72,10 @@ impl Persister for Observed {
         self.inner.persist(m, current, counted);
     }
 
+    fn rebase(&mut self, current: &mut SnapshotBuilder) -> keel::persist::Result<()> {
+        self.inner.rebase(current)
+    }
+
     fn finish(&mut self, current: &mut SnapshotBuilder) -> keel::persist::Result<Deployment> {
         self.inner.finish(current)
     }

@@ -348,6 +348,10 @@ impl Persister for JournalPersister {
         }
     }
 
+    fn rebase(&mut self, current: &mut SnapshotBuilder) -> Result<()> {
+        self.compact(current, false).map(|_| ())
+    }
+
     fn finish(&mut self, current: &mut SnapshotBuilder) -> Result<Deployment> {
         if let Some(b) = &self.broken {
             return Err(io_err(&self.paths.journal, b.clone()));

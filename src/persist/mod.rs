@@ -542,6 +542,20 @@ pub trait Persister: Send + 'static {
     /// (group commit).
     fn persist(&mut self, m: &Mutation, current: &mut SnapshotBuilder, ack: Ack);
 
+    /// The operation's prior state is not the persisted one (recovering
+    /// interrupted operations added, removed or changed states): make it
+    /// the persisted base before any mutation names a state by its
+    /// position. The default does nothing, for persisters that write whole
+    /// snapshots (the next one replaces the old) or nothing.
+    ///
+    /// # Errors
+    /// [`PersistError`] when the base cannot be written; the old one is
+    /// intact.
+    fn rebase(&mut self, current: &mut SnapshotBuilder) -> Result<()> {
+        let _ = current;
+        Ok(())
+    }
+
     /// The operation ended: wait for pending writes, make the current
     /// deployment the persisted state (compaction) and return it.
     ///
