@@ -310,8 +310,9 @@ fn alive(pid: u32) -> bool {
     }
 }
 
-#[test]
-fn a_failing_callback_leaves_no_process_behind() {
+/// A stack with a passphrase, deployed from the migration program's first
+/// version (no callback).
+fn deployed_with_a_passphrase() -> Keel {
     let mut k = Keel::new();
     k.passphrase = Some("pw".into());
     k.ok(&[
@@ -319,6 +320,12 @@ fn a_failing_callback_leaves_no_process_behind() {
         "--program",
         &k.write("v1.json", &migration_program(&[])),
     ]);
+    k
+}
+
+#[test]
+fn a_failing_callback_leaves_no_process_behind() {
+    let k = deployed_with_a_passphrase();
     let pid_file = k.path().join("grandchild.pid");
     let script = format!("sleep 1000 & echo $! > '{}'; exit 1", pid_file.display());
     let v2 = k.write("v2.json", &migration_program(&["sh", "-c", &script]));
@@ -352,13 +359,7 @@ fn a_failing_callback_leaves_no_process_behind() {
 
 #[test]
 fn a_failing_callback_quotes_no_secret() {
-    let mut k = Keel::new();
-    k.passphrase = Some("pw".into());
-    k.ok(&[
-        "up",
-        "--program",
-        &k.write("v1.json", &migration_program(&[])),
-    ]);
+    let k = deployed_with_a_passphrase();
     // Echoes its input (with the decrypted secret) to stderr and fails.
     let v2 = k.write(
         "v2.json",

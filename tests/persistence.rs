@@ -402,19 +402,24 @@ fn pending(resource: &State, ty: OperationType) -> PendingOperation {
     p
 }
 
+/// Bucket `a` named `name` (a change of name replaces it) and bucket `b`,
+/// which depends on it.
+fn a_and_dependent(name: &str) -> Vec<Res> {
+    vec![
+        bucket("a", &[("name", name)]),
+        bucket("b", &[("size", "1")]).dep("a"),
+    ]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_create_replacement_is_adopted_not_leaked() {
     for kind in [PersistenceKind::Journal, PersistenceKind::Checkpoint] {
         let dir = tempfile::tempdir().unwrap();
         let backend = Backend::new(dir.path());
         let cloud = SimCloud::new(Crash::Replace.config());
-        let v = |n: &str| {
-            vec![
-                bucket("a", &[("name", n)]),
-                bucket("b", &[("size", "1")]).dep("a"),
-            ]
-        };
-        up(&backend, &cloud, v("x"), kind, None).await.unwrap();
+        up(&backend, &cloud, a_and_dependent("x"), kind, None)
+            .await
+            .unwrap();
         // Killed after the replacement of `a` was made, before it was
         // recorded: the create is pending, the old `a` still live.
         let mut d = backend.load(STACK).unwrap().deployment;
@@ -440,7 +445,7 @@ async fn an_interrupted_create_replacement_is_adopted_not_leaked() {
         d.pending_operations = vec![pending(&new, OperationType::Creating)];
         leave(&backend, &d);
 
-        up(&backend, &cloud, v("y"), kind, None)
+        up(&backend, &cloud, a_and_dependent("y"), kind, None)
             .await
             .unwrap_or_else(|e| panic!("{kind:?}: {e}"));
         let state = backend.load(STACK).unwrap().deployment;
@@ -465,13 +470,9 @@ async fn an_interrupted_delete_before_replace_leaves_a_stack_that_saves() {
         let dir = tempfile::tempdir().unwrap();
         let backend = Backend::new(dir.path());
         let cloud = SimCloud::new(Crash::DeleteBeforeReplace.config());
-        let v = |n: &str| {
-            vec![
-                bucket("a", &[("name", n)]),
-                bucket("b", &[("size", "1")]).dep("a"),
-            ]
-        };
-        up(&backend, &cloud, v("x"), kind, None).await.unwrap();
+        up(&backend, &cloud, a_and_dependent("x"), kind, None)
+            .await
+            .unwrap();
         // Killed during the delete of `a` (its dependent `b` deleted first
         // and pending its replacement), after the object was deleted.
         let mut d = backend.load(STACK).unwrap().deployment;
@@ -491,7 +492,7 @@ async fn an_interrupted_delete_before_replace_leaves_a_stack_that_saves() {
         d.pending_operations = vec![pending(&a, OperationType::Deleting)];
         leave(&backend, &d);
 
-        up(&backend, &cloud, v("y"), kind, None)
+        up(&backend, &cloud, a_and_dependent("y"), kind, None)
             .await
             .unwrap_or_else(|e| panic!("{kind:?}: the next update failed: {e}"));
         let state = backend.load(STACK).unwrap().deployment;
