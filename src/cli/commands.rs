@@ -534,7 +534,8 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
             Style::choose(a.output.json),
             Op::Update.name(),
             total(source.file(), &stack, &open.deployment),
-        );
+        )
+        .show_debug(a.output.show_debug());
         for w in open.warnings.iter().chain(&sim_warnings) {
             display.diagnostic("warning", w);
         }
@@ -601,7 +602,8 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
             Style::choose(a.output.json),
             Op::Preview.name(),
             total(source.file(), &stack, &loaded.deployment),
-        );
+        )
+        .show_debug(a.output.show_debug());
         for w in loaded.warnings.iter().chain(&sim_warnings) {
             display.diagnostic("warning", w);
         }
@@ -686,7 +688,8 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
             Style::choose(a.output.json),
             op.name(),
             total(None, &stack, &open.deployment),
-        );
+        )
+        .show_debug(a.output.show_debug());
         for w in open.warnings.iter().chain(&sim_warnings) {
             display.diagnostic("warning", w);
         }

@@ -281,10 +281,8 @@ impl EngineService for Monitor {
     async fn log(&self, request: Request<pb::LogRequest>) -> Result<Response<()>, Status> {
         let req = request.into_inner();
         let severity = match pb::LogSeverity::try_from(req.severity) {
-            Ok(pb::LogSeverity::Debug) => {
-                tracing::debug!(urn = %req.urn, "{}", req.message);
-                return Ok(Response::new(()));
-            }
+            // Kept as an event: the CLI shows it with `--debug` or `-v`.
+            Ok(pb::LogSeverity::Debug) => "debug",
             Ok(pb::LogSeverity::Warning) => "warning",
             Ok(pb::LogSeverity::Error) => "error",
             _ => "info",

@@ -1,0 +1,139 @@
+//! What the engine does for real Pulumi Python programs, through the
+//! `keel` binary and the official SDK (`pulumi==3.272.0`), as Pulumi's
+//! engine does it:
+//!
+//! - children inherit their parent's aliases (Pulumi's alias scenarios:
+//!   a renamed component, a re-typed one, nested re-typed parents, a
+//!   component and its child renamed together, all at once): the second
+//!   version plans only `same` steps;
+//! - `log.debug` messages are diagnostics, shown with `--debug` or `-v`.
+//!
+//! The interpreter is `KEEL_PYTHON` when set, else a virtual environment
+//! made once under Cargo's target directory (`common::python`).
+
+mod common;
+
+use common::cli::*;
+use common::python::{inline_program, keel, program};
+
+/// Runs `up` of `aliases-step1` then preview and `up` of `aliases-step2`
+/// for `scenarios` (all when empty): the second version plans and runs only
+/// `same` steps, and the cloud keeps its objects. Returns the directory.
+fn aliases(scenarios: &str) -> Keel {
+    let mut k = keel();
+    if !scenarios.is_empty() {
+        k.env
+            .push(("KEEL_ALIAS_SCENARIOS".into(), scenarios.into()));
+    }
+    let out = k.ok(&[
+        "up",
+        "--yes",
+        "--json",
+        "--program",
+        &program("aliases-step1"),
+    ]);
+    let created = summary_steps(&out)["create"];
+    let cloud = k.cloud();
+    let before = k.files();
+    let out = k.ok(&["preview", "--json", "--program", &program("aliases-step2")]);
+    all_same(&out);
+    assert_eq!(summary_steps(&out)["same"], created, "{scenarios}: {out}");
+    assert!(k.files() == before, "the preview persisted nothing");
+    let out = k.ok(&[
+        "up",
+        "--yes",
+        "--json",
+        "--program",
+        &program("aliases-step2"),
+    ]);
+    all_same(&out);
+    assert_eq!(summary_steps(&out)["same"], created, "{scenarios}: {out}");
+    assert_eq!(
+        k.cloud(),
+        cloud,
+        "{scenarios}: the cloud's objects are kept"
+    );
+    // The aliases did their work: a third run finds everything under its
+    // new URN.
+    let out = k.ok(&[
+        "up",
+        "--yes",
+        "--json",
+        "--program",
+        &program("aliases-step2"),
+    ]);
+    all_same(&out);
+    k
+}
+
+#[test]
+fn a_renamed_component_keeps_its_children_including_name_prefixed_ones() {
+    let urns = aliases("rename_component").urns();
+    for renamed in [
+        "urn:pulumi:dev::aliases::keel:test:Shop$keel:test:Part::store-db",
+        "urn:pulumi:dev::aliases::keel:test:Shop$aws:s3/bucket:Bucket::store-logs",
+    ] {
+        assert!(urns.contains_key(renamed), "{renamed} in {urns:?}");
+    }
+    assert!(
+        !urns
+            .keys()
+            .any(|u| u.ends_with("::shop-db") || u.ends_with("::shop")),
+        "{urns:?}"
+    );
+}
+
+#[test]
+fn a_retyped_component_keeps_its_children() {
+    aliases("retype_component");
+}
+
+#[test]
+fn nested_retyped_parents_keep_their_descendants() {
+    aliases("retype_parents");
+}
+
+#[test]
+fn a_component_and_its_child_renamed_together_keep_the_child() {
+    aliases("rename_component_and_child");
+}
+
+#[test]
+fn all_alias_scenarios_in_one_program() {
+    aliases("");
+}
+
+#[test]
+fn debug_logs_are_diagnostics_shown_with_debug_or_verbose() {
+    let k = keel();
+    let dir = inline_program(
+        &k,
+        "logs",
+        "import pulumi\n\
+         pulumi.log.debug('looking closely')\n\
+         pulumi.log.info('said out loud')\n",
+    );
+    let debug_lines = |out: &str| -> Vec<String> {
+        events(out)
+            .into_iter()
+            .filter(|e| e["event"] == "diagnostic" && e["severity"] == "debug")
+            .map(|e| e["message"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    let out = k.ok(&["up", "--yes", "--json", "--program", &dir]);
+    assert!(debug_lines(&out).is_empty(), "hidden by default: {out}");
+    assert!(out.contains("said out loud"), "{out}");
+    for flag in ["--debug", "-v"] {
+        let out = k.ok(&["up", "--yes", "--json", flag, "--program", &dir]);
+        // The SDK's own debug messages come along, as with Pulumi.
+        assert!(
+            debug_lines(&out).iter().any(|m| m == "looking closely"),
+            "{flag}: {out}"
+        );
+        // The plain display shows it too.
+        let (_, err) = k.expect(0, &["preview", flag, "--program", &dir]);
+        assert!(err.contains("debug: looking closely"), "{flag}: {err}");
+    }
+    let (_, err) = k.expect(0, &["preview", "--program", &dir]);
+    assert!(!err.contains("looking closely"), "{err}");
+}
