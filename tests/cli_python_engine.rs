@@ -137,3 +137,85 @@ fn debug_logs_are_diagnostics_shown_with_debug_or_verbose() {
     let (_, err) = k.expect(0, &["preview", "--program", &dir]);
     assert!(!err.contains("looking closely"), "{err}");
 }
+
+/// The stack's current files (checkpoint, journal), without the
+/// simulated cloud, whose objects hold what the provider made in the clear,
+/// and without the backup of the checkpoint before the last one.
+fn stack_files(k: &Keel) -> String {
+    k.files()
+        .into_iter()
+        .filter(|(p, _)| {
+            p.components().any(|c| c.as_os_str() == "stacks")
+                && p.extension().is_none_or(|e| e != "bak")
+        })
+        .map(|(_, b)| text(&b))
+        .collect()
+}
+
+#[test]
+fn additional_secret_outputs_are_secrets_in_state_and_in_the_program() {
+    let mut k = keel();
+    k.passphrase = Some("correct horse".into());
+    let dir = inline_program(
+        &k,
+        "vault",
+        "import os\n\
+         import pulumi\n\
+         secret = os.environ.get('ARN_SECRET') == '1'\n\
+         b = pulumi.CustomResource('aws:s3/bucket:Bucket', 'b',\n\
+         \x20   {'name': os.environ.get('BUCKET_NAME', 'vault'), 'arn': None},\n\
+         \x20   pulumi.ResourceOptions(additional_secret_outputs=['arn'] if secret else []))\n\
+         pulumi.export('arn', b.arn)\n",
+    );
+    let bucket = "urn:pulumi:dev::vault::aws:s3/bucket:Bucket::b";
+    let stack = "urn:pulumi:dev::vault::pulumi:pulumi:Stack::vault-dev";
+    // Without the option the ARN is a plain output.
+    let out = k.ok(&["up", "--yes", "--program", &dir]);
+    let arn = k.resources()[bucket]["outputs"]["arn"]
+        .as_str()
+        .expect("a plain arn")
+        .to_owned();
+    assert!(out.contains(&arn), "{out}");
+    assert!(stack_files(&k).contains(&arn));
+
+    // With it, each way the outputs are set: a same step (the option
+    // alone changed), an update, a refresh.
+    k.env.push(("ARN_SECRET".into(), "1".into()));
+    let steps: [(&[&str], Option<&str>); 3] = [
+        (&["up", "--yes", "--program", &dir], None),
+        (&["up", "--yes", "--program", &dir], Some("vault-2")),
+        (&["refresh", "--yes"], None),
+    ];
+    for (args, name) in steps {
+        if let Some(n) = name {
+            k.env.push(("BUCKET_NAME".into(), n.into()));
+        }
+        let mut args: Vec<&str> = args.to_vec();
+        args.push("--json");
+        let out = k.ok(&args);
+        assert!(
+            !out.contains(&arn),
+            "{args:?}: no plaintext in events: {out}"
+        );
+        let r = k.resources();
+        let sig = keel::model::property::SIG_KEY;
+        for (urn, what) in [(bucket, "the bucket's"), (stack, "the stack's")] {
+            let v = &r[urn]["outputs"]["arn"];
+            assert_eq!(
+                v[sig],
+                keel::model::property::SIG_SECRET,
+                "{args:?}: {what} arn is a secret: {v}"
+            );
+            assert!(v["ciphertext"].is_string(), "{args:?}: encrypted: {v}");
+        }
+        assert!(
+            !stack_files(&k).contains(&arn),
+            "{args:?}: no plaintext arn at rest"
+        );
+    }
+    // The program got it as a secret: its export is masked.
+    let out = k.ok(&["up", "--yes", "--program", &dir]);
+    assert!(out.contains("arn: [secret]"), "{out}");
+    let shown = k.ok(&["stack", "export", "--show-secrets"]);
+    assert!(shown.contains(&arn), "{shown}");
+}

@@ -520,6 +520,7 @@ async fn read_resources_are_never_created_or_deleted() {
             parent: None,
             provider: None,
             depends_on: vec![],
+            additional_secret_outputs: vec![],
         })
         .await?;
         Ok(())

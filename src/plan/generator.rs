@@ -1135,6 +1135,8 @@ impl Planner {
         let mut new = p.new;
         new.id = goal.id.clone();
         new.external = true;
+        new.additional_secret_outputs
+            .clone_from(&goal.additional_secret_outputs);
         let steps = vec![Step::new(StepKind::Read, p.urn, p.old, Some(new))];
         Ok((p.provider_chain, Chain { steps, waits_for }))
     }
