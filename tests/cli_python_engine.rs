@@ -219,3 +219,80 @@ fn additional_secret_outputs_are_secrets_in_state_and_in_the_program() {
     let shown = k.ok(&["stack", "export", "--show-secrets"]);
     assert!(shown.contains(&arn), "{shown}");
 }
+
+/// The stack's outputs as `stack export` shows them.
+fn stack_outputs(k: &Keel, project: &str) -> serde_json::Value {
+    k.resources()[&format!("urn:pulumi:dev::{project}::pulumi:pulumi:Stack::{project}-dev")]
+        ["outputs"]
+        .clone()
+}
+
+#[test]
+fn stack_outputs_registered_before_a_failure_are_saved() {
+    let mut k = keel();
+    // Pulumi's `stack_outputs_program_error` and `_resource_error`
+    // programs, in one: STEP picks the version.
+    let dir = inline_program(
+        &k,
+        "outs",
+        "import os\n\
+         import pulumi\n\
+         step = os.environ.get('STEP', 'first')\n\
+         if step == 'first':\n\
+         \x20   pulumi.export('xyz', 'ABC')\n\
+         \x20   pulumi.export('foo', 42)\n\
+         elif step == 'raises':\n\
+         \x20   pulumi.export('xyz', 'DEF')\n\
+         \x20   raise Exception('the program broke')\n\
+         elif step == 'export-of-failed':\n\
+         \x20   pulumi.export('xyz', 'GHI')\n\
+         \x20   doomed = pulumi.CustomResource('aws:s3/bucket:Bucket', 'doomed', {'name': 'd', 'arn': None})\n\
+         \x20   pulumi.export('foo', doomed.arn)\n\
+         else:\n\
+         \x20   pulumi.export('xyz', 'JKL')\n\
+         \x20   pulumi.CustomResource('aws:s3/bucket:Bucket', 'doomed', {'name': 'd'})\n\
+         \x20   pulumi.export('foo', 1)\n",
+    );
+    k.ok(&["up", "--yes", "--program", &dir]);
+    assert_eq!(
+        stack_outputs(&k, "outs"),
+        serde_json::json!({"xyz": "ABC", "foo": 42})
+    );
+    let cases = [
+        // The program raised after updating `xyz`: `xyz` is saved, `foo`
+        // (never reached) keeps its value.
+        ("raises", serde_json::json!({"xyz": "DEF", "foo": 42})),
+        // An export waits on a failed resource: the SDK never registers
+        // the outputs, which stay as they were.
+        (
+            "export-of-failed",
+            serde_json::json!({"xyz": "DEF", "foo": 42}),
+        ),
+        // A resource failed, the outputs were all registered: both saved.
+        (
+            "resource-fails",
+            serde_json::json!({"xyz": "JKL", "foo": 1}),
+        ),
+    ];
+    for (step, expected) in cases {
+        k.env.retain(|(key, _)| key != "STEP");
+        k.env.push(("STEP".into(), step.into()));
+        k.expect(
+            1,
+            &["up", "--yes", "--program", &dir, "--sim-fail", "doomed"],
+        );
+        assert_eq!(stack_outputs(&k, "outs"), expected, "{step}");
+    }
+    // A success replaces them: an output the program no longer exports is
+    // gone.
+    k.env.retain(|(key, _)| key != "STEP");
+    k.env.push(("STEP".into(), "first".into()));
+    let dir2 = inline_program(&k, "outs2", "import pulumi\npulumi.export('xyz', 'MNO')\n");
+    std::fs::copy(
+        std::path::Path::new(&dir2).join("__main__.py"),
+        std::path::Path::new(&dir).join("__main__.py"),
+    )
+    .expect("copy");
+    k.ok(&["up", "--yes", "--program", &dir]);
+    assert_eq!(stack_outputs(&k, "outs"), serde_json::json!({"xyz": "MNO"}));
+}
