@@ -296,3 +296,124 @@ fn stack_outputs_registered_before_a_failure_are_saved() {
     k.ok(&["up", "--yes", "--program", &dir]);
     assert_eq!(stack_outputs(&k, "outs"), serde_json::json!({"xyz": "MNO"}));
 }
+
+#[test]
+fn stack_references_read_another_stacks_outputs_and_keep_secrets_secret() {
+    let mut k = keel();
+    k.passphrase = Some("correct horse".into());
+    let net = inline_program(
+        &k,
+        "net",
+        "import pulumi\n\
+         pulumi.export('vpcId', 'vpc-0abc')\n\
+         pulumi.export('dbPassword', pulumi.Output.secret('hunter2-db'))\n",
+    );
+    k.ok(&["up", "--yes", "--stack", "network", "--program", &net]);
+    let app = inline_program(
+        &k,
+        "app",
+        "import os\n\
+         import pulumi\n\
+         net = pulumi.StackReference(os.environ.get('NET_STACK', 'organization/net/network'))\n\
+         pulumi.export('vpc', net.get_output('vpcId'))\n\
+         pulumi.export('pw', net.get_output('dbPassword'))\n\
+         pulumi.export('pwLength', net.get_output('dbPassword').apply(len))\n",
+    );
+    let out = k.ok(&["up", "--yes", "--stack", "app", "--program", &app]);
+    assert!(
+        out.contains("vpc: \"vpc-0abc\"") || out.contains("vpc: vpc-0abc"),
+        "{out}"
+    );
+    assert!(
+        out.contains("pw: [secret]"),
+        "the secret stays secret: {out}"
+    );
+    assert!(
+        out.contains("pwLength: [secret]"),
+        "and what is made of it: {out}"
+    );
+    let export: serde_json::Value =
+        serde_json::from_str(&k.ok(&["stack", "export", "--stack", "app"])).expect("export");
+    let resources = export["deployment"]["resources"]
+        .as_array()
+        .expect("resources");
+    let reference = resources
+        .iter()
+        .find(|r| r["type"] == "pulumi:pulumi:StackReference")
+        .expect("the stack reference is in the state");
+    assert_eq!(reference["id"], "organization/net/network");
+    assert_eq!(reference["external"], true);
+    assert_eq!(
+        reference["outputs"]["secretOutputNames"],
+        serde_json::json!(["dbPassword"])
+    );
+    assert!(
+        reference["outputs"]["outputs"]["dbPassword"]["ciphertext"].is_string(),
+        "encrypted at rest: {reference}"
+    );
+    assert!(
+        reference["provider"]
+            .as_str()
+            .is_some_and(|p| p.contains("::pulumi:providers:pulumi::")),
+        "{reference}"
+    );
+    assert!(
+        !stack_files(&k).contains("hunter2-db"),
+        "no plaintext at rest"
+    );
+    let shown = k.ok(&["stack", "export", "--stack", "app", "--show-secrets"]);
+    assert!(shown.contains("hunter2-db"), "{shown}");
+    // Again: the reference is read again, nothing else changes.
+    let out = k.ok(&["up", "--yes", "--json", "--stack", "app", "--program", &app]);
+    assert!(
+        summary_steps(&out)
+            .keys()
+            .all(|k| k == "same" || k == "read"),
+        "{out}"
+    );
+    // A stack that does not exist is an error naming it.
+    k.env.push(("NET_STACK".into(), "nowhere".into()));
+    let (_, err) = k.expect(1, &["up", "--yes", "--stack", "app", "--program", &app]);
+    assert!(err.contains("the stack `nowhere` does not exist"), "{err}");
+}
+
+#[test]
+fn get_resource_rehydrates_a_resource_from_its_urn() {
+    let k = keel();
+    let dir = inline_program(
+        &k,
+        "hydrate",
+        "import os\n\
+         import pulumi\n\
+         b = pulumi.CustomResource('aws:s3/bucket:Bucket', 'b', {'name': 'kept', 'arn': None})\n\
+         pulumi.export('arn', b.arn)\n\
+         if os.environ.get('HYDRATE') == '1':\n\
+         \x20   again = pulumi.CustomResource('aws:s3/bucket:Bucket', 'b', {'arn': None},\n\
+         \x20       pulumi.ResourceOptions(urn='urn:pulumi:dev::hydrate::aws:s3/bucket:Bucket::b'))\n\
+         \x20   pulumi.export('again', again.arn)\n\
+         \x20   pulumi.export('againId', again.id)\n",
+    );
+    k.ok(&["up", "--yes", "--program", &dir]);
+    let r = k.resources();
+    let bucket = &r["urn:pulumi:dev::hydrate::aws:s3/bucket:Bucket::b"];
+    let mut k = k;
+    k.env.push(("HYDRATE".into(), "1".into()));
+    k.ok(&["up", "--yes", "--program", &dir]);
+    let outputs = stack_outputs(&k, "hydrate");
+    assert_eq!(outputs["again"], bucket["outputs"]["arn"], "{outputs}");
+    assert_eq!(outputs["againId"], bucket["id"], "{outputs}");
+    // A URN nobody has is an error naming it.
+    let bad = inline_program(
+        &k,
+        "hydrate-bad",
+        "import pulumi\n\
+         x = pulumi.CustomResource('aws:s3/bucket:Bucket', 'x', {'arn': None},\n\
+         \x20   pulumi.ResourceOptions(urn='urn:pulumi:dev::hydrate-bad::aws:s3/bucket:Bucket::ghost'))\n\
+         pulumi.export('x', x.arn)\n",
+    );
+    let (_, err) = k.expect(1, &["up", "--yes", "--stack", "other", "--program", &bad]);
+    assert!(
+        err.contains("no resource urn:pulumi:dev::hydrate-bad::aws:s3/bucket:Bucket::ghost"),
+        "{err}"
+    );
+}

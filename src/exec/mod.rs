@@ -129,6 +129,11 @@ impl ExecShared {
         self.news.iter().map(|e| e.value().clone()).collect()
     }
 
+    /// The state of `urn` written (or read) so far in this operation.
+    pub fn written_state(&self, urn: &Urn) -> Option<State> {
+        self.news.get(urn).map(|s| lock(s.value()).clone())
+    }
+
     /// Stops new work (a failure that fails the operation).
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Release);

@@ -610,8 +610,15 @@ impl GenState {
                     stack: self.planner.stack().to_owned(),
                     project: self.planner.project().to_owned(),
                 };
+                // `getResource`: what this deployment wrote or read, else
+                // the prior state.
+                let resource = |urn: &Urn| {
+                    self.shared
+                        .written_state(urn)
+                        .or_else(|| self.planner.prior_state(urn))
+                };
                 let _ = reply.send(
-                    crate::provider::builtins::invoke(&token, &args, &ctx)
+                    crate::provider::builtins::invoke(&token, &args, &ctx, &resource)
                         .map_err(RegisterError::from),
                 );
             }

@@ -348,6 +348,11 @@ impl Planner {
         &self.olds
     }
 
+    /// The live prior state of `urn` (as migrations left it), if any.
+    pub fn prior_state(&self, urn: &Urn) -> Option<State> {
+        self.live.get(urn).map(|&i| lock(&self.olds[i]).clone())
+    }
+
     /// The stack resource's URN, once registered.
     pub fn root(&self) -> Option<&Urn> {
         self.root.as_ref()
