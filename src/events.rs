@@ -36,7 +36,8 @@ pub enum EngineEvent {
     },
     /// A message for the user.
     Diagnostic {
-        /// `info`, `warning` or `error`.
+        /// `debug`, `info`, `warning` or `error` (the CLI shows `debug`
+        /// only with `--debug` or `-v`).
         severity: String,
         /// The resource it concerns, if any.
         #[serde(skip_serializing_if = "Option::is_none")]

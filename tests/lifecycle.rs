@@ -520,6 +520,7 @@ async fn read_resources_are_never_created_or_deleted() {
             parent: None,
             provider: None,
             depends_on: vec![],
+            additional_secret_outputs: vec![],
         })
         .await?;
         Ok(())
@@ -722,4 +723,53 @@ async fn a_dependent_registered_while_its_dbr_delete_runs_is_created_anew() {
         );
     }
     assert_eq!(ids.len(), 3, "{ids:?}");
+}
+
+/// Children inherit their parent's aliases in every kind of program: a
+/// component renamed through an alias keeps its children, including one
+/// named after it (`shop-logs` under `store`, once `shop`, is
+/// `store-logs`), and one renamed too with an alias of its own under the
+/// new parent.
+#[tokio::test]
+async fn children_inherit_a_renamed_parents_alias() {
+    let mut h = Harness::new(SimConfig::default());
+    h.up(vec![
+        component("shop"),
+        bucket("shop-logs", &[("k", "logs")]).parent("shop"),
+        bucket("cache", &[("k", "cache")]).parent("shop"),
+        bucket("shop-db", &[("k", "db")]).parent("shop"),
+    ])
+    .await
+    .unwrap();
+    let ids: Vec<String> = ["shop-logs", "cache", "shop-db"]
+        .iter()
+        .map(|n| h.state_of(n).id.clone())
+        .collect();
+    let before = h.cloud.counters();
+    let o = h
+        .up(vec![
+            component("store").alias(alias_name("shop")),
+            bucket("store-logs", &[("k", "logs")]).parent("store"),
+            bucket("cache", &[("k", "cache")]).parent("store"),
+            bucket("store-main-db", &[("k", "db")])
+                .parent("store")
+                .alias(alias_name("store-db")),
+        ])
+        .await
+        .unwrap();
+    assert!(
+        o.summary.steps.keys().all(|k| *k == Same),
+        "{:?}",
+        o.summary.steps
+    );
+    let after = h.cloud.counters();
+    assert_eq!(
+        (after.creates, after.deletes),
+        (before.creates, before.deletes)
+    );
+    let now: Vec<String> = ["store-logs", "cache", "store-main-db"]
+        .iter()
+        .map(|n| h.state_of(n).id.clone())
+        .collect();
+    assert_eq!(now, ids, "every child kept its object");
 }

@@ -583,3 +583,86 @@ fn a_malformed_state_migration_entry_is_refused_and_changes_nothing() {
         );
     }
 }
+
+/// After a migration commits, what the program still says with the
+/// predecessor's URN follows the successor (`migrations.md` §9): resource
+/// references and output dependencies inside a later registration's
+/// inputs, and inside `RegisterResourceOutputs` values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn later_values_naming_a_predecessor_follow_the_successor() {
+    use keel::model::property::{OutputValue, ResourceReference};
+    use keel::model::PropertyValue;
+    use keel::source::goal::Goal;
+    use keel::source::{Context, ProgramError};
+
+    let mut h = Harness::new(SimConfig::default());
+    h.up(vec![
+        component("app"),
+        bucket("old", &[("k", "v")]).parent("app"),
+    ])
+    .await
+    .unwrap();
+    let old = h.urn("old");
+    let old_id = h.state_of("old").id.clone();
+    let reference = PropertyValue::ResourceReference(ResourceReference {
+        urn: old.clone(),
+        id: Some(old_id.clone()),
+        package_version: None,
+    });
+    let output = PropertyValue::Output(OutputValue {
+        value: Some(Box::new(PropertyValue::from("v"))),
+        secret: None,
+        dependencies: Some(vec![old.clone()]),
+    });
+    let program = move |ctx: Context| {
+        let (reference, output) = (reference.clone(), output.clone());
+        async move {
+            let mut app = Goal::component(ty(COMP), "app");
+            app.options.state_migrations = StateMigrations::new(vec![rename("old", "new")]);
+            let app = ctx.register(app).await?;
+            let mut child = Goal::custom(ty(LEAF), "new", props(&[("k", "v")]));
+            child.options.parent = Some(app.urn.clone());
+            ctx.register(child).await?;
+            let inputs = [
+                ("bucket".to_owned(), reference.clone()),
+                ("nested".to_owned(), PropertyValue::Array(vec![output])),
+            ]
+            .into();
+            ctx.register(Goal::custom(ty(LEAF), "consumer", inputs))
+                .await?;
+            ctx.register_outputs(&app.urn, [("child".to_owned(), reference)].into())
+                .await?;
+            Ok::<(), ProgramError>(())
+        }
+    };
+    let o = h
+        .engine
+        .update(
+            h.state.clone(),
+            program,
+            Box::new(keel::persist::MemoryPersister::new()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(committed(&o), 1);
+    h.state = o.snapshot;
+    let new = h.urn("new");
+    assert_eq!(h.state_of("new").id, old_id, "the rename kept the object");
+    let consumer = h.state_of("consumer");
+    let successor = PropertyValue::ResourceReference(ResourceReference {
+        urn: new.clone(),
+        id: Some(old_id.clone()),
+        package_version: None,
+    });
+    assert_eq!(consumer.inputs["bucket"], successor);
+    let PropertyValue::Array(nested) = &consumer.inputs["nested"] else {
+        panic!("{:?}", consumer.inputs)
+    };
+    let PropertyValue::Output(out) = &nested[0] else {
+        panic!("{nested:?}")
+    };
+    assert_eq!(out.dependencies, Some(vec![new.clone()]));
+    assert_eq!(h.state_of("app").outputs["child"], successor);
+    let text = serde_json::to_string(&h.state.resources).unwrap();
+    assert!(!text.contains(old.as_str()), "no value names {old}: {text}");
+}

@@ -435,6 +435,7 @@ async fn run(v: &Value) -> Run {
                             parent: e.goal.options.parent.clone(),
                             provider: e.goal.options.provider.clone(),
                             depends_on: e.goal.options.depends_on.clone(),
+                            additional_secret_outputs: Vec::new(),
                         })
                         .await?;
                     } else {

@@ -126,6 +126,19 @@ pub struct OutputArgs {
     /// summary) instead of the progress display.
     #[arg(long)]
     pub json: bool,
+    /// Also show debug diagnostics (a program's `log.debug` messages).
+    #[arg(long)]
+    pub debug: bool,
+    /// More output: debug diagnostics are shown from `-v` on.
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+impl OutputArgs {
+    /// Whether debug diagnostics are shown (`--debug` or `-v`).
+    pub fn show_debug(&self) -> bool {
+        self.debug || self.verbose > 0
+    }
 }
 
 /// The persistence strategy flag's values.

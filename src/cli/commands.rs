@@ -133,6 +133,16 @@ fn sim_config(a: &SimArgs, file: Option<&ProgramFile>) -> SimConfig {
 }
 
 /// Loads the backend's simulated cloud; `autosave` persists every change.
+/// The providers of an operation: the simulated cloud, and the built-in
+/// `pulumi` package, whose stack references read the backend's stacks
+/// (with the passphrase the operation uses).
+fn registry(backend: &Path, cloud: std::sync::Arc<SimCloud>) -> ProviderRegistry {
+    let passphrase = crate::secrets::passphrase_from_env().ok().flatten();
+    ProviderRegistry::simulated(cloud).with_stack_outputs(std::sync::Arc::new(
+        Backend::new(backend).with_passphrase(passphrase),
+    ))
+}
+
 fn load_cloud(
     backend: &Path,
     config: SimConfig,
@@ -534,7 +544,8 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
             Style::choose(a.output.json),
             Op::Update.name(),
             total(source.file(), &stack, &open.deployment),
-        );
+        )
+        .show_debug(a.output.show_debug());
         for w in open.warnings.iter().chain(&sim_warnings) {
             display.diagnostic("warning", w);
         }
@@ -549,7 +560,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         config.update = options;
         let can_store_secrets = open.crypter.manager().is_some();
         let program = source.into_program(&config.events, parallel, can_store_secrets);
-        let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
+        let engine = Engine::new(config, registry(backend, cloud));
         let mut prior = std::mem::take(&mut open.deployment);
         if a.change.refresh {
             prior = refreshed(&engine, prior).await?;
@@ -601,7 +612,8 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
             Style::choose(a.output.json),
             Op::Preview.name(),
             total(source.file(), &stack, &loaded.deployment),
-        );
+        )
+        .show_debug(a.output.show_debug());
         for w in loaded.warnings.iter().chain(&sim_warnings) {
             display.diagnostic("warning", w);
         }
@@ -611,7 +623,7 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         config.update = options;
         // A preview writes nothing: secrets need no provider yet.
         let program = source.into_program(&config.events, a.parallel, true);
-        let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
+        let engine = Engine::new(config, registry(backend, cloud));
         let prior = if a.change.refresh {
             refreshed(&engine, loaded.deployment).await?
         } else {
@@ -686,7 +698,8 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
             Style::choose(a.output.json),
             op.name(),
             total(None, &stack, &open.deployment),
-        );
+        )
+        .show_debug(a.output.show_debug());
         for w in open.warnings.iter().chain(&sim_warnings) {
             display.diagnostic("warning", w);
         }
@@ -699,7 +712,7 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
         );
         config.events = EventSink::new(tx);
         config.update = options;
-        let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
+        let engine = Engine::new(config, registry(backend, cloud));
         let prior = std::mem::take(&mut open.deployment);
         let result = match op {
             Op::Destroy => drive(engine.destroy(prior, persister), rx, &mut display).await,

@@ -106,6 +106,7 @@ pub struct Display {
     live: Option<Live>,
     done: HashSet<Urn>,
     total: usize,
+    debug: bool,
 }
 
 impl std::fmt::Debug for Display {
@@ -157,7 +158,15 @@ impl Display {
             live,
             done: HashSet::new(),
             total,
+            debug: false,
         }
+    }
+
+    /// Shows `debug` diagnostics too (`--debug`, `-v`); they are hidden
+    /// otherwise, in every style.
+    pub fn show_debug(mut self, show: bool) -> Self {
+        self.debug = show;
+        self
     }
 
     /// The style.
@@ -185,6 +194,11 @@ impl Display {
 
     /// Shows one event.
     pub fn event(&mut self, e: &EngineEvent) {
+        if !self.debug
+            && matches!(e, EngineEvent::Diagnostic { severity, .. } if severity == "debug")
+        {
+            return;
+        }
         if self.style == Style::Json {
             // Serializing an event cannot fail: keys are strings, numbers
             // finite.

@@ -129,6 +129,11 @@ impl ExecShared {
         self.news.iter().map(|e| e.value().clone()).collect()
     }
 
+    /// The state of `urn` written (or read) so far in this operation.
+    pub fn written_state(&self, urn: &Urn) -> Option<State> {
+        self.news.get(urn).map(|s| lock(s.value()).clone())
+    }
+
     /// Stops new work (a failure that fails the operation).
     pub fn stop(&self) {
         self.stopped.store(true, Ordering::Release);
@@ -733,6 +738,8 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             let new = step
                 .new
                 .ok_or_else(|| StepError::Other("same step without a goal".into()))?;
+            let mut new = new;
+            new.mark_secret_outputs();
             // Nothing to change: keep the prior state object as it is (no
             // copy, a tiny journal record, its JSON written back verbatim).
             if let Some(o) = &old_ref {
@@ -784,6 +791,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                     }
                 };
                 new.outputs = obj.outputs;
+                new.mark_secret_outputs();
                 new.modified = stamp;
                 schema::stamp(&*provider, &mut new);
                 // After hooks run once the result is durable.
@@ -811,6 +819,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             };
             new.id = obj.id;
             new.outputs = obj.outputs;
+            new.mark_secret_outputs();
             schema::stamp(&*provider, &mut new);
             if !preview {
                 new.created = stamp.clone();
@@ -887,6 +896,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             };
             new.id = obj.id;
             new.outputs = obj.outputs;
+            new.mark_secret_outputs();
             schema::stamp(&*provider, &mut new);
             end_write(shared, op, old_ref, new, false, None, None).await
         }
@@ -909,6 +919,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             };
             new.inputs = obj.inputs;
             new.outputs = obj.outputs;
+            new.mark_secret_outputs();
             schema::stamp(&*provider, &mut new);
             end_write(shared, op, old_ref, new, false, None, None).await
         }
@@ -926,6 +937,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 let mut s = old.clone();
                 s.outputs = obj.outputs;
                 s.inputs = obj.inputs;
+                s.mark_secret_outputs();
                 schema::stamp(&*provider, &mut s);
                 Box::new(s)
             });

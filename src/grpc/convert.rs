@@ -408,6 +408,7 @@ pub fn read_goal(req: pb::ReadResourceRequest) -> Result<ReadGoal> {
         parent,
         provider: (!req.provider.is_empty()).then_some(req.provider),
         depends_on,
+        additional_secret_outputs: req.additional_secret_outputs,
     })
 }
 

@@ -67,7 +67,7 @@ struct Shared {
     callbacks: CallbackClients,
     events: EventSink,
     root: Mutex<String>,
-    /// The stack resource's outputs, held until the program succeeds.
+    /// The stack resource's outputs, held until the program ended.
     stack_outputs: Mutex<Option<(Urn, crate::model::PropertyMap)>>,
 }
 
@@ -92,23 +92,33 @@ impl Monitor {
         }
     }
 
-    /// Applies the stack's outputs the program registered. Called once the
-    /// program succeeded: an SDK registers the stack's outputs even when
-    /// the program raised, and a failed program must not change them.
+    /// Applies the stack's outputs the program registered, once it ended
+    /// (an SDK registers them even when the program raised), as Pulumi's
+    /// engine finalizes them: after a success they replace the prior
+    /// outputs; after a failure (`failed`) they are set over the prior
+    /// ones, since an output the program did not reach is not a deleted
+    /// one. A program that registered none leaves them as they were.
     ///
     /// # Errors
     /// The engine refused them (the operation stopped).
-    pub async fn commit_stack_outputs(&self) -> Result<(), RegisterError> {
+    pub async fn commit_stack_outputs(&self, failed: bool) -> Result<(), RegisterError> {
         let held = self
             .shared
             .stack_outputs
             .lock()
             .ok()
             .and_then(|mut o| o.take());
-        match held {
-            Some((urn, outputs)) => self.shared.ctx.register_outputs(&urn, outputs).await,
-            None => Ok(()),
-        }
+        let Some((urn, outputs)) = held else {
+            return Ok(());
+        };
+        let outputs = match (failed, self.shared.ctx.prior_outputs(&urn)) {
+            (true, Some(mut prior)) => {
+                prior.extend(outputs);
+                prior
+            }
+            _ => outputs,
+        };
+        self.shared.ctx.register_outputs(&urn, outputs).await
     }
 }
 
@@ -281,10 +291,8 @@ impl EngineService for Monitor {
     async fn log(&self, request: Request<pb::LogRequest>) -> Result<Response<()>, Status> {
         let req = request.into_inner();
         let severity = match pb::LogSeverity::try_from(req.severity) {
-            Ok(pb::LogSeverity::Debug) => {
-                tracing::debug!(urn = %req.urn, "{}", req.message);
-                return Ok(Response::new(()));
-            }
+            // Kept as an event: the CLI shows it with `--debug` or `-v`.
+            Ok(pb::LogSeverity::Debug) => "debug",
             Ok(pb::LogSeverity::Warning) => "warning",
             Ok(pb::LogSeverity::Error) => "error",
             _ => "info",

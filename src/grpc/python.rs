@@ -323,7 +323,7 @@ async fn run(
         Some(0) => {
             served.map_err(|e| format!("the resource monitor failed: {e}"))?;
             monitor
-                .commit_stack_outputs()
+                .commit_stack_outputs(false)
                 .await
                 .map_err(|e| format!("the stack's outputs: {e}"))
         }
@@ -332,7 +332,13 @@ async fn run(
             tail.last().map_or("the `pulumi` package cannot be imported", String::as_str),
             options.python.to_string_lossy()
         )),
-        code => Err(format!(
+        code => {
+            // The outputs registered before the program failed are kept;
+            // the program's error is what the operation reports.
+            if let Err(e) = monitor.commit_stack_outputs(true).await {
+                tracing::debug!("the stack's outputs after the program failed: {e}");
+            }
+            Err(format!(
             "the Python program {} ({}):\n{}",
             match code {
                 Some(c) => format!("exited with status {c}"),
@@ -340,7 +346,8 @@ async fn run(
             },
             project.main.display(),
             tail.join("\n")
-        )),
+            ))
+        }
     }
 }
 

@@ -7,7 +7,9 @@
 //! registrations, to `ReadResource` and `RegisterResourceOutputs` events,
 //! and to a registration's goal after its own migrations ran. A later
 //! registration or read whose URN is a predecessor fails with
-//! `predecessor-reused`.
+//! `predecessor-reused`. [`Rewrites::normalize_goal`],
+//! [`Rewrites::normalize_read`] and [`Rewrites::normalize_outputs`] are
+//! what the step generator applies to each program event.
 
 use std::collections::BTreeMap;
 
@@ -15,6 +17,7 @@ use super::chain::ChainOutcome;
 use super::rewrite::{self, Identity, SuccessorMap};
 use super::rules::{MigrationError, Result};
 use crate::model::{PropertyMap, PropertyValue, State, Urn};
+use crate::source::goal::{Alias, AliasParent, Goal, ReadGoal};
 
 /// One committed migration.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -141,6 +144,72 @@ impl Rewrites {
         out
     }
 
+    /// Points a registration at successors (§9): its parent, dependencies,
+    /// property dependencies, `deletedWith`, alias parents and URN aliases,
+    /// provider, and the resource references and output dependencies
+    /// inside its inputs (their IDs become the successors').
+    pub fn normalize_goal(&self, goal: &mut Goal) {
+        if self.is_empty() {
+            return;
+        }
+        let o = &mut goal.options;
+        let map = |u: &Urn| self.map_urn(u);
+        o.parent = o.parent.as_ref().map(map);
+        o.depends_on = o.depends_on.iter().map(map).collect();
+        for list in o.property_dependencies.values_mut() {
+            *list = list.iter().map(map).collect();
+        }
+        o.deleted_with = o.deleted_with.as_ref().map(map);
+        for a in &mut o.aliases {
+            match a {
+                Alias::Urn(u) => *u = map(u),
+                Alias::Spec(spec) => {
+                    if let Some(AliasParent::Urn(p)) = &mut spec.parent {
+                        *p = map(p);
+                    }
+                }
+            }
+        }
+        if let Some(p) = o.provider.as_ref().and_then(|p| self.rewrite_provider(p)) {
+            o.provider = Some(p);
+        }
+        if let Some(inputs) = self.rewrite_map(&goal.inputs) {
+            goal.inputs = inputs;
+        }
+    }
+
+    /// Points a `ReadResource` at successors (§9): its parent,
+    /// dependencies, provider, and the references inside its inputs.
+    pub fn normalize_read(&self, goal: &mut ReadGoal) {
+        if self.is_empty() {
+            return;
+        }
+        goal.parent = goal.parent.as_ref().map(|p| self.map_urn(p));
+        goal.depends_on = goal.depends_on.iter().map(|d| self.map_urn(d)).collect();
+        if let Some(p) = goal
+            .provider
+            .as_ref()
+            .and_then(|p| self.rewrite_provider(p))
+        {
+            goal.provider = Some(p);
+        }
+        if let Some(inputs) = self.rewrite_map(&goal.inputs) {
+            goal.inputs = inputs;
+        }
+    }
+
+    /// Points a `RegisterResourceOutputs` at successors (§9): its URN
+    /// (returned) and the references inside the outputs.
+    pub fn normalize_outputs(&self, urn: &Urn, outputs: &mut PropertyMap) -> Urn {
+        if self.is_empty() {
+            return urn.clone();
+        }
+        if let Some(m) = self.rewrite_map(outputs) {
+            *outputs = m;
+        }
+        self.map_urn(urn)
+    }
+
     /// Rewrites a provider reference `<URN>::<ID>`; `None` when nothing
     /// changes.
     pub fn rewrite_provider(&self, reference: &str) -> Option<String> {
@@ -206,5 +275,86 @@ mod tests {
             r.rewrite_value(&v).unwrap().to_json(),
             serde_json::json!({sig: "5cf8f73096256a8f31e491e813e4eb8e", "urn": urn("c").as_str(), "id": "id-c"})
         );
+    }
+
+    /// Values naming the predecessor `a`: a reference (with its old ID),
+    /// an output depending on it, nested in an object and a list.
+    fn naming_a() -> PropertyMap {
+        let sig = crate::model::property::SIG_KEY;
+        let v = serde_json::json!({
+            "ref": {sig: "5cf8f73096256a8f31e491e813e4eb8e", "urn": urn("a").as_str(), "id": "id-a"},
+            "out": {sig: "d0e6a833031e9bbcd3f4e8bde6ca49a4", "value": "v",
+                    "dependencies": [urn("a").as_str(), urn("x").as_str()]},
+            "nested": {"list": [{sig: "5cf8f73096256a8f31e491e813e4eb8e", "urn": urn("a").as_str()}]},
+            "plain": urn("a").as_str(),
+        });
+        v.as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), PropertyValue::from_json(v).unwrap()))
+            .collect()
+    }
+
+    /// The same values naming the successor `b` (a plain string is not a
+    /// reference and stays).
+    fn naming_b() -> serde_json::Value {
+        let sig = crate::model::property::SIG_KEY;
+        serde_json::json!({
+            "ref": {sig: "5cf8f73096256a8f31e491e813e4eb8e", "urn": urn("b").as_str(), "id": "id-b"},
+            "out": {sig: "d0e6a833031e9bbcd3f4e8bde6ca49a4", "value": "v",
+                    "dependencies": [urn("b").as_str(), urn("x").as_str()]},
+            "nested": {"list": [{sig: "5cf8f73096256a8f31e491e813e4eb8e", "urn": urn("b").as_str(), "id": "id-b"}]},
+            "plain": urn("a").as_str(),
+        })
+    }
+
+    fn json(m: &PropertyMap) -> serde_json::Value {
+        PropertyValue::Object(m.clone()).to_json()
+    }
+
+    #[test]
+    fn program_events_are_pointed_at_successors_values_included() {
+        let mut r = Rewrites::new();
+        r.record(urn("root"), &outcome("a", "b"));
+        let ty = crate::model::TypeToken::parse("a:b:C").unwrap();
+
+        let mut goal = Goal::custom(ty.clone(), "later", naming_a());
+        goal.options.parent = Some(urn("a"));
+        goal.options.depends_on = vec![urn("a")];
+        goal.options
+            .property_dependencies
+            .insert("ref".into(), vec![urn("a")]);
+        r.normalize_goal(&mut goal);
+        assert_eq!(json(&goal.inputs), naming_b());
+        assert_eq!(goal.options.parent, Some(urn("b")));
+        assert_eq!(goal.options.depends_on, vec![urn("b")]);
+        assert_eq!(goal.options.property_dependencies["ref"], vec![urn("b")]);
+
+        let mut read = ReadGoal {
+            ty,
+            name: "seen".into(),
+            id: "i".into(),
+            inputs: naming_a(),
+            parent: Some(urn("a")),
+            provider: None,
+            depends_on: vec![urn("a")],
+            additional_secret_outputs: Vec::new(),
+        };
+        r.normalize_read(&mut read);
+        assert_eq!(json(&read.inputs), naming_b());
+        assert_eq!(
+            (read.parent, read.depends_on),
+            (Some(urn("b")), vec![urn("b")])
+        );
+
+        let mut outputs = naming_a();
+        assert_eq!(r.normalize_outputs(&urn("a"), &mut outputs), urn("b"));
+        assert_eq!(json(&outputs), naming_b());
+
+        // No migration: nothing changes.
+        let none = Rewrites::new();
+        let mut outputs = naming_a();
+        assert_eq!(none.normalize_outputs(&urn("a"), &mut outputs), urn("a"));
+        assert_eq!(outputs, naming_a());
     }
 }

@@ -143,6 +143,22 @@ json_object! {
 }
 
 impl State {
+    /// Makes the outputs named in `additionalSecretOutputs` secrets (those
+    /// that are not already), as Pulumi's engine does after every provider
+    /// operation: they are then encrypted at rest, masked in output and
+    /// returned to the program as secrets. Names the outputs lack are
+    /// skipped.
+    pub fn mark_secret_outputs(&mut self) {
+        for name in &self.additional_secret_outputs {
+            if let Some(v) = self.outputs.get_mut(name) {
+                if !matches!(v, PropertyValue::Secret(_)) {
+                    let plain = std::mem::take(v);
+                    *v = PropertyValue::Secret(super::property::Secret::plaintext(plain));
+                }
+            }
+        }
+    }
+
     /// A new state with the given identity, as keel builds it.
     pub fn new(urn: Urn, ty: TypeToken, custom: bool) -> Self {
         Self {

@@ -141,6 +141,60 @@ impl StackPaths {
     }
 }
 
+/// Stack references read the outputs of the backend's other stacks:
+/// `name`, or a fully qualified `<organization>/<project>/<name>` (only the
+/// stack's name counts: keel's stacks are not scoped by project).
+impl crate::provider::builtins::StackOutputs for Backend {
+    fn stack_outputs(&self, stack: &str) -> Result<crate::model::PropertyMap, String> {
+        let name = stack.rsplit('/').next().unwrap_or(stack);
+        let valid = !name.is_empty()
+            && name != "."
+            && name != ".."
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !valid {
+            return Err(format!(
+                "`{stack}` is not a stack name (letters, digits, `-`, `_` and `.`, optionally after `<organization>/<project>/`)"
+            ));
+        }
+        if !self.paths(name).base.is_file() {
+            return Err(format!(
+                "the stack `{name}` does not exist in the backend {}",
+                self.root.display()
+            ));
+        }
+        let loaded = self.load(name).map_err(|e| e.to_string())?;
+        let outputs = loaded
+            .deployment
+            .resources
+            .iter()
+            .find(|r| r.ty.is_stack() && !r.delete)
+            .map(|r| r.outputs.clone())
+            .unwrap_or_default();
+        if outputs.values().any(holds_ciphertext) {
+            return Err(format!(
+                "the outputs of stack `{name}` hold secrets this process cannot decrypt; set KEEL_CONFIG_PASSPHRASE to its passphrase"
+            ));
+        }
+        Ok(outputs)
+    }
+}
+
+/// True when a value holds a secret still encrypted.
+fn holds_ciphertext(v: &crate::model::PropertyValue) -> bool {
+    use crate::model::property::Secret;
+    use crate::model::PropertyValue as V;
+    match v {
+        V::Secret(Secret::Ciphertext(_)) => true,
+        V::Secret(Secret::Plaintext(p)) => holds_ciphertext(p.value()),
+        V::Array(a) => a.iter().any(holds_ciphertext),
+        V::Object(m) => m.values().any(holds_ciphertext),
+        V::Output(o) => o.value.as_deref().is_some_and(holds_ciphertext),
+        _ => false,
+    }
+}
+
 /// Writes `d` as the stack's base checkpoint (atomically, keeping a
 /// backup), recording that it includes the journal up to `seq`.
 ///

@@ -22,7 +22,6 @@ use crate::migrate::coordinator::{CoordMsg, MigrationOutcome, MigrationRequest};
 use crate::migrate::{MigrationError, Rewrites};
 use crate::model::snapshot::Snippet;
 use crate::model::State;
-use crate::source::goal::{Alias, AliasParent};
 use crate::sync::shim::ArcSwap;
 use crate::sync::StateList;
 
@@ -256,36 +255,10 @@ impl GenState {
     }
 
     /// Applies the committed migrations' rewrites to a registration
-    /// (`migrations.md` §9): parent, aliases, dependencies, provider.
+    /// (`migrations.md` §9): its references and the references inside its
+    /// inputs.
     fn normalize(&self, goal: &mut Goal) {
-        if self.rewrites.is_empty() {
-            return;
-        }
-        let o = &mut goal.options;
-        let map = |u: &Urn| self.rewrites.map_urn(u);
-        o.parent = o.parent.as_ref().map(map);
-        o.depends_on = o.depends_on.iter().map(map).collect();
-        for list in o.property_dependencies.values_mut() {
-            *list = list.iter().map(map).collect();
-        }
-        o.deleted_with = o.deleted_with.as_ref().map(map);
-        for a in &mut o.aliases {
-            match a {
-                Alias::Urn(u) => *u = map(u),
-                Alias::Spec(spec) => {
-                    if let Some(AliasParent::Urn(p)) = &mut spec.parent {
-                        *p = map(p);
-                    }
-                }
-            }
-        }
-        if let Some(p) = o
-            .provider
-            .as_ref()
-            .and_then(|p| self.rewrites.rewrite_provider(p))
-        {
-            o.provider = Some(p);
-        }
+        self.rewrites.normalize_goal(goal);
     }
 
     /// Runs a registration's migration through the coordinator.
@@ -568,12 +541,7 @@ impl GenState {
                     let _ = reply.send(Err(RegisterError::Stopped));
                     return;
                 }
-                goal.parent = goal.parent.as_ref().map(|p| self.rewrites.map_urn(p));
-                goal.depends_on = goal
-                    .depends_on
-                    .iter()
-                    .map(|d| self.rewrites.map_urn(d))
-                    .collect();
+                self.rewrites.normalize_read(&mut goal);
                 let parent = goal.parent.clone().or_else(|| self.planner.root().cloned());
                 if let Ok(urn) = self.planner.urn_for(&goal.ty, &goal.name, parent.as_ref()) {
                     if let Err(e) = self.rewrites.check_not_predecessor(&urn) {
@@ -595,8 +563,8 @@ impl GenState {
                     }
                 }
             }
-            GenMsg::Outputs(urn, outputs, reply) => {
-                let urn = self.rewrites.map_urn(&urn);
+            GenMsg::Outputs(urn, mut outputs, reply) => {
+                let urn = self.rewrites.normalize_outputs(&urn, &mut outputs);
                 if let Some(exec) = &self.executor {
                     let _ = exec.cast(ExecMsg::Outputs {
                         urn,
@@ -610,8 +578,15 @@ impl GenState {
                     stack: self.planner.stack().to_owned(),
                     project: self.planner.project().to_owned(),
                 };
+                // `getResource`: what this deployment wrote or read, else
+                // the prior state.
+                let resource = |urn: &Urn| {
+                    self.shared
+                        .written_state(urn)
+                        .or_else(|| self.planner.prior_state(urn))
+                };
                 let _ = reply.send(
-                    crate::provider::builtins::invoke(&token, &args, &ctx)
+                    crate::provider::builtins::invoke(&token, &args, &ctx, &resource)
                         .map_err(RegisterError::from),
                 );
             }

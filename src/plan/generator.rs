@@ -228,6 +228,14 @@ pub struct Planner {
     skipped: HashSet<Urn>,
     /// Prior URNs claimed through an alias.
     alias_claims: HashSet<Urn>,
+    /// Registered resources found through an alias: the prior URN they were
+    /// found under (Pulumi's step generator `aliases`). An alias naming one
+    /// of them as its parent means that prior URN.
+    matched: HashMap<Urn, Urn>,
+    /// Registered resources' alias URNs (the matched prior URN first, then
+    /// their own and inherited ones), which their children multiply into
+    /// their own URNs. Only resources that have some are kept.
+    alias_sets: HashMap<Urn, Vec<Urn>>,
     /// The plan being recorded (`preview --save-plan`).
     recording: Option<super::saved::SavedPlan>,
 }
@@ -259,6 +267,8 @@ impl Planner {
             excluded: HashSet::new(),
             skipped: HashSet::new(),
             alias_claims: HashSet::new(),
+            matched: HashMap::new(),
+            alias_sets: HashMap::new(),
             recording: None,
         }
         .recording_if_asked()
@@ -338,6 +348,11 @@ impl Planner {
         &self.olds
     }
 
+    /// The live prior state of `urn` (as migrations left it), if any.
+    pub fn prior_state(&self, urn: &Urn) -> Option<State> {
+        self.live.get(urn).map(|&i| lock(&self.olds[i]).clone())
+    }
+
     /// The stack resource's URN, once registered.
     pub fn root(&self) -> Option<&Urn> {
         self.root.as_ref()
@@ -366,7 +381,9 @@ impl Planner {
                 let parent = match &spec.parent {
                     None => parent,
                     Some(AliasParent::NoParent) => None,
-                    Some(AliasParent::Urn(u)) => Some(u),
+                    // A parent found through an alias had its prior URN
+                    // then, and so had this resource's parent.
+                    Some(AliasParent::Urn(u)) => Some(self.matched.get(u).unwrap_or(u)),
                 };
                 Urn::new(
                     spec.stack.as_deref().unwrap_or(&self.opts.stack),
@@ -396,25 +413,100 @@ impl Planner {
         }
     }
 
+    /// The URN a child would have had under its parent's prior URN
+    /// `parent_alias`: the same type and name, except that a name starting
+    /// with the parent's (new) name starts with the prior one instead
+    /// (`newapp-fn` under `newapp`, once `app`, was `app-fn`). `None` when
+    /// the parts make no URN.
+    fn inherited_alias(
+        &self,
+        ty: &TypeToken,
+        name: &str,
+        parent_name: &str,
+        parent_alias: &Urn,
+    ) -> Option<Urn> {
+        let name = match name.strip_prefix(parent_name) {
+            Some(rest) if !parent_name.is_empty() => format!("{}{rest}", parent_alias.name()),
+            _ => name.to_owned(),
+        };
+        Urn::new(
+            &self.opts.stack,
+            &self.opts.project,
+            Some(parent_alias.qualified_type()),
+            ty,
+            &name,
+        )
+        .ok()
+    }
+
+    /// Every URN a registration may have had before, in the order they
+    /// are tried, each marked whether the program named it (`true`) or it
+    /// is inherited from the parent (`false`). Pulumi's `generateAliases`:
+    /// the goal's own aliases, then, for each URN its parent may have had
+    /// (the one it was found under first), the goal's URN under it and
+    /// each own alias under it.
+    fn generate_aliases(&self, goal: &Goal, parent: Option<&Urn>) -> Result<Vec<(Urn, bool)>> {
+        let mut out: Vec<(Urn, bool)> = Vec::with_capacity(goal.options.aliases.len());
+        for a in &goal.options.aliases {
+            let u = self.alias_urn(goal, parent, a)?;
+            if !out.iter().any(|(o, _)| *o == u) {
+                out.push((u, true));
+            }
+        }
+        let Some(parent) = parent else {
+            return Ok(out);
+        };
+        let Some(parent_aliases) = self.alias_sets.get(parent) else {
+            return Ok(out);
+        };
+        let own: Vec<(TypeToken, String)> = out
+            .iter()
+            .filter_map(|(u, _)| {
+                TypeToken::parse(u.type_str())
+                    .ok()
+                    .map(|t| (t, u.name().to_owned()))
+            })
+            .collect();
+        let mut seen: HashSet<Urn> = out.iter().map(|(u, _)| u.clone()).collect();
+        let parent_name = parent.name();
+        for pa in parent_aliases {
+            let inherited =
+                std::iter::once(self.inherited_alias(&goal.ty, &goal.name, parent_name, pa)).chain(
+                    own.iter()
+                        .map(|(ty, name)| self.inherited_alias(ty, name, parent_name, pa)),
+                );
+            for u in inherited.flatten() {
+                if seen.insert(u.clone()) {
+                    out.push((u, false));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Finds the prior state for a registration: its own URN first, then
-    /// each alias in order.
-    fn find_old(&mut self, urn: &Urn, goal: &Goal, parent: Option<&Urn>) -> Result<Option<usize>> {
+    /// each alias in order. An alias the program named that another
+    /// registration already claimed is an error; an inherited one is
+    /// passed over (it was never this resource's).
+    fn find_old(&mut self, urn: &Urn, aliases: &[(Urn, bool)]) -> Result<Option<usize>> {
         if let Some(&i) = self.live.get(urn) {
             if !self.claimed.contains_key(&i) {
                 return Ok(Some(i));
             }
         }
-        for alias in &goal.options.aliases {
-            let alias_urn = self.alias_urn(goal, parent, alias)?;
-            if let Some(&i) = self.live.get(&alias_urn) {
+        for (alias_urn, explicit) in aliases {
+            if let Some(&i) = self.live.get(alias_urn) {
                 if let Some(by) = self.claimed.get(&i) {
+                    if !explicit {
+                        continue;
+                    }
                     return Err(PlanError::AliasAlreadyClaimed {
                         urn: urn.clone(),
-                        alias: alias_urn,
+                        alias: alias_urn.clone(),
                         claimed_by: by.clone(),
                     });
                 }
-                self.alias_claims.insert(alias_urn);
+                self.alias_claims.insert(alias_urn.clone());
                 return Ok(Some(i));
             }
         }
@@ -435,17 +527,18 @@ impl Planner {
         }
     }
 
-    /// The URNs a goal's aliases name, in order.
+    /// The URNs a goal may have had before, in order: its own aliases,
+    /// then those inherited from its parent's.
     ///
     /// # Errors
     /// [`PlanError::BadUrn`] when an alias does not make a URN.
     pub fn alias_urns(&self, goal: &Goal) -> Result<Vec<Urn>> {
         let parent = self.parent_of(goal);
-        goal.options
-            .aliases
-            .iter()
-            .map(|a| self.alias_urn(goal, parent.as_ref(), a))
-            .collect()
+        Ok(self
+            .generate_aliases(goal, parent.as_ref())?
+            .into_iter()
+            .map(|(u, _)| u)
+            .collect())
     }
 
     /// URNs registered so far in this operation.
@@ -591,7 +684,8 @@ impl Planner {
         if let Some(d) = &goal.options.deleted_with {
             self.check_registered(&urn, d, "deletedWith")?;
         }
-        let old = self.find_old(&urn, goal, parent.as_ref())?;
+        let aliases = self.generate_aliases(goal, parent.as_ref())?;
+        let old = self.find_old(&urn, &aliases)?;
 
         let mut new = State::new(urn.clone(), goal.ty.clone(), goal.custom);
         new.inputs = goal.inputs.clone();
@@ -673,6 +767,7 @@ impl Planner {
                 // before the prior state's dependents re-register can point
                 // their references at the new URN (as Pulumi does).
                 new.aliases = vec![o.urn.clone()];
+                self.matched.insert(urn.clone(), o.urn.clone());
             }
             new.created = o.created.clone();
             new.modified = o.modified.clone();
@@ -690,6 +785,21 @@ impl Planner {
             new.snippet_id.clone_from(&o.snippet_id);
             new.schema_version = o.schema_version;
             new.extra.clone_from(&o.extra);
+        }
+        // Children multiply these into their own URNs: the prior URN this
+        // resource was found under first, then every other it may have had.
+        let found_under = self.matched.get(&urn).cloned();
+        if found_under.is_some() || !aliases.is_empty() {
+            let mut set: Vec<Urn> = Vec::with_capacity(aliases.len() + 1);
+            set.extend(found_under.clone());
+            // `aliases` has no duplicates; only the prior URN may repeat.
+            set.extend(
+                aliases
+                    .into_iter()
+                    .map(|(u, _)| u)
+                    .filter(|u| Some(u) != found_under.as_ref()),
+            );
+            self.alias_sets.insert(urn.clone(), set);
         }
         if is_stack {
             self.root = Some(urn.clone());
@@ -1030,6 +1140,8 @@ impl Planner {
         let mut new = p.new;
         new.id = goal.id.clone();
         new.external = true;
+        new.additional_secret_outputs
+            .clone_from(&goal.additional_secret_outputs);
         let steps = vec![Step::new(StepKind::Read, p.urn, p.old, Some(new))];
         Ok((p.provider_chain, Chain { steps, waits_for }))
     }

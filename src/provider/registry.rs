@@ -42,6 +42,22 @@ impl ProviderRegistry {
         Self::new(Arc::new(move |pkg: &str| cloud.provider(pkg)))
     }
 
+    /// The same registry with package `pulumi` served by the built-in
+    /// provider ([`super::builtins::BuiltinProvider`]), whose stack
+    /// references read other stacks' outputs from `stacks`.
+    pub fn with_stack_outputs(self, stacks: Arc<dyn super::builtins::StackOutputs>) -> Self {
+        let inner = self.factory;
+        let builtin: Arc<dyn Provider> =
+            Arc::new(super::builtins::BuiltinProvider::new(Some(stacks)));
+        Self::new(Arc::new(move |pkg: &str| {
+            if pkg == "pulumi" {
+                builtin.clone()
+            } else {
+                inner(pkg)
+            }
+        }))
+    }
+
     /// The instance for a provider reference (made on first use).
     pub fn get(&self, reference: &ProviderRef) -> Arc<dyn Provider> {
         // The map key ignores the ID: during a preview a new provider's ID

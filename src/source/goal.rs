@@ -154,6 +154,8 @@ pub struct ReadGoal {
     pub provider: Option<String>,
     /// Explicit dependencies.
     pub depends_on: Vec<Urn>,
+    /// Outputs to store and return as secrets.
+    pub additional_secret_outputs: Vec<String>,
 }
 
 /// What the engine answers to a registration once its steps completed.

@@ -269,6 +269,16 @@ impl Context {
         })
     }
 
+    /// The outputs of the live prior state of `urn` (as committed by
+    /// migrations so far), if the stack had one.
+    pub fn prior_outputs(&self, urn: &Urn) -> Option<PropertyMap> {
+        let prior = self.inner.prior.as_ref()?.load_full();
+        prior.iter().find_map(|s| {
+            let s = crate::plan::step::lock(s);
+            (s.urn == *urn && !s.delete).then(|| s.outputs.clone())
+        })
+    }
+
     /// The stack's name.
     pub fn stack(&self) -> &str {
         &self.inner.stack

@@ -4,6 +4,7 @@
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
 pub mod cli;
+pub mod python;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
