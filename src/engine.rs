@@ -111,6 +111,9 @@ pub struct EngineConfig {
     /// Keep the whole committed prior list in each migration report (tests
     /// and diagnostics; costs a copy of the state per migration).
     pub report_migration_states: bool,
+    /// The program's directory, where relative asset and archive paths
+    /// resolve (`None`: the current directory).
+    pub program_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for EngineConfig {
@@ -125,6 +128,7 @@ impl Default for EngineConfig {
             max_in_flight_registrations: 4096,
             update: UpdateOptions::default(),
             report_migration_states: false,
+            program_dir: None,
         }
     }
 }
@@ -470,7 +474,8 @@ impl Engine {
             root.clone(),
             self.config.max_in_flight_registrations,
         )
-        .with_prior(published_for_ctx);
+        .with_prior(published_for_ctx)
+        .with_asset_root(self.config.program_dir.clone());
         match program {
             Some(program) => {
                 // An update's program runs under the stack resource, which

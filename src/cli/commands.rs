@@ -220,6 +220,18 @@ impl ProgramSource {
         }
     }
 
+    /// The program's directory: where relative asset paths resolve (and
+    /// where `Pulumi.<stack>.yaml` is).
+    fn dir(&self) -> PathBuf {
+        match self {
+            Self::File(f) => match f.path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+                _ => PathBuf::from("."),
+            },
+            Self::Python(p) => p.dir.clone(),
+        }
+    }
+
     /// The program file, if this is one.
     fn file(&self) -> Option<&ProgramFile> {
         match self {
@@ -547,6 +559,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         let mut config = engine_config(&stack, source.name(), parallel, continue_on_error);
         config.events = EventSink::new(tx);
         config.update = options;
+        config.program_dir = Some(source.dir());
         let can_store_secrets = open.crypter.manager().is_some();
         let program = source.into_program(&config.events, parallel, can_store_secrets);
         let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
@@ -609,6 +622,7 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         let mut config = engine_config(&stack, source.name(), a.parallel, false);
         config.events = EventSink::new(tx);
         config.update = options;
+        config.program_dir = Some(source.dir());
         // A preview writes nothing: secrets need no provider yet.
         let program = source.into_program(&config.events, a.parallel, true);
         let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
