@@ -114,6 +114,9 @@ pub struct EngineConfig {
     /// The program's directory, where relative asset and archive paths
     /// resolve (`None`: the current directory).
     pub program_dir: Option<std::path::PathBuf>,
+    /// Step events carry the changed values with secrets masked, not only
+    /// the changed keys (`--diff`).
+    pub detailed_diffs: bool,
 }
 
 impl Default for EngineConfig {
@@ -129,6 +132,7 @@ impl Default for EngineConfig {
             update: UpdateOptions::default(),
             report_migration_states: false,
             program_dir: None,
+            detailed_diffs: false,
         }
     }
 }
@@ -392,6 +396,7 @@ impl Engine {
                 parallel: self.config.parallel,
                 continue_on_error: self.config.continue_on_error,
                 preview,
+                detailed_diffs: self.config.detailed_diffs,
             },
             gate.clone(),
             self.registry.clone(),

@@ -83,6 +83,7 @@ keel never prompts: --yes is accepted so that scripts stay portable.")]
     /// Show what `up` would do, changing nothing.
     #[command(after_help = "Examples:
   keel preview --program examples/programs/site-v2.yaml
+  keel preview --program examples/programs/site-v2.yaml --diff
   keel preview --program site.yaml --json")]
     Preview(PreviewArgs),
     /// Reconcile the stack's state with the cloud (drift, deleted objects).
@@ -253,6 +254,10 @@ pub struct UpArgs {
     /// Execute only what a plan saved by `keel preview --save-plan` allows.
     #[arg(long, value_name = "FILE")]
     pub plan: Option<PathBuf>,
+    /// Show each step's property diff (`~ key: old => new`, secrets masked);
+    /// with --json the step events carry it as `detailedDiff`.
+    #[arg(long)]
+    pub diff: bool,
     /// Output.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -280,6 +285,10 @@ pub struct PreviewArgs {
     /// Save the planned steps and goals to a file, for `keel up --plan`.
     #[arg(long, value_name = "FILE")]
     pub save_plan: Option<PathBuf>,
+    /// Show each step's property diff (`~ key: old => new`, secrets masked);
+    /// with --json the step events carry it as `detailedDiff`.
+    #[arg(long)]
+    pub diff: bool,
     /// Output.
     #[command(flatten)]
     pub output: OutputArgs,

@@ -546,7 +546,8 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
             Style::choose(a.output.json),
             Op::Update.name(),
             total(source.file(), &stack, &open.deployment),
-        );
+        )
+        .with_diffs(a.diff);
         for w in open.warnings.iter().chain(&sim_warnings) {
             display.diagnostic("warning", w);
         }
@@ -560,6 +561,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         config.events = EventSink::new(tx);
         config.update = options;
         config.program_dir = Some(source.dir());
+        config.detailed_diffs = a.diff;
         let can_store_secrets = open.crypter.manager().is_some();
         let program = source.into_program(&config.events, parallel, can_store_secrets);
         let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
@@ -614,7 +616,8 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
             Style::choose(a.output.json),
             Op::Preview.name(),
             total(source.file(), &stack, &loaded.deployment),
-        );
+        )
+        .with_diffs(a.diff);
         for w in loaded.warnings.iter().chain(&sim_warnings) {
             display.diagnostic("warning", w);
         }
@@ -623,6 +626,7 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         config.events = EventSink::new(tx);
         config.update = options;
         config.program_dir = Some(source.dir());
+        config.detailed_diffs = a.diff;
         // A preview writes nothing: secrets need no provider yet.
         let program = source.into_program(&config.events, a.parallel, true);
         let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
