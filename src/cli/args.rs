@@ -110,6 +110,101 @@ Protected resources block a destroy before anything is deleted.")]
     /// Inspect the simulated cloud.
     #[command(subcommand)]
     Cloud(CloudCommand),
+    /// Read and write the stack's config (`Pulumi.<stack>.yaml` next to
+    /// the program), as `pulumi config` does.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+/// Which config file: the program's directory and the stack.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigTarget {
+    /// The stack.
+    #[command(flatten)]
+    pub stack: StackArg,
+    /// The program (a directory, or a program file whose directory holds
+    /// the config file); it names the project of bare keys.
+    #[arg(long, value_name = "PATH", default_value = ".")]
+    pub program: PathBuf,
+}
+
+/// `keel config ...`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Set a value (read from stdin when VALUE is omitted).
+    #[command(after_help = "Examples:
+  keel config set env prod
+  keel config set aws:region eu-west-1
+  keel config set --secret dbPassword S3cr3t
+  keel config set --path 'db.hosts[0]' db-1.internal
+  keel config set --secret --path db.password S3cr3t --program ./my-project --stack prod
+
+A key without `namespace:` belongs to the project. --secret encrypts the
+value with the stack's passphrase (KEEL_CONFIG_PASSPHRASE) and stores
+`secure: <ciphertext>`; the file's `encryptionsalt` is written when it has
+none (the stack's own salt when the stack exists).")]
+    Set {
+        /// The key (`name` or `namespace:name`; with --path, a path).
+        key: String,
+        /// The value.
+        value: Option<String>,
+        /// Encrypt the value.
+        #[arg(long)]
+        secret: bool,
+        /// The key's name is a property path (`a.b`, `a[0]`, `a["b.c"]`).
+        #[arg(long)]
+        path: bool,
+        /// Which config file.
+        #[command(flatten)]
+        target: ConfigTarget,
+    },
+    /// Print a value (secrets decrypted).
+    #[command(after_help = "Examples:
+  keel config get env
+  keel config get --path 'db.hosts[0]'
+  keel config get dbPassword --json")]
+    Get {
+        /// The key.
+        key: String,
+        /// The key's name is a property path.
+        #[arg(long)]
+        path: bool,
+        /// Print `{\"value\", \"secret\"}` as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Which config file.
+        #[command(flatten)]
+        target: ConfigTarget,
+    },
+    /// Remove a value.
+    #[command(after_help = "Examples:
+  keel config rm env
+  keel config rm --path 'db.hosts[0]'")]
+    Rm {
+        /// The key.
+        key: String,
+        /// The key's name is a property path.
+        #[arg(long)]
+        path: bool,
+        /// Which config file.
+        #[command(flatten)]
+        target: ConfigTarget,
+    },
+    /// List the values; secrets show as `[secret]`.
+    #[command(after_help = "Examples:
+  keel config ls
+  keel config ls --show-secrets --json")]
+    Ls {
+        /// Show secrets decrypted.
+        #[arg(long)]
+        show_secrets: bool,
+        /// Print `{key: {\"value\", \"secret\"}}` as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Which config file.
+        #[command(flatten)]
+        target: ConfigTarget,
+    },
 }
 
 /// `--stack NAME`.
