@@ -34,6 +34,9 @@ use crate::secrets::{SecretsError, SecretsManager};
 /// The key of a secure value's mapping.
 pub const SECURE: &str = "secure";
 
+/// The largest config file keel reads (16 MiB).
+pub const MAX_FILE: u64 = 16 << 20;
+
 /// Why a stack config file or a config key cannot be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -291,17 +294,30 @@ impl StackConfig {
     /// when it is not a YAML mapping with a mapping `config` whose keys are
     /// valid.
     pub fn load(dir: &Path, stack: &str, project: &str) -> Result<Self> {
+        use std::io::Read;
         let path = stack_file(dir, stack);
-        let text = match std::fs::read_to_string(&path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        let mut bytes = Vec::new();
+        match std::fs::File::open(&path).and_then(|f| f.take(MAX_FILE + 1).read_to_end(&mut bytes))
+        {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
                 return Err(ConfigError::Io {
                     path,
                     message: e.to_string(),
                 })
             }
-        };
+        }
+        if bytes.len() as u64 > MAX_FILE {
+            return Err(ConfigError::Invalid {
+                path,
+                message: format!("larger than {} MiB", MAX_FILE >> 20),
+            });
+        }
+        let text = String::from_utf8(bytes).map_err(|_| ConfigError::Invalid {
+            path: path.clone(),
+            message: "not UTF-8 text".into(),
+        })?;
         Self::parse(path, project, &text)
     }
 

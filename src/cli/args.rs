@@ -32,6 +32,7 @@ Examples:
   keel state verify --file dev.json
   keel state show
   keel cloud list --json
+  keel config set --secret dbPassword S3cr3t --program ./my-project
 
 Backend: --backend DIR, else $KEEL_BACKEND, else ./.keel. It holds the stacks
 (stacks/<name>/), their locks, and the simulated cloud (cloud.json).

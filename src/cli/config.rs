@@ -39,7 +39,17 @@ pub fn config_dir(program: &Path) -> PathBuf {
 /// directory's name; a program file's `name`, else its file stem.
 pub fn project_name(program: &Path) -> String {
     fn name_in(path: &Path) -> Option<String> {
-        let text = std::fs::read_to_string(path).ok()?;
+        // Bounded: the program file's own load reports a file too large
+        // (or endless, like /dev/zero).
+        let limit = super::program::MAX_PROGRAM_FILE;
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(limit + 1).read_to_end(&mut bytes))
+            .ok()?;
+        if bytes.len() as u64 > limit {
+            return None;
+        }
+        let text = String::from_utf8(bytes).ok()?;
         let doc: serde_norway::Value = serde_norway::from_str(&text).ok()?;
         doc.get("name")?
             .as_str()
