@@ -111,6 +111,12 @@ pub struct EngineConfig {
     /// Keep the whole committed prior list in each migration report (tests
     /// and diagnostics; costs a copy of the state per migration).
     pub report_migration_states: bool,
+    /// The program's directory, where relative asset and archive paths
+    /// resolve (`None`: the current directory).
+    pub program_dir: Option<std::path::PathBuf>,
+    /// Step events carry the changed values with secrets masked, not only
+    /// the changed keys (`--diff`).
+    pub detailed_diffs: bool,
 }
 
 impl Default for EngineConfig {
@@ -125,6 +131,8 @@ impl Default for EngineConfig {
             max_in_flight_registrations: 4096,
             update: UpdateOptions::default(),
             report_migration_states: false,
+            program_dir: None,
+            detailed_diffs: false,
         }
     }
 }
@@ -388,6 +396,7 @@ impl Engine {
                 parallel: self.config.parallel,
                 continue_on_error: self.config.continue_on_error,
                 preview,
+                detailed_diffs: self.config.detailed_diffs,
             },
             gate.clone(),
             self.registry.clone(),
@@ -470,7 +479,8 @@ impl Engine {
             root.clone(),
             self.config.max_in_flight_registrations,
         )
-        .with_prior(published_for_ctx);
+        .with_prior(published_for_ctx)
+        .with_asset_root(self.config.program_dir.clone());
         match program {
             Some(program) => {
                 // An update's program runs under the stack resource, which

@@ -20,6 +20,11 @@ pub enum EngineEvent {
         kind: StepKind,
         /// The resource.
         urn: Urn,
+        /// What it changes: the changed and replace-causing input keys
+        /// (updates and replaces), and with `--diff` the changed values,
+        /// secrets masked (`plan::diff`).
+        #[serde(flatten)]
+        diff: Option<Box<crate::plan::diff::StepDiff>>,
     },
     /// A step ended.
     StepFinished {

@@ -28,6 +28,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cli;
+pub mod config;
 pub mod engine;
 pub mod events;
 pub mod exec;

@@ -103,6 +103,7 @@ where
             let info = DeploymentInfo {
                 organization: "org".into(),
                 config: Default::default(),
+                config_secret_keys: Vec::new(),
                 parallel: 4,
                 can_store_secrets: true,
             };

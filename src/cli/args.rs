@@ -32,6 +32,7 @@ Examples:
   keel state verify --file dev.json
   keel state show
   keel cloud list --json
+  keel config set --secret dbPassword S3cr3t --program ./my-project
 
 Backend: --backend DIR, else $KEEL_BACKEND, else ./.keel. It holds the stacks
 (stacks/<name>/), their locks, and the simulated cloud (cloud.json).
@@ -83,6 +84,7 @@ keel never prompts: --yes is accepted so that scripts stay portable.")]
     /// Show what `up` would do, changing nothing.
     #[command(after_help = "Examples:
   keel preview --program examples/programs/site-v2.yaml
+  keel preview --program examples/programs/site-v2.yaml --diff
   keel preview --program site.yaml --json")]
     Preview(PreviewArgs),
     /// Reconcile the stack's state with the cloud (drift, deleted objects).
@@ -109,6 +111,101 @@ Protected resources block a destroy before anything is deleted.")]
     /// Inspect the simulated cloud.
     #[command(subcommand)]
     Cloud(CloudCommand),
+    /// Read and write the stack's config (`Pulumi.<stack>.yaml` next to
+    /// the program), as `pulumi config` does.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+/// Which config file: the program's directory and the stack.
+#[derive(Debug, Clone, Args)]
+pub struct ConfigTarget {
+    /// The stack.
+    #[command(flatten)]
+    pub stack: StackArg,
+    /// The program (a directory, or a program file whose directory holds
+    /// the config file); it names the project of bare keys.
+    #[arg(long, value_name = "PATH", default_value = ".")]
+    pub program: PathBuf,
+}
+
+/// `keel config ...`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Set a value (read from stdin when VALUE is omitted).
+    #[command(after_help = "Examples:
+  keel config set env prod
+  keel config set aws:region eu-west-1
+  keel config set --secret dbPassword S3cr3t
+  keel config set --path 'db.hosts[0]' db-1.internal
+  keel config set --secret --path db.password S3cr3t --program ./my-project --stack prod
+
+A key without `namespace:` belongs to the project. --secret encrypts the
+value with the stack's passphrase (KEEL_CONFIG_PASSPHRASE) and stores
+`secure: <ciphertext>`; the file's `encryptionsalt` is written when it has
+none (the stack's own salt when the stack exists).")]
+    Set {
+        /// The key (`name` or `namespace:name`; with --path, a path).
+        key: String,
+        /// The value.
+        value: Option<String>,
+        /// Encrypt the value.
+        #[arg(long)]
+        secret: bool,
+        /// The key's name is a property path (`a.b`, `a[0]`, `a["b.c"]`).
+        #[arg(long)]
+        path: bool,
+        /// Which config file.
+        #[command(flatten)]
+        target: ConfigTarget,
+    },
+    /// Print a value (secrets decrypted).
+    #[command(after_help = "Examples:
+  keel config get env
+  keel config get --path 'db.hosts[0]'
+  keel config get dbPassword --json")]
+    Get {
+        /// The key.
+        key: String,
+        /// The key's name is a property path.
+        #[arg(long)]
+        path: bool,
+        /// Print `{\"value\", \"secret\"}` as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Which config file.
+        #[command(flatten)]
+        target: ConfigTarget,
+    },
+    /// Remove a value.
+    #[command(after_help = "Examples:
+  keel config rm env
+  keel config rm --path 'db.hosts[0]'")]
+    Rm {
+        /// The key.
+        key: String,
+        /// The key's name is a property path.
+        #[arg(long)]
+        path: bool,
+        /// Which config file.
+        #[command(flatten)]
+        target: ConfigTarget,
+    },
+    /// List the values; secrets show as `[secret]`.
+    #[command(after_help = "Examples:
+  keel config ls
+  keel config ls --show-secrets --json")]
+    Ls {
+        /// Show secrets decrypted.
+        #[arg(long)]
+        show_secrets: bool,
+        /// Print `{key: {\"value\", \"secret\"}}` as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Which config file.
+        #[command(flatten)]
+        target: ConfigTarget,
+    },
 }
 
 /// `--stack NAME`.
@@ -266,6 +363,10 @@ pub struct UpArgs {
     /// Execute only what a plan saved by `keel preview --save-plan` allows.
     #[arg(long, value_name = "FILE")]
     pub plan: Option<PathBuf>,
+    /// Show each step's property diff (`~ key: old => new`, secrets masked);
+    /// with --json the step events carry it as `detailedDiff`.
+    #[arg(long)]
+    pub diff: bool,
     /// Output.
     #[command(flatten)]
     pub output: OutputArgs,
@@ -293,6 +394,10 @@ pub struct PreviewArgs {
     /// Save the planned steps and goals to a file, for `keel up --plan`.
     #[arg(long, value_name = "FILE")]
     pub save_plan: Option<PathBuf>,
+    /// Show each step's property diff (`~ key: old => new`, secrets masked);
+    /// with --json the step events carry it as `detailedDiff`.
+    #[arg(long)]
+    pub diff: bool,
     /// Output.
     #[command(flatten)]
     pub output: OutputArgs,

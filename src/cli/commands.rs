@@ -19,6 +19,7 @@ use super::program::ProgramFile;
 use super::run::{CliProgram, FileProgram};
 use super::show;
 use super::CliError;
+use crate::config::StackConfig;
 use crate::engine::{Engine, EngineConfig, EngineError, Outcome};
 use crate::events::{EngineEvent, EventSink};
 use crate::grpc::python::{PythonOptions, PythonProgram, PythonProject};
@@ -58,6 +59,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             state_show(&backend, &stack.stack, json)
         }
         Command::Cloud(CloudCommand::List { json }) => cloud_list(&backend, json),
+        Command::Config(c) => super::config::run(&backend, c),
     }
 }
 
@@ -103,7 +105,7 @@ fn update_options(f: &FilterArgs, replace: &[String]) -> Result<UpdateOptions, C
 }
 
 /// A stack name: a directory name and a URN part.
-fn check_stack(stack: &str) -> Result<(), CliError> {
+pub(super) fn check_stack(stack: &str) -> Result<(), CliError> {
     let ok = !stack.is_empty()
         && stack != "."
         && stack != ".."
@@ -221,12 +223,50 @@ enum ProgramSource {
 }
 
 impl ProgramSource {
-    /// Loads and validates `path` (a directory is a Python program).
-    fn load(path: &Path, stack: &str) -> Result<Self, CliError> {
+    /// Loads and validates `path` (a directory is a Python program), with
+    /// its stack's config file (`Pulumi.<stack>.yaml` in the program's
+    /// directory; decrypted later, with the stack's key:
+    /// [`ProgramSource::apply_config`]).
+    fn load(path: &Path, stack: &str) -> Result<(Self, StackConfig), CliError> {
+        let dir = super::config::config_dir(path);
         if path.is_dir() {
-            Ok(Self::Python(PythonProject::load(path, stack)?))
+            let p = PythonProject::open(path)?;
+            let config = StackConfig::load(&dir, stack, &p.name)?;
+            Ok((Self::Python(p), config))
         } else {
-            Ok(Self::File(ProgramFile::load(path)?))
+            let config = StackConfig::load(&dir, stack, &super::config::project_name(path))?;
+            let keys = config.keys().into_iter().collect();
+            let f = ProgramFile::load_with_config(path, &keys)?;
+            // The light read of the name must agree with the file's.
+            let config = if f.name == config.project() {
+                config
+            } else {
+                StackConfig::load(&dir, stack, &f.name)?
+            };
+            Ok((Self::File(f), config))
+        }
+    }
+
+    /// Gives the program its stack config, resolved.
+    fn apply_config(&mut self, config: &[crate::config::Resolved]) {
+        match self {
+            Self::File(f) => f.apply_stack_config(config),
+            Self::Python(p) => {
+                let with = p.clone().with_config(config);
+                *p = with;
+            }
+        }
+    }
+
+    /// The program's directory: where relative asset paths resolve (and
+    /// where `Pulumi.<stack>.yaml` is).
+    fn dir(&self) -> PathBuf {
+        match self {
+            Self::File(f) => match f.path.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d.to_owned(),
+                _ => PathBuf::from("."),
+            },
+            Self::Python(p) => p.dir.clone(),
         }
     }
 
@@ -522,7 +562,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         options.plan = Some(std::sync::Arc::new(plan));
     }
     check_stack(&a.stack.stack)?;
-    let source = ProgramSource::load(&a.program, &a.stack.stack)?;
+    let (mut source, stack_config) = ProgramSource::load(&a.program, &a.stack.stack)?;
     let stack = a.stack.stack;
     if !Backend::new(backend).paths(&stack).dir.is_dir() {
         // A new stack: unknown names are refused before anything is made.
@@ -532,7 +572,12 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
     let rt = runtime()?;
     rt.block_on(async move {
         let cloud = load_cloud(backend, sim_config(&a.sim, source.file()), true)?;
-        let mut open = open_stack(backend, &stack, Op::Update)?;
+        let mut open = with_passphrase(backend, &stack)?
+            .with_new_stack_salt(stack_config.encryption_salt().map(str::to_owned))
+            .open(&stack, Op::Update.command())
+            .map_err(secrets_first)?;
+        let config = super::config::resolve_for_operation(&stack_config, &open.crypter, &stack)?;
+        source.apply_config(&config);
         source.check_secrets(&stack, &open)?;
         check_project(&stack, &source, &a.program, &open.deployment)?;
         let program_urns = source.file().map(|f| f.expected_urns(&stack));
@@ -545,7 +590,8 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
             Op::Update.name(),
             total(source.file(), &stack, &open.deployment),
         )
-        .show_debug(a.output.show_debug());
+        .show_debug(a.output.show_debug())
+        .with_diffs(a.diff);
         for w in open.warnings.iter().chain(&sim_warnings) {
             display.diagnostic("warning", w);
         }
@@ -558,6 +604,8 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         let mut config = engine_config(&stack, source.name(), parallel, continue_on_error);
         config.events = EventSink::new(tx);
         config.update = options;
+        config.program_dir = Some(source.dir());
+        config.detailed_diffs = a.diff;
         let can_store_secrets = open.crypter.manager().is_some();
         let program = source.into_program(&config.events, parallel, can_store_secrets);
         let engine = Engine::new(config, registry(backend, cloud));
@@ -581,19 +629,22 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         _ => p.to_owned(),
     });
     check_stack(&a.stack.stack)?;
-    let source = ProgramSource::load(&a.program, &a.stack.stack)?;
+    let (mut source, stack_config) = ProgramSource::load(&a.program, &a.stack.stack)?;
     let stack = a.stack.stack;
     let rt = runtime()?;
     rt.block_on(async move {
         // A preview changes nothing: no lock, no autosave.
         let cloud = load_cloud(backend, sim_config(&a.sim, source.file()), false)?;
         let loaded = with_passphrase(backend, &stack)?
+            .with_new_stack_salt(stack_config.encryption_salt().map(str::to_owned))
             .load(&stack)
             .map_err(secrets_first)?;
         loaded.check_secrets().map_err(|source| CliError::Secrets {
             stack: stack.clone(),
             source,
         })?;
+        let config = super::config::resolve_for_operation(&stack_config, &loaded.crypter, &stack)?;
+        source.apply_config(&config);
         check_project(&stack, &source, &a.program, &loaded.deployment)?;
         let program_urns = source.file().map(|f| f.expected_urns(&stack));
         check_names(&options, program_urns.as_ref(), &stack, &loaded.deployment)?;
@@ -613,7 +664,8 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
             Op::Preview.name(),
             total(source.file(), &stack, &loaded.deployment),
         )
-        .show_debug(a.output.show_debug());
+        .show_debug(a.output.show_debug())
+        .with_diffs(a.diff);
         for w in loaded.warnings.iter().chain(&sim_warnings) {
             display.diagnostic("warning", w);
         }
@@ -621,6 +673,8 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         let mut config = engine_config(&stack, source.name(), a.parallel, false);
         config.events = EventSink::new(tx);
         config.update = options;
+        config.program_dir = Some(source.dir());
+        config.detailed_diffs = a.diff;
         // A preview writes nothing: secrets need no provider yet.
         let program = source.into_program(&config.events, a.parallel, true);
         let engine = Engine::new(config, registry(backend, cloud));
@@ -672,7 +726,7 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
     let source = a
         .program
         .as_deref()
-        .map(|p| ProgramSource::load(p, &a.stack.stack))
+        .map(|p| ProgramSource::load(p, &a.stack.stack).map(|(s, _)| s))
         .transpose()?;
     // Refresh and destroy work on an existing stack; they never make one.
     existing(backend, &a.stack.stack)?;

@@ -10,7 +10,12 @@
 //!   line on stdout, exactly as the engine emits it; the last line is the
 //!   summary.
 //!
-//! Outside JSON, a summary table (steps per kind) ends the operation.
+//! Outside JSON, a summary table (steps per kind) ends the operation. With
+//! `--diff` ([`Display::with_diffs`]) each finished step that changes
+//! inputs is followed by its property diff, modelled on `pulumi preview
+//! --diff`: `+ key: value`, `- key: value`, `~ key: old => new`, with
+//! `(replace)` after a change that forces the replacement; secrets show as
+//! `[secret]` (the engine masks them before the event is sent).
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -22,6 +27,7 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 use crate::events::{EngineEvent, Summary};
 use crate::model::property::Secret;
 use crate::model::{PropertyMap, PropertyValue, Urn};
+use crate::plan::diff::{ChangeKind, StepDiff};
 use crate::plan::step::StepKind;
 
 /// How events are shown.
@@ -107,6 +113,10 @@ pub struct Display {
     done: HashSet<Urn>,
     total: usize,
     debug: bool,
+    /// Show property diffs (`--diff`).
+    diffs: bool,
+    /// The diffs of steps in flight, shown when they finish.
+    pending: HashMap<(StepKind, Urn), Box<StepDiff>>,
 }
 
 impl std::fmt::Debug for Display {
@@ -159,6 +169,8 @@ impl Display {
             done: HashSet::new(),
             total,
             debug: false,
+            diffs: false,
+            pending: HashMap::new(),
         }
     }
 
@@ -166,6 +178,12 @@ impl Display {
     /// otherwise, in every style.
     pub fn show_debug(mut self, show: bool) -> Self {
         self.debug = show;
+        self
+    }
+
+    /// Shows each step's property diff after its line (`--diff`).
+    pub fn with_diffs(mut self, diffs: bool) -> Self {
+        self.diffs = diffs;
         self
     }
 
@@ -208,7 +226,10 @@ impl Display {
             return;
         }
         match e {
-            EngineEvent::StepStarted { kind, urn } => {
+            EngineEvent::StepStarted { kind, urn, diff } => {
+                if let (true, Some(d)) = (self.diffs, diff) {
+                    self.pending.insert((*kind, urn.clone()), d.clone());
+                }
                 if let Some(l) = &mut self.live {
                     let bar = l.multi.insert_before(
                         &l.main,
@@ -227,6 +248,11 @@ impl Display {
             } => {
                 self.done.insert(urn.clone());
                 let shown = clean(urn.as_str());
+                let diff_lines = self
+                    .pending
+                    .remove(&(*kind, urn.clone()))
+                    .map(|d| diff_lines(&d))
+                    .unwrap_or_default();
                 let line = match error {
                     None => format!(
                         "{:<18} {shown} ({})",
@@ -253,8 +279,16 @@ impl Display {
                         l.main.set_position(done);
                         let mark = if error.is_some() { "✗" } else { "✓" };
                         let _ = l.multi.println(format!("{mark} {line}"));
+                        for d in &diff_lines {
+                            let _ = l.multi.println(d);
+                        }
                     }
-                    None => out(&line),
+                    None => {
+                        out(&line);
+                        for d in &diff_lines {
+                            out(d);
+                        }
+                    }
                 }
             }
             EngineEvent::Diagnostic {
@@ -322,6 +356,33 @@ impl Display {
             }
         }
     }
+}
+
+/// The lines of a step's property diff: `+ path: new`, `- path: old`,
+/// `~ path: old => new`, `(replace)` marking a change that forces the
+/// replacement. Values are the engine's masked renderings, as compact JSON.
+pub fn diff_lines(d: &StepDiff) -> Vec<String> {
+    let show = |v: &Option<serde_json::Value>| {
+        v.as_ref()
+            .map_or_else(|| "null".to_owned(), |v| clean(&v.to_string()).into_owned())
+    };
+    d.detailed
+        .iter()
+        .map(|c| {
+            let path = clean(&c.path);
+            let mut line = match c.kind {
+                ChangeKind::Add => format!("    + {path}: {}", show(&c.new)),
+                ChangeKind::Delete => format!("    - {path}: {}", show(&c.old)),
+                ChangeKind::Update => {
+                    format!("    ~ {path}: {} => {}", show(&c.old), show(&c.new))
+                }
+            };
+            if c.replace {
+                line.push_str(" (replace)");
+            }
+            line
+        })
+        .collect()
 }
 
 /// A step's error without the `<kind> of <URN> failed: ` prefix that

@@ -14,6 +14,7 @@
 
 pub mod args;
 pub mod commands;
+pub mod config;
 mod decode;
 pub mod display;
 pub mod import;
@@ -152,6 +153,17 @@ pub enum CliError {
         /// Why.
         source: crate::secrets::SecretsError,
     },
+    /// A stack config file or key that cannot be used.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// `keel config get` of a key that is not set.
+    #[error("config `{key}` is not set in {}", .path.display())]
+    ConfigNotSet {
+        /// The key.
+        key: String,
+        /// The stack's config file.
+        path: PathBuf,
+    },
     /// The simulated cloud's file could not be loaded.
     #[error("cannot load the simulated cloud {}: {source}", .path.display())]
     Cloud {
@@ -221,7 +233,8 @@ impl CliError {
             | Self::ExportIntoBackend { .. }
             | Self::ProjectMismatch { .. }
             | Self::NoSuchResource { .. }
-            | Self::Secrets { .. } => 2,
+            | Self::Secrets { .. }
+            | Self::Config(_) => 2,
             Self::Verify { .. }
             | Self::Backend(_)
             | Self::Cloud { .. }
@@ -229,6 +242,7 @@ impl CliError {
             | Self::Write { .. }
             | Self::Runtime(_)
             | Self::Failed { .. }
+            | Self::ConfigNotSet { .. }
             | Self::Engine(_) => 1,
         }
     }

@@ -347,6 +347,18 @@ impl ResourceSpec {
 }
 
 impl ProgramFile {
+    /// Takes the stack's config values (`Pulumi.<stack>.yaml`, resolved):
+    /// they override the file's `config` (the project's keys by their bare
+    /// name, other namespaces as `ns:key`), as stack config overrides a
+    /// Pulumi YAML program's declared defaults.
+    pub fn apply_stack_config(&mut self, config: &[crate::config::Resolved]) {
+        let own = format!("{}:", self.name);
+        for r in config {
+            let key = r.key.strip_prefix(&own).unwrap_or(&r.key);
+            self.config.insert(key.to_owned(), r.value.clone());
+        }
+    }
+
     /// Whether the program creates secrets (`fn::secret` in its config,
     /// properties or outputs): its stack then needs a secrets provider.
     pub fn creates_secrets(&self) -> bool {
@@ -373,6 +385,19 @@ impl ProgramFile {
     /// [`ProgramFileError`] naming the file, and for invalid content every
     /// problem with its resource and key.
     pub fn load(path: &Path) -> Result<Self, ProgramFileError> {
+        Self::load_with_config(path, &BTreeSet::new())
+    }
+
+    /// [`ProgramFile::load`] for a stack whose config file defines
+    /// `stack_config` (`namespace:name` keys): `${config.key}` may name
+    /// them too (`key` for the project's own, `ns:key` for others).
+    ///
+    /// # Errors
+    /// As [`ProgramFile::load`].
+    pub fn load_with_config(
+        path: &Path,
+        stack_config: &BTreeSet<String>,
+    ) -> Result<Self, ProgramFileError> {
         use std::io::Read;
         let read = |source| ProgramFileError::Read {
             path: path.to_owned(),
@@ -389,7 +414,7 @@ impl ProgramFile {
                 path: path.to_owned(),
             });
         }
-        Self::parse(path, &bytes)
+        Self::parse_with_config(path, &bytes, stack_config)
     }
 
     /// Decodes and validates a program file's bytes (`path` names it in
@@ -398,6 +423,19 @@ impl ProgramFile {
     /// # Errors
     /// As [`ProgramFile::load`].
     pub fn parse(path: &Path, bytes: &[u8]) -> Result<Self, ProgramFileError> {
+        Self::parse_with_config(path, bytes, &BTreeSet::new())
+    }
+
+    /// [`ProgramFile::parse`] with the stack config's keys (see
+    /// [`ProgramFile::load_with_config`]).
+    ///
+    /// # Errors
+    /// As [`ProgramFile::load`].
+    pub fn parse_with_config(
+        path: &Path,
+        bytes: &[u8],
+        stack_config: &BTreeSet<String>,
+    ) -> Result<Self, ProgramFileError> {
         let json = path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("json"));
@@ -442,7 +480,10 @@ impl ProgramFile {
                 },
             })?
         };
-        let mut c = Checker::default();
+        let mut c = Checker {
+            stack_config: stack_config.clone(),
+            ..Checker::default()
+        };
         let file = c.program(path, &value);
         match file {
             Some(f) if c.issues.is_empty() => Ok(f),
@@ -536,6 +577,8 @@ impl ProgramFile {
 struct Checker {
     issues: Vec<Issue>,
     resource: Option<String>,
+    /// Config keys the stack's config file defines (`namespace:name`).
+    stack_config: BTreeSet<String>,
 }
 
 fn join(prefix: &str, key: &str) -> String {
@@ -1306,10 +1349,16 @@ impl Checker {
         let check_refs = |c: &mut Self, key: &str, t: &Template| {
             for r in t.references() {
                 match r {
-                    Reference::Config(k) if !file.config.contains_key(k) => c.issue(
-                        key,
-                        format!("`{r}` refers to config key `{k}`, which `config` does not define"),
-                    ),
+                    Reference::Config(k)
+                        if !file.config.contains_key(k)
+                            && !c.stack_config.contains(k)
+                            && !c.stack_config.contains(&format!("{}:{k}", file.name)) =>
+                    {
+                        c.issue(
+                            key,
+                            format!("`{r}` refers to config key `{k}`, which neither `config` nor the stack's config file defines"),
+                        )
+                    }
                     Reference::Config(_) => {}
                     Reference::Resource { name, field } => match file.resources.get(name) {
                         None => c.issue(key, format!("`{r}` refers to unknown resource `{name}`")),

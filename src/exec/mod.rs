@@ -53,6 +53,8 @@ pub struct ExecConfig {
     pub continue_on_error: bool,
     /// A preview: providers compute, change nothing.
     pub preview: bool,
+    /// Step events carry the changed values, not only the keys (`--diff`).
+    pub detailed_diffs: bool,
 }
 
 /// State shared by the executor's tasks.
@@ -437,9 +439,15 @@ async fn run_steps(
     let mut last = None;
     for step in steps {
         let (kind, urn) = (step.kind, step.urn.clone());
+        let diff = if shared.events.is_active() {
+            crate::plan::diff::step_diff(&step, shared.config.detailed_diffs).map(Box::new)
+        } else {
+            None
+        };
         shared.events.send(EngineEvent::StepStarted {
             kind,
             urn: urn.clone(),
+            diff,
         });
         let started = Instant::now();
         let span = tracing::info_span!("step", kind = kind.as_str(), urn = %urn);

@@ -51,6 +51,8 @@ pub struct DeploymentInfo {
     pub organization: String,
     /// Configuration, `project:key` -> value.
     pub config: std::collections::BTreeMap<String, String>,
+    /// The config keys whose values are secrets.
+    pub config_secret_keys: Vec<String>,
     /// The SDK's registration parallelism.
     pub parallel: i32,
     /// Whether the stack can encrypt secrets. When it cannot, a
@@ -163,7 +165,7 @@ impl ResourceMonitor for Monitor {
             stack: s.ctx.stack().to_owned(),
             organization: s.info.organization.clone(),
             config: s.info.config.clone().into_iter().collect(),
-            config_secret_keys: Vec::new(),
+            config_secret_keys: s.info.config_secret_keys.clone(),
             dry_run: s.ctx.is_preview(),
             parallel: s.info.parallel,
             supported_features: SUPPORTED_FEATURES.iter().map(|f| *f as i32).collect(),

@@ -1,7 +1,12 @@
 //! A Pulumi Python program directory as a [`Program`].
 //!
 //! The directory holds `__main__.py` (and, optionally, `Pulumi.yaml` naming
-//! the project and `Pulumi.<stack>.yaml` with plain config values). Running
+//! the project and `Pulumi.<stack>.yaml` with its config, see
+//! [`crate::config`]). The config reaches the SDK as Pulumi's language host
+//! passes it: `PULUMI_CONFIG` (decrypted values) and
+//! `PULUMI_CONFIG_SECRET_KEYS` (the keys holding secure values, which
+//! `pulumi.Config` then treats as secrets); the plaintexts of secure values
+//! are masked as `[secret]` in the program's printed output. Running
 //! it starts a [`MonitorServer`] for the operation, then the interpreter
 //! (`KEEL_PYTHON`, else `python3`) with keel's runner script, which
 //! configures the `pulumi` SDK to talk to that server and runs the program
@@ -60,19 +65,39 @@ pub struct PythonProject {
     pub main: PathBuf,
     /// The project name: `name` in `Pulumi.yaml`, else the directory name.
     pub name: String,
-    /// Plain config values (`project:key` -> value) from
-    /// `Pulumi.<stack>.yaml`.
+    /// Config values (`project:key` -> value as the SDK receives it) from
+    /// `Pulumi.<stack>.yaml`, secure values decrypted.
     pub config: BTreeMap<String, String>,
+    /// The config keys holding secure values.
+    pub secret_keys: Vec<String>,
+    /// The plaintexts of the secure values, masked in the program's output.
+    pub redact: Vec<String>,
 }
 
 impl PythonProject {
-    /// Loads the directory `dir` for `stack`.
+    /// Loads the directory `dir` for `stack`, with its plain config.
     ///
     /// # Errors
     /// [`PythonError`]: no `__main__.py`, or an invalid `Pulumi.yaml` /
-    /// `Pulumi.<stack>.yaml` (including secure config values, which keel
-    /// cannot decrypt).
+    /// `Pulumi.<stack>.yaml` (including secure config values: those need
+    /// the stack's secrets provider, see [`PythonProject::open`] and
+    /// [`PythonProject::with_config`]).
     pub fn load(dir: &Path, stack: &str) -> Result<Self> {
+        let project = Self::open(dir)?;
+        let config = crate::config::StackConfig::load(dir, stack, &project.name)
+            .and_then(|c| c.resolve(None))
+            .map_err(|e| PythonError::ProjectFile {
+                path: crate::config::stack_file(dir, stack),
+                message: e.to_string(),
+            })?;
+        Ok(project.with_config(&config))
+    }
+
+    /// Loads the directory `dir` without config.
+    ///
+    /// # Errors
+    /// [`PythonError`]: no `__main__.py`, or an invalid `Pulumi.yaml`.
+    pub fn open(dir: &Path) -> Result<Self> {
         let main = dir.join("__main__.py");
         if !main.is_file() {
             return Err(PythonError::NoMain(dir.to_owned()));
@@ -98,20 +123,30 @@ impl PythonProject {
                 }
             },
         };
-        let stack_file = dir.join(format!("Pulumi.{stack}.yaml"));
-        let config = match read_yaml(&stack_file)? {
-            None => BTreeMap::new(),
-            Some(doc) => stack_config(&doc, &name).map_err(|message| PythonError::ProjectFile {
-                path: stack_file,
-                message,
-            })?,
-        };
         Ok(Self {
             dir: dir.to_owned(),
             main,
             name,
-            config,
+            config: BTreeMap::new(),
+            secret_keys: Vec::new(),
+            redact: Vec::new(),
         })
+    }
+
+    /// The project with the stack's config, resolved
+    /// ([`crate::config::StackConfig::resolve`]).
+    pub fn with_config(mut self, config: &[crate::config::Resolved]) -> Self {
+        self.config = config
+            .iter()
+            .map(|r| (r.key.clone(), r.text.clone()))
+            .collect();
+        self.secret_keys = config
+            .iter()
+            .filter(|r| r.secret)
+            .map(|r| r.key.clone())
+            .collect();
+        self.redact = crate::config::secret_texts(config);
+        self
     }
 }
 
@@ -132,43 +167,6 @@ fn read_yaml(path: &Path) -> Result<Option<serde_norway::Value>> {
             path: path.to_owned(),
             message: e.to_string(),
         })
-}
-
-/// The `config:` of a stack file as the SDK's `PULUMI_CONFIG` map: keys
-/// get the project prefix unless they have one; non-string values are
-/// JSON-encoded.
-fn stack_config(
-    doc: &serde_norway::Value,
-    project: &str,
-) -> std::result::Result<BTreeMap<String, String>, String> {
-    let Some(config) = doc.get("config") else {
-        return Ok(BTreeMap::new());
-    };
-    let serde_norway::Value::Mapping(m) = config else {
-        return Err("`config` must be a mapping".into());
-    };
-    let mut out = BTreeMap::new();
-    for (k, v) in m {
-        let serde_norway::Value::String(k) = k else {
-            return Err(format!("config key {k:?} must be a string"));
-        };
-        let key = if k.contains(':') {
-            k.clone()
-        } else {
-            format!("{project}:{k}")
-        };
-        if v.get("secure").is_some() {
-            return Err(format!(
-                "config `{k}` is a secure value, which keel cannot decrypt; use a plain value"
-            ));
-        }
-        let value = match v {
-            serde_norway::Value::String(s) => s.clone(),
-            other => serde_json::to_string(other).map_err(|e| format!("config `{k}`: {e}"))?,
-        };
-        out.insert(key, value);
-    }
-    Ok(out)
 }
 
 /// How to run a Python program.
@@ -230,14 +228,21 @@ impl Program for PythonProgram {
     }
 }
 
-/// Sends each line of `r` to the display (and keeps the last ones).
+/// Sends each line of `r` to the display (and keeps the last ones), with
+/// the `redact` texts (config secrets) masked.
 async fn forward(
     r: impl AsyncRead + Unpin,
     events: EventSink,
     tail: Option<Arc<Mutex<VecDeque<String>>>>,
+    redact: Arc<Vec<String>>,
 ) {
     let mut lines = BufReader::new(r).lines();
-    while let Ok(Some(line)) = lines.next_line().await {
+    while let Ok(Some(mut line)) = lines.next_line().await {
+        for s in redact.iter() {
+            if line.contains(s.as_str()) {
+                line = line.replace(s.as_str(), "[secret]");
+            }
+        }
         if let Some(t) = &tail {
             if let Ok(mut t) = t.lock() {
                 if t.len() == TAIL_LINES {
@@ -264,6 +269,7 @@ async fn run(
     let info = DeploymentInfo {
         organization: organization.clone(),
         config: project.config.clone(),
+        config_secret_keys: project.secret_keys.clone(),
         parallel: options.parallel,
         can_store_secrets: options.can_store_secrets,
     };
@@ -275,6 +281,7 @@ async fn run(
         .map_err(|e| format!("could not start the resource monitor: {e}"))?;
     let address = server.address().to_string();
     let config = serde_json::to_string(&project.config).unwrap_or_else(|_| "{}".into());
+    let secret_keys = serde_json::to_string(&project.secret_keys).unwrap_or_else(|_| "[]".into());
     let mut child = tokio::process::Command::new(&options.python)
         .arg("-c")
         .arg(RUNNER)
@@ -288,6 +295,7 @@ async fn run(
         .env("KEEL_PARALLEL", options.parallel.to_string())
         .env("KEEL_ORGANIZATION", &organization)
         .env("PULUMI_CONFIG", config)
+        .env("PULUMI_CONFIG_SECRET_KEYS", secret_keys)
         .env("PYTHONUNBUFFERED", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -301,14 +309,19 @@ async fn run(
             )
         })?;
     let tail = Arc::new(Mutex::new(VecDeque::new()));
+    let redact = Arc::new(project.redact.clone());
     let out = child
         .stdout
         .take()
-        .map(|o| tokio::spawn(forward(o, options.events.clone(), None)));
-    let err = child
-        .stderr
-        .take()
-        .map(|e| tokio::spawn(forward(e, options.events.clone(), Some(tail.clone()))));
+        .map(|o| tokio::spawn(forward(o, options.events.clone(), None, redact.clone())));
+    let err = child.stderr.take().map(|e| {
+        tokio::spawn(forward(
+            e,
+            options.events.clone(),
+            Some(tail.clone()),
+            redact.clone(),
+        ))
+    });
     let status = child.wait().await;
     for t in [out, err].into_iter().flatten() {
         let _ = t.await;
@@ -403,6 +416,6 @@ mod tests {
             ("Pulumi.dev.yaml", "config:\n  pw:\n    secure: AAAA\n"),
         ]);
         let e = PythonProject::load(d.path(), "dev").unwrap_err();
-        assert!(e.to_string().contains("secure"), "{e}");
+        assert!(e.to_string().contains("secure values"), "{e}");
     }
 }

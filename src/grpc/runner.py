@@ -48,6 +48,14 @@ def main() -> int:
         )
         return 3
 
+    # The config and which keys are secrets, as Pulumi's language host
+    # passes them (PULUMI_CONFIG, PULUMI_CONFIG_SECRET_KEYS).
+    import pulumi.runtime
+
+    pulumi.runtime.set_all_config(
+        pulumi.runtime.get_config_env(), pulumi.runtime.get_config_secret_keys_env()
+    )
+
     root = os.path.dirname(os.path.abspath(program))
     settings.reset_options(
         project=os.environ["KEEL_PROJECT"],

@@ -340,6 +340,7 @@ impl OpenStack {
 pub struct Backend {
     root: PathBuf,
     passphrase: Option<String>,
+    new_stack_salt: Option<String>,
 }
 
 impl Backend {
@@ -348,7 +349,16 @@ impl Backend {
         Self {
             root: root.into(),
             passphrase: None,
+            new_stack_salt: None,
         }
+    }
+
+    /// The passphrase provider's salt state a stack without a secrets
+    /// provider takes (the `encryptionsalt` of its `Pulumi.<stack>.yaml`,
+    /// whose secure config values it encrypts), instead of a fresh salt.
+    pub fn with_new_stack_salt(mut self, salt: Option<String>) -> Self {
+        self.new_stack_salt = salt;
+        self
     }
 
     /// The passphrase of the stacks' passphrase secrets provider (new
@@ -482,6 +492,14 @@ impl Backend {
         let mut deployment = deployment;
         let crypter = if self.passphrase.is_none() && deployment.secrets_providers.ty.is_empty() {
             Crypter::default()
+        } else if let (true, Some(p), Some(salt)) = (
+            deployment.secrets_providers.ty.is_empty(),
+            self.passphrase.as_deref(),
+            self.new_stack_salt.as_deref(),
+        ) {
+            Crypter::new(Arc::new(
+                crate::secrets::PassphraseManager::from_salt_state(p, salt).map_err(secrets)?,
+            ))
         } else {
             Crypter::for_stack(&deployment.secrets_providers, self.passphrase.as_deref())
                 .map_err(secrets)?

@@ -16,6 +16,7 @@ use crate::source::goal::{Goal, ReadGoal, Registered};
 use crate::source::RegisterError;
 
 use super::generator::{PlanError, Planner, Prepared};
+use super::step::StepKind;
 use super::step::{lock, StateRef};
 use crate::migrate::check::OperationOptions;
 use crate::migrate::coordinator::{CoordMsg, MigrationOutcome, MigrationRequest};
@@ -453,8 +454,22 @@ impl GenState {
                 return;
             }
         };
+        let urn = prepared.urn.clone();
         match self.planner.decide(prepared, diff.as_ref(), dbr) {
-            Ok(chain) => self.submit(chain, Some(reply)),
+            Ok(mut chain) => {
+                // The provider's verdict travels with the steps it decided,
+                // for their events (`--diff`, `--json`).
+                if let Some(d) = diff {
+                    let d = Arc::new(d);
+                    for step in chain.steps.iter_mut().filter(|s| {
+                        s.urn == urn
+                            && matches!(s.kind, StepKind::Update | StepKind::CreateReplacement)
+                    }) {
+                        step.provider_diff = Some(d.clone());
+                    }
+                }
+                self.submit(chain, Some(reply));
+            }
             Err(e) => {
                 self.plan_failed(&e);
                 let _ = reply.send(Err(RegisterError::Plan(e)));

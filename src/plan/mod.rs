@@ -2,6 +2,7 @@
 //! dependency-graph helpers, and the StepGenerator actor around them.
 
 pub mod actor;
+pub mod diff;
 pub mod generator;
 pub mod graph;
 pub mod saved;

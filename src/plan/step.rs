@@ -104,6 +104,9 @@ pub struct Step {
     pub skipped: bool,
     /// The registration's hooks (none for deletes planned at the end).
     pub hooks: Option<std::sync::Arc<crate::source::hooks::ResourceHooks>>,
+    /// The provider's diff this step was decided on (an update or replace
+    /// of a custom resource), for the step's events.
+    pub provider_diff: Option<std::sync::Arc<crate::provider::DiffResponse>>,
 }
 
 impl Step {
@@ -118,6 +121,7 @@ impl Step {
             keep_pending: false,
             skipped: false,
             hooks: None,
+            provider_diff: None,
         }
     }
 }

@@ -9,6 +9,7 @@
 //! it would with an SDK; registrations that do not wait on each other
 //! proceed concurrently. Destroy uses no program (the null source).
 
+pub mod assets;
 pub mod command;
 pub mod goal;
 pub mod hooks;
@@ -60,6 +61,14 @@ pub enum RegisterError {
     /// A component migration was rejected (its rule id is in the error).
     #[error(transparent)]
     Migration(#[from] crate::migrate::MigrationError),
+    /// An asset or archive in its inputs cannot be read to hash it.
+    #[error("resource `{resource}`: {source}")]
+    Asset {
+        /// The resource (`type::name`).
+        resource: String,
+        /// What could not be read.
+        source: assets::AssetError,
+    },
 }
 
 /// An event from the program.
@@ -220,6 +229,9 @@ struct ContextInfo {
     /// Bounds the registrations in flight: the backpressure the source
     /// applies to the program (actor mailboxes are unbounded).
     window: tokio::sync::Semaphore,
+    /// Where relative asset and archive paths resolve (the program's
+    /// directory; `None`: the current directory).
+    asset_root: Option<std::path::PathBuf>,
     /// The published prior list (as committed by migrations so far).
     prior: Option<Arc<crate::sync::shim::ArcSwap<crate::sync::StateList<crate::model::State>>>>,
 }
@@ -241,6 +253,7 @@ impl Context {
                 preview,
                 root,
                 window: tokio::sync::Semaphore::new(window.max(1)),
+                asset_root: None,
                 prior: None,
             }),
         }
@@ -252,6 +265,13 @@ impl Context {
     ) -> Self {
         if let Some(info) = Arc::get_mut(&mut self.inner) {
             info.prior = Some(prior);
+        }
+        self
+    }
+
+    pub(crate) fn with_asset_root(mut self, root: Option<std::path::PathBuf>) -> Self {
+        if let Some(info) = Arc::get_mut(&mut self.inner) {
+            info.asset_root = root;
         }
         self
     }
@@ -328,7 +348,27 @@ impl Context {
     /// # Cancel safety
     /// Dropping the future does not withdraw the registration; it runs and
     /// its result is discarded.
-    pub async fn register(&self, goal: Goal) -> Result<Registered, RegisterError> {
+    ///
+    /// The assets and archives in its inputs get their content hashes first
+    /// ([`assets::ensure_hashes`], on the blocking pool: it reads files).
+    pub async fn register(&self, mut goal: Goal) -> Result<Registered, RegisterError> {
+        if assets::needs_hashes(&goal.inputs) {
+            let root = self
+                .inner
+                .asset_root
+                .clone()
+                .unwrap_or_else(|| std::path::PathBuf::from("."));
+            let mut inputs = std::mem::take(&mut goal.inputs);
+            let hashed = tokio::task::spawn_blocking(move || {
+                assets::ensure_hashes(&mut inputs, &root).map(|()| inputs)
+            })
+            .await
+            .map_err(|_| RegisterError::Stopped)?;
+            goal.inputs = hashed.map_err(|source| RegisterError::Asset {
+                resource: format!("{}::{}", goal.ty, goal.name),
+                source,
+            })?;
+        }
         self.send(|tx| SourceEvent::Register(Box::new(goal), tx))
             .await
     }

@@ -1,0 +1,379 @@
+//! Property-level diffs of a step, for `--diff` and the `--json` events
+//! (sans-IO).
+//!
+//! A step that changes a resource carries the top-level input keys that
+//! changed (`diffs`) and those that force its replacement (`replaces`),
+//! from the provider's diff when it gave one (its verdict: ignored keys
+//! and normalization are the provider's), else from comparing the old and
+//! new inputs. On request it also carries the changed leaves with their
+//! old and new values (`detailedDiff`, paths in Pulumi's property-path
+//! syntax: `a.b`, `a[0]`, `tags["Name"]`), every secret shown as
+//! `[secret]` and a secret's inside never walked, so no plaintext secret
+//! reaches an event.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use super::step::{lock, Step, StepKind};
+use crate::model::property::{Archive, Asset};
+use crate::model::{PropertyMap, PropertyValue};
+use crate::provider::DiffResponse;
+
+/// What a step changes, as events carry it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct StepDiff {
+    /// Top-level input keys that changed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub diffs: Vec<String>,
+    /// Top-level input keys whose change forces a replace.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replaces: Vec<String>,
+    /// The changed values (asked for with `--diff`).
+    #[serde(rename = "detailedDiff", skip_serializing_if = "Vec::is_empty")]
+    pub detailed: Vec<PropertyChange>,
+}
+
+impl StepDiff {
+    /// True when it says nothing.
+    pub fn is_empty(&self) -> bool {
+        self.diffs.is_empty() && self.replaces.is_empty() && self.detailed.is_empty()
+    }
+}
+
+/// How a property changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChangeKind {
+    /// New.
+    Add,
+    /// Gone.
+    Delete,
+    /// Another value.
+    Update,
+}
+
+/// One changed property (a leaf of the diff).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PropertyChange {
+    /// The property path (`a.b[0]`).
+    pub path: String,
+    /// How it changed.
+    pub kind: ChangeKind,
+    /// It is under a key whose change forces a replace.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub replace: bool,
+    /// The old value, secrets masked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub old: Option<serde_json::Value>,
+    /// The new value, secrets masked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new: Option<serde_json::Value>,
+}
+
+/// The diff of a step about to run; `None` for steps that change no
+/// inputs (same, read, refresh, the delete half of a replace). `detailed`
+/// adds the changed values.
+pub fn step_diff(step: &Step, detailed: bool) -> Option<StepDiff> {
+    let empty = PropertyMap::new();
+    match step.kind {
+        StepKind::Update | StepKind::CreateReplacement => {
+            let new = step.new.as_ref()?;
+            let old = step.old.as_ref().map(|o| lock(o).inputs.clone());
+            let old = old.as_ref().unwrap_or(&empty);
+            Some(diff_inputs(
+                old,
+                &new.inputs,
+                step.provider_diff.as_deref(),
+                detailed,
+            ))
+        }
+        StepKind::Create | StepKind::Import if detailed => {
+            let new = step.new.as_ref()?;
+            Some(diff_inputs(&empty, &new.inputs, None, true))
+        }
+        StepKind::Delete if detailed => {
+            let old = lock(step.old.as_ref()?).inputs.clone();
+            Some(diff_inputs(&old, &empty, None, true))
+        }
+        _ => None,
+    }
+    .filter(|d| !d.is_empty())
+}
+
+/// The diff of `old` and `new` inputs, with the provider's answer when it
+/// gave one.
+pub fn diff_inputs(
+    old: &PropertyMap,
+    new: &PropertyMap,
+    provider: Option<&DiffResponse>,
+    detailed: bool,
+) -> StepDiff {
+    let keys: BTreeSet<&String> = match provider {
+        Some(d) => d.changed_keys.iter().chain(&d.replace_keys).collect(),
+        None => old
+            .keys()
+            .chain(new.keys())
+            .filter(|k| old.get(*k) != new.get(*k))
+            .collect(),
+    };
+    let replaces: BTreeSet<&String> =
+        provider.map_or_else(BTreeSet::new, |d| d.replace_keys.iter().collect());
+    let mut out = StepDiff {
+        diffs: keys.iter().map(|k| (*k).clone()).collect(),
+        replaces: replaces.iter().map(|k| (*k).clone()).collect(),
+        detailed: Vec::new(),
+    };
+    if detailed {
+        for k in keys {
+            let replace = replaces.contains(k);
+            let before = out.detailed.len();
+            changes(
+                &mut out.detailed,
+                &key_path("", k),
+                old.get(k),
+                new.get(k),
+                replace,
+            );
+            if out.detailed.len() == before {
+                // The provider sees a change the values do not show (its
+                // normalization): the key with both values.
+                out.detailed.push(PropertyChange {
+                    path: key_path("", k),
+                    kind: ChangeKind::Update,
+                    replace,
+                    old: old.get(k).map(render),
+                    new: new.get(k).map(render),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Appends the leaves where `old` and `new` differ under `path`.
+fn changes(
+    out: &mut Vec<PropertyChange>,
+    path: &str,
+    old: Option<&PropertyValue>,
+    new: Option<&PropertyValue>,
+    replace: bool,
+) {
+    let change = |kind| PropertyChange {
+        path: path.to_owned(),
+        kind,
+        replace,
+        old: old.map(render),
+        new: new.map(render),
+    };
+    match (old, new) {
+        (None, None) => {}
+        (Some(o), Some(n)) if o == n => {}
+        (None, Some(_)) => out.push(change(ChangeKind::Add)),
+        (Some(_), None) => out.push(change(ChangeKind::Delete)),
+        (Some(PropertyValue::Object(o)), Some(PropertyValue::Object(n))) => {
+            let keys: BTreeSet<&String> = o.keys().chain(n.keys()).collect();
+            for k in keys {
+                changes(out, &key_path(path, k), o.get(k), n.get(k), replace);
+            }
+        }
+        (Some(PropertyValue::Array(o)), Some(PropertyValue::Array(n))) => {
+            for i in 0..o.len().max(n.len()) {
+                changes(out, &format!("{path}[{i}]"), o.get(i), n.get(i), replace);
+            }
+        }
+        _ => out.push(change(ChangeKind::Update)),
+    }
+}
+
+/// `key` appended to `path`: `.key` for a name, `["key"]` otherwise (and
+/// bare at the top level).
+pub fn key_path(path: &str, key: &str) -> String {
+    let plain = key
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$');
+    match (plain, path.is_empty()) {
+        (true, true) => key.to_owned(),
+        (true, false) => format!("{path}.{key}"),
+        (false, _) => format!("{path}[{}]", serde_json::Value::String(key.to_owned())),
+    }
+}
+
+/// A value for people and events: secrets `[secret]`, unknowns
+/// `[unknown]`, assets and archives by kind, hash prefix and source.
+pub fn render(v: &PropertyValue) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        PropertyValue::Secret(_) => J::String("[secret]".into()),
+        PropertyValue::Computed => J::String("[unknown]".into()),
+        PropertyValue::Output(o) if o.secret == Some(true) => J::String("[secret]".into()),
+        PropertyValue::Output(o) => o
+            .value
+            .as_deref()
+            .map_or_else(|| J::String("[unknown]".into()), render),
+        PropertyValue::Array(a) => J::Array(a.iter().map(render).collect()),
+        PropertyValue::Object(m) => {
+            J::Object(m.iter().map(|(k, v)| (k.clone(), render(v))).collect())
+        }
+        PropertyValue::Asset(a) => J::String(asset_text(a)),
+        PropertyValue::Archive(a) => J::String(archive_text(a)),
+        PropertyValue::ResourceReference(r) => J::String(format!("resource({})", r.urn)),
+        other => other.to_json(),
+    }
+}
+
+fn short(hash: Option<&String>) -> String {
+    hash.map_or_else(|| "unhashed".to_owned(), |h| h.chars().take(8).collect())
+}
+
+fn asset_text(a: &Asset) -> String {
+    let h = short(a.hash.as_ref());
+    if let Some(p) = &a.path {
+        format!("asset(file:{h}) {p}")
+    } else if let Some(u) = &a.uri {
+        format!("asset(uri:{h}) {u}")
+    } else {
+        format!("asset(text:{h})")
+    }
+}
+
+fn archive_text(a: &Archive) -> String {
+    let h = short(a.hash.as_ref());
+    if let Some(p) = &a.path {
+        format!("archive(file:{h}) {p}")
+    } else if let Some(u) = &a.uri {
+        format!("archive(uri:{h}) {u}")
+    } else {
+        let n = a.assets.as_ref().map_or(0, PropertyMap::len);
+        format!("archive(assets:{h}) {n} members")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::property::Secret;
+    use serde_json::json;
+
+    fn map(j: serde_json::Value) -> PropertyMap {
+        match PropertyValue::from_json(&j).unwrap() {
+            PropertyValue::Object(m) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn paths(d: &StepDiff) -> Vec<(String, ChangeKind, bool)> {
+        d.detailed
+            .iter()
+            .map(|c| (c.path.clone(), c.kind, c.replace))
+            .collect()
+    }
+
+    #[test]
+    fn leaves_are_found_with_pulumi_paths() {
+        let old =
+            map(json!({"a": 1, "tags": {"Name": "x", "my key": 1}, "list": [1, 2], "gone": true}));
+        let new = map(
+            json!({"a": 2, "tags": {"Name": "y", "my key": 1, "New": 0}, "list": [1], "added": "s"}),
+        );
+        let d = diff_inputs(&old, &new, None, true);
+        assert_eq!(d.diffs, ["a", "added", "gone", "list", "tags"]);
+        assert!(d.replaces.is_empty());
+        use ChangeKind::*;
+        assert_eq!(
+            paths(&d),
+            [
+                ("a".into(), Update, false),
+                ("added".into(), Add, false),
+                ("gone".into(), Delete, false),
+                ("list[1]".into(), Delete, false),
+                ("tags.Name".into(), Update, false),
+                ("tags.New".into(), Add, false),
+            ]
+        );
+        assert_eq!(d.detailed[0].old, Some(json!(1)));
+        assert_eq!(d.detailed[0].new, Some(json!(2)));
+        assert_eq!(key_path("tags", "my key"), "tags[\"my key\"]");
+        // Without details: the keys only.
+        let d = diff_inputs(&old, &new, None, false);
+        assert!(d.detailed.is_empty() && d.diffs.len() == 5);
+    }
+
+    #[test]
+    fn the_providers_verdict_decides_the_keys_and_marks_replaces() {
+        let old = map(json!({"region": "a", "index": "i", "ignored": 1}));
+        let new = map(json!({"region": "b", "index": "j", "ignored": 2}));
+        let answer = DiffResponse {
+            kind: crate::provider::DiffKind::Replace,
+            changed_keys: ["region".to_owned(), "index".to_owned()].into(),
+            replace_keys: ["region".to_owned()].into(),
+            delete_before_replace: false,
+        };
+        let d = diff_inputs(&old, &new, Some(&answer), true);
+        assert_eq!(d.diffs, ["index", "region"]);
+        assert_eq!(d.replaces, ["region"]);
+        assert_eq!(
+            paths(&d),
+            [
+                ("index".into(), ChangeKind::Update, false),
+                ("region".into(), ChangeKind::Update, true)
+            ]
+        );
+    }
+
+    #[test]
+    fn secrets_are_masked_and_never_walked() {
+        let secret = |s: &str| PropertyValue::Secret(Secret::plaintext(PropertyValue::from(s)));
+        let old = PropertyMap::from([
+            ("pw".to_owned(), secret("hunter2")),
+            (
+                "obj".to_owned(),
+                PropertyValue::Secret(Secret::plaintext(PropertyValue::Object(map(
+                    json!({"k": "inner-old"}),
+                )))),
+            ),
+        ]);
+        let new = PropertyMap::from([
+            ("pw".to_owned(), secret("hunter3")),
+            (
+                "obj".to_owned(),
+                PropertyValue::Secret(Secret::plaintext(PropertyValue::Object(map(
+                    json!({"k": "inner-new"}),
+                )))),
+            ),
+        ]);
+        let d = diff_inputs(&old, &new, None, true);
+        let text = serde_json::to_string(&d).unwrap();
+        for plain in ["hunter2", "hunter3", "inner-old", "inner-new", "\"k\""] {
+            assert!(!text.contains(plain), "{plain} in {text}");
+        }
+        assert_eq!(paths(&d).len(), 2, "{text}");
+        assert!(text.contains("[secret]"));
+    }
+
+    #[test]
+    fn assets_show_their_hashes() {
+        let asset = |h: &str| {
+            PropertyValue::Asset(Asset {
+                hash: Some(h.into()),
+                path: Some("www/index.html".into()),
+                ..Asset::default()
+            })
+        };
+        let old = PropertyMap::from([("source".to_owned(), asset("aaaaaaaaaaaa"))]);
+        let new = PropertyMap::from([("source".to_owned(), asset("bbbbbbbbbbbb"))]);
+        let d = diff_inputs(&old, &new, None, true);
+        assert_eq!(
+            d.detailed[0].old,
+            Some(json!("asset(file:aaaaaaaa) www/index.html"))
+        );
+        assert_eq!(
+            d.detailed[0].new,
+            Some(json!("asset(file:bbbbbbbb) www/index.html"))
+        );
+    }
+}
