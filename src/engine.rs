@@ -111,6 +111,10 @@ pub struct EngineConfig {
     /// Keep the whole committed prior list in each migration report (tests
     /// and diagnostics; costs a copy of the state per migration).
     pub report_migration_states: bool,
+    /// Configuration of providers' packages (`<package>:<key>` -> value,
+    /// Pulumi's `aws:region`): default providers take their package's
+    /// keys as inputs.
+    pub package_config: std::collections::BTreeMap<String, crate::model::PropertyValue>,
 }
 
 impl Default for EngineConfig {
@@ -125,6 +129,7 @@ impl Default for EngineConfig {
             max_in_flight_registrations: 4096,
             update: UpdateOptions::default(),
             report_migration_states: false,
+            package_config: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -400,6 +405,7 @@ impl Engine {
                 project: self.config.project.clone(),
                 preview,
                 update: self.config.update.clone(),
+                package_config: self.config.package_config.clone(),
             },
             olds,
         );

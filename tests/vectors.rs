@@ -435,6 +435,8 @@ async fn run(v: &Value) -> Run {
                             parent: e.goal.options.parent.clone(),
                             provider: e.goal.options.provider.clone(),
                             depends_on: e.goal.options.depends_on.clone(),
+                            version: None,
+                            plugin_download_url: None,
                         })
                         .await?;
                     } else {
