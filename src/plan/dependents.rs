@@ -125,10 +125,8 @@ impl DependentWalk {
         if !s.custom || s.external {
             return Need::No;
         }
-        if let Some(p) = provider_urn(&s.provider) {
-            if self.replace.iter().any(|u| u.as_str() == p) {
-                return Need::Yes;
-            }
+        if provider_urn(&s.provider).is_some_and(|p| self.replace.contains(p)) {
+            return Need::Yes;
         }
         if (!s.deleted_with.as_str().is_empty() && self.replace.contains(&s.deleted_with))
             || s.replace_with.iter().any(|u| self.replace.contains(u))

@@ -713,19 +713,14 @@ impl Planner {
             return ProviderChange::Replace;
         };
         if old_urn == new.urn().as_str()
-            || self
-                .aliased
-                .iter()
-                .any(|(from, to)| from.as_str() == old_urn && to == new.urn())
+            || self.aliased.get(old_urn).is_some_and(|to| to == new.urn())
         {
             return ProviderChange::Unchanged;
         }
-        let old_state = self
-            .olds
-            .iter()
-            .map(|s| lock(s))
-            .find(|s| !s.delete && s.urn.as_str() == old_urn)
-            .map(|s| (config_of(&s.inputs), s.outputs.clone()));
+        let old_state = self.live.get(old_urn).map(|&i| {
+            let s = lock(&self.olds[i]);
+            (config_of(&s.inputs), s.outputs.clone())
+        });
         match (old_state, self.provider_inputs.get(new.urn())) {
             (Some((old_inputs, old_outputs)), Some(inputs)) => ProviderChange::Config(ConfigDiff {
                 provider: new.clone(),
@@ -1363,8 +1358,7 @@ impl Planner {
                         .any(|d| reached.contains(d))
                     || reached.contains(&s.deleted_with)
                     || s.replace_with.iter().any(|d| reached.contains(d))
-                    || provider_urn(&s.provider)
-                        .is_some_and(|p| reached.iter().any(|u| u.as_str() == p));
+                    || provider_urn(&s.provider).is_some_and(|p| reached.contains(p));
                 if depends {
                     reached.insert(s.urn.clone());
                     found[j] = true;
