@@ -821,7 +821,7 @@ impl Planner {
         // the provider sees them (Pulumi's `processIgnoreChanges`).
         let mut replacement_inputs = None;
         let mut ignore_warnings = Vec::new();
-        if let Some(i) = old {
+        if let Some(i) = old.filter(|_| !ignore_paths.is_empty()) {
             let o = lock(&self.olds[i]);
             ignore_warnings = diffs::ignore_changes(&ignore_paths, &o.inputs, &mut new.inputs);
             if new.inputs != goal.inputs {
@@ -878,11 +878,14 @@ impl Planner {
         let mut provider_change = ProviderChange::Unchanged;
         let mut config_diff = None;
         if let Some(i) = old {
-            let o = lock(&self.olds[i]).clone();
             if let Some(reference) = &provider {
-                provider_change = self.provider_change(&o.provider, reference);
-            } else if goal.ty.is_provider() && config_of(&o.inputs) != config_of(&new.inputs) {
-                config_diff = Some(self.own_config_diff(&o, &new.inputs)?);
+                let old_provider = lock(&self.olds[i]).provider.clone();
+                provider_change = self.provider_change(&old_provider, reference);
+            } else if goal.ty.is_provider() {
+                let o = lock(&self.olds[i]).clone();
+                if config_of(&o.inputs) != config_of(&new.inputs) {
+                    config_diff = Some(self.own_config_diff(&o, &new.inputs)?);
+                }
             }
         }
         if goal.ty.is_provider() {
@@ -1076,8 +1079,7 @@ impl Planner {
         let waits_for = p.waits_for();
         let (judged, judged_diff) = match &p.old {
             Some(o) => {
-                let o = lock(o).clone();
-                let (k, d) = self.judge(&p, &o, diff);
+                let (k, d) = self.judge(&p, &lock(o), diff);
                 (Some(k), d)
             }
             None => (None, None),
