@@ -117,6 +117,10 @@ pub struct EngineConfig {
     /// Step events carry the changed values with secrets masked, not only
     /// the changed keys (`--diff`).
     pub detailed_diffs: bool,
+    /// Configuration of providers' packages (`<package>:<key>` -> value,
+    /// Pulumi's `aws:region`): default providers take their package's
+    /// keys as inputs.
+    pub package_config: std::collections::BTreeMap<String, crate::model::PropertyValue>,
 }
 
 impl Default for EngineConfig {
@@ -133,6 +137,7 @@ impl Default for EngineConfig {
             report_migration_states: false,
             program_dir: None,
             detailed_diffs: false,
+            package_config: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -409,6 +414,7 @@ impl Engine {
                 project: self.config.project.clone(),
                 preview,
                 update: self.config.update.clone(),
+                package_config: self.config.package_config.clone(),
             },
             olds,
         );

@@ -404,6 +404,39 @@ fn pulumi_stacks_imported_preview_all_same_with_their_python_programs() {
                     .remove("secrets_providers");
             }),
         },
+        // Versioned default providers (`default_4_18_0`, and a prerelease
+        // with build metadata), the AWS one configured by `aws:region`: a
+        // program asking for the same versions keeps every resource. The
+        // Pulumi service encrypted the commands' scripts: they become the
+        // plaintexts the program registers.
+        FixtureCase {
+            file: "examples__ec2__stack.json",
+            stack: "test",
+            program: "command-ec2",
+            passphrase: Some("correct horse"),
+            edit: Some(|f| {
+                let deployment = f["deployment"].as_object_mut().expect("deployment");
+                deployment.remove("secrets_providers");
+                for r in deployment["resources"].as_array_mut().expect("resources") {
+                    let name = r["urn"]
+                        .as_str()
+                        .and_then(|u| u.rsplit("::").next())
+                        .unwrap_or_default()
+                        .to_owned();
+                    for part in ["inputs", "outputs"] {
+                        if let Some(create) = r[part].get_mut("create") {
+                            assert!(create.get("ciphertext").is_some(), "{name}: {create}");
+                            let text = serde_json::to_string(&format!("{name} command"))
+                                .expect("JSON");
+                            *create = serde_json::json!({
+                                "4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270",
+                                "plaintext": text,
+                            });
+                        }
+                    }
+                }
+            }),
+        },
     ];
     for case in &cases {
         check(case);

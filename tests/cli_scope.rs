@@ -159,7 +159,11 @@ resources:
     type: aws:s3/bucket:Bucket
     properties: {{ name: {name} }}
     options: {{ deleteBeforeReplace: true, replaceOnChanges: [name] }}
-  b: {{ type: aws:s3/bucket:Bucket, properties: {{ of: \"${{a.id}}\" }} }}
+  # Replaced when `a` is (its `of` changes, and forces a replace).
+  b:
+    type: aws:s3/bucket:Bucket
+    properties: {{ of: \"${{a.id}}\" }}
+    options: {{ replaceOnChanges: [of] }}
 "
         )
     };

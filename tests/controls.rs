@@ -453,3 +453,143 @@ async fn ignore_changes_replace_on_changes_and_custom_timeouts() {
         e.summary
     );
 }
+
+fn json_inputs(v: serde_json::Value) -> keel::model::PropertyMap {
+    match serde_json::from_value(v).unwrap() {
+        keel::model::PropertyValue::Object(m) => m,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn tagged(name: &str, inputs: serde_json::Value, ignore: &[&str], replace: &[&str]) -> Res {
+    let mut r = bucket(name, &[]);
+    r.inputs = json_inputs(inputs);
+    let (ignore, replace): (Vec<String>, Vec<String>) = (
+        ignore.iter().map(|s| (*s).to_owned()).collect(),
+        replace.iter().map(|s| (*s).to_owned()).collect(),
+    );
+    r.with(move |o| {
+        o.ignore_changes = ignore;
+        o.replace_on_changes = replace;
+    })
+}
+
+/// `ignoreChanges` and `replaceOnChanges` with Pulumi's property paths,
+/// applied by the engine for every provider: an ignored value keeps its
+/// old value in what the provider is sent and in state; a change under a
+/// replace-on-change path replaces, whatever the provider said; a
+/// replacement is created from the program's values.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ignore_and_replace_on_changes_take_property_paths() {
+    use serde_json::json;
+    let (tx, mut events) = tokio::sync::mpsc::unbounded_channel();
+    let mut h = Harness::with(SimConfig::default(), |c| {
+        c.events = keel::events::EventSink::new(tx);
+    });
+    let v = |name: &str, env: &str, ports: serde_json::Value| {
+        vec![
+            tagged(
+                "a",
+                json!({"tags": {"Name": name, "env": env}, "ports": ports}),
+                &["tags.Name", "ports[*]"],
+                &[],
+            ),
+            tagged(
+                "b",
+                json!({"tags": {"Name": name, "env": env}, "size": env}),
+                &[],
+                &["tags[\"Name\"]"],
+            ),
+        ]
+    };
+    h.up(v("n1", "e1", json!([1, 2]))).await.unwrap();
+    let (a, b) = (h.state_of("a").id.clone(), h.state_of("b").id.clone());
+
+    // `a` ignores its Name tag and its ports: nothing changes for it; a
+    // Name change replaces `b`.
+    let o = h.up(v("n2", "e1", json!([3, 4]))).await.unwrap();
+    assert_eq!(o.summary.count(CreateReplacement), 1, "{:?}", o.summary);
+    assert_eq!(o.summary.count(Update), 0, "{:?}", o.summary);
+    assert_eq!(h.state_of("a").id, a);
+    assert_ne!(h.state_of("b").id, b);
+    assert_eq!(
+        h.state_of("a").inputs,
+        json_inputs(json!({"tags": {"Name": "n1", "env": "e1"}, "ports": [1, 2]})),
+        "state keeps the old values"
+    );
+    // Another tag changes: an update of both, `a` still with its old Name
+    // (in state and in the cloud).
+    let b = h.state_of("b").id.clone();
+    let o = h.up(v("n2", "e2", json!([3, 4]))).await.unwrap();
+    assert_eq!(o.summary.count(Update), 2, "{:?}", o.summary);
+    assert_eq!(h.state_of("b").id, b);
+    let want = json_inputs(json!({"tags": {"Name": "n1", "env": "e2"}, "ports": [1, 2]}));
+    assert_eq!(h.state_of("a").inputs, want);
+    assert_eq!(h.cloud.object(&a).unwrap().inputs, want);
+    // A port added cannot be ignored (the array would change length): the
+    // ports it had keep their old values, the new one is the program's,
+    // with a warning naming the path.
+    let o = h.up(v("n2", "e2", json!([3, 4, 5]))).await.unwrap();
+    assert_eq!(o.summary.count(Update), 1, "{:?}", o.summary);
+    assert_eq!(
+        h.state_of("a").inputs["ports"],
+        json_inputs(json!({"p": [1, 2, 5]}))["p"]
+    );
+    let mut warned = false;
+    while let Ok(e) = events.try_recv() {
+        if let keel::events::EngineEvent::Diagnostic {
+            severity,
+            urn,
+            message,
+        } = e
+        {
+            warned |= severity == "warning"
+                && urn.as_ref() == Some(&h.urn("a"))
+                && message.contains("`ports[*]`");
+        }
+    }
+    assert!(warned, "a warning names the path");
+
+    // A replacement (here forced) takes the program's values, ignored or not.
+    let replace = UpdateOptions {
+        replaces: vec![h.urn("a")],
+        ..UpdateOptions::default()
+    };
+    let o = up_with(&mut h, replace, v("n3", "e2", json!([3, 4, 5]))).await;
+    assert_eq!(o.summary.count(CreateReplacement), 2, "{:?}", o.summary);
+    assert_eq!(
+        h.state_of("a").inputs["tags"],
+        json_inputs(json!({"t": {"Name": "n3", "env": "e2"}}))["t"]
+    );
+}
+
+/// A path that does not parse fails the registration with a typed error
+/// naming the resource, the option and the path; nothing changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_property_path_is_an_error_naming_the_resource() {
+    use serde_json::json;
+    let mut h = Harness::new(SimConfig::default());
+    h.up(vec![tagged("a", json!({"x": 1}), &[], &[])])
+        .await
+        .unwrap();
+    let before = h.state.clone();
+    let open = "tags".to_owned() + "[";
+    let cases: Vec<(Vec<&str>, Vec<&str>, &str, &str)> = vec![
+        (vec![open.as_str()], vec![], "ignoreChanges", open.as_str()),
+        (vec![], vec!["a..b"], "replaceOnChanges", "a..b"),
+        (vec!["ok", "x[-1]"], vec![], "ignoreChanges", "x[-1]"),
+    ];
+    for (ignore, replace, option, path) in cases {
+        let (ignore, replace) = (&ignore[..], &replace[..]);
+        let e = failed(
+            h.up(vec![tagged("a", json!({"x": 2}), ignore, replace)])
+                .await,
+        );
+        let message = e.summary.errors.join("\n");
+        for needle in [h.urn("a").as_str(), option, &format!("`{path}`")] {
+            assert!(message.contains(needle), "{needle}: {message}");
+        }
+        assert_eq!(h.state, before);
+        assert_eq!(h.cloud.counters().updates, 0);
+    }
+}

@@ -135,11 +135,13 @@ async fn delete_before_replace_replaces_dependents_in_order() {
     let mut cfg = replace_on_name();
     cfg.delete_before_replace_types.insert(BUCKET.into());
     let mut h = Harness::new(cfg);
+    // `b`'s name comes from `a`, `c`'s from `b`: with `a` gone, their
+    // names are unknown, and a name change replaces.
     let prog = |v: &str| {
         vec![
             bucket("a", &[("name", v)]),
-            bucket("b", &[("size", "1")]).dep("a"),
-            bucket("c", &[("size", "1")]).dep("b"),
+            bucket("b", &[("name", "b")]).pdep("name", "a"),
+            bucket("c", &[("name", "c")]).pdep("name", "b"),
         ]
     };
     h.up(prog("x")).await.unwrap();
@@ -479,6 +481,7 @@ async fn a_provider_change_forces_replace() {
             inputs: props(&[("region", "eu")]),
             parent: None,
             deps: vec![],
+            pdeps: vec![],
             opts: Default::default(),
             alias_names: vec![],
         },
@@ -521,6 +524,8 @@ async fn read_resources_are_never_created_or_deleted() {
             provider: None,
             depends_on: vec![],
             additional_secret_outputs: vec![],
+            version: None,
+            plugin_download_url: None,
         })
         .await?;
         Ok(())
@@ -550,7 +555,7 @@ async fn a_dependent_removed_during_delete_before_replace_is_dropped_from_state(
     let mut h = Harness::new(cfg);
     h.up(vec![
         bucket("a", &[("name", "x")]),
-        bucket("b", &[]).dep("a"),
+        bucket("b", &[("name", "b")]).pdep("name", "a"),
     ])
     .await
     .unwrap();
@@ -652,8 +657,8 @@ async fn a_dependent_registered_while_its_dbr_delete_runs_is_created_anew() {
     let dbr = |o: &mut keel::source::goal::ResourceOptions| o.delete_before_replace = Some(true);
     h.up(vec![
         bucket("a", &[("name", "a1")]).with(dbr),
-        bucket("b", &[("name", "b")]).dep("a"),
-        bucket("c", &[("name", "c")]).dep("b"),
+        bucket("b", &[("name", "b")]).pdep("name", "a"),
+        bucket("c", &[("name", "c")]).pdep("name", "b"),
     ])
     .await
     .unwrap();
@@ -664,6 +669,11 @@ async fn a_dependent_registered_while_its_dbr_delete_runs_is_created_anew() {
         custom: true,
         inputs: props(&[("name", value)]),
         options: ResourceOptions {
+            property_dependencies: if deps.is_empty() {
+                Default::default()
+            } else {
+                [("name".to_owned(), deps.clone())].into()
+            },
             depends_on: deps,
             delete_before_replace: dbr.then_some(true),
             ..ResourceOptions::default()
@@ -772,4 +782,290 @@ async fn children_inherit_a_renamed_parents_alias() {
         .map(|n| h.state_of(n).id.clone())
         .collect();
     assert_eq!(now, ids, "every child kept its object");
+}
+
+/// A delete-before-replace replaces only the prior dependents that must go
+/// (Pulumi's `calculateDependentReplacements`): one linked only by
+/// `dependsOn` stays, as does one whose provider finds no replace when the
+/// inputs taken from the replaced resource become unknown (or that
+/// ignores them); one whose diff against them is a replace (a replace key
+/// of the provider, or its own `replaceOnChanges`) goes, and so do its own
+/// dependents that must.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_before_replace_replaces_only_dependents_that_must_go() {
+    let mut cfg = replace_on_name();
+    cfg.delete_before_replace_types.insert(BUCKET.into());
+    let mut h = Harness::new(cfg);
+    let prog = |v: &str| {
+        vec![
+            bucket("a", &[("name", v)]),
+            // dependsOn only, and protected: it stays, so it does not block.
+            bucket("b", &[("name", "b")])
+                .dep("a")
+                .with(|o| o.protect = true),
+            // `size` comes from `a`, and a size change is an update.
+            bucket("c", &[("name", "c"), ("size", "1")]).pdep("size", "a"),
+            // `name` comes from `a`: replaced; `e`'s name comes from `d`.
+            bucket("d", &[("name", "d")]).pdep("name", "a"),
+            bucket("e", &[("name", "e")]).pdep("name", "d"),
+            // dependsOn `d` only: stays.
+            bucket("f", &[("name", "f")]).dep("d"),
+            // Its `name` comes from `a`, but it ignores name changes.
+            bucket("g", &[("name", "g")])
+                .pdep("name", "a")
+                .with(|o| o.ignore_changes = vec!["name".into()]),
+            // `size` comes from `a`, and it replaces on size changes.
+            bucket("i", &[("name", "i"), ("size", "1")])
+                .pdep("size", "a")
+                .with(|o| o.replace_on_changes = vec!["size".into()]),
+        ]
+    };
+    h.up(prog("x")).await.unwrap();
+    let ids: Vec<(String, String)> = ["b", "c", "d", "e", "f", "g", "i"]
+        .iter()
+        .map(|n| ((*n).to_owned(), h.state_of(n).id.clone()))
+        .collect();
+    h.cloud.clear_call_log();
+    let o = h.up(prog("y")).await.unwrap();
+    let deleted: Vec<String> = ended(&h)
+        .into_iter()
+        .filter(|(k, _)| *k == SimCallKind::Delete)
+        .map(|(_, n)| n)
+        .collect();
+    let mut sorted = deleted.clone();
+    sorted.sort();
+    assert_eq!(sorted, ["a", "d", "e", "i"], "{:?}", o.summary);
+    // Dependents go first: e before d, d and i before a.
+    let at = |n: &str| deleted.iter().position(|d| d == n).unwrap();
+    assert!(
+        at("e") < at("d") && at("d") < at("a") && at("i") < at("a"),
+        "{deleted:?}"
+    );
+    for (name, id) in &ids {
+        let kept = ["b", "c", "f", "g"].contains(&name.as_str());
+        assert_eq!(&h.state_of(name).id == id, kept, "{name}");
+    }
+    assert_eq!(h.cloud.objects().len(), 8);
+    assert!(h
+        .state
+        .resources
+        .iter()
+        .all(|s| !s.pending_replacement && !s.delete));
+    // Nothing changes on the next run.
+    let o = h.up(prog("y")).await.unwrap();
+    assert_eq!(o.summary.steps.len(), 1, "only same steps: {:?}", o.summary);
+}
+
+/// One resource of [`with_providers`]: name, type, inputs, provider
+/// name, version.
+type ProvidedRes = (
+    &'static str,
+    &'static str,
+    keel::model::PropertyMap,
+    Option<&'static str>,
+    Option<&'static str>,
+);
+
+/// Registers, in order, the resources `(name, type, inputs, provider
+/// name, version)`; a provider name refers to an earlier resource of the
+/// list, whose reference (URN and ID) the registration learns from its
+/// registration, as an SDK does.
+fn with_providers(
+    resources: Vec<ProvidedRes>,
+) -> impl Fn(
+    keel::source::Context,
+) -> futures::future::BoxFuture<'static, Result<(), keel::source::ProgramError>>
+       + Send
+       + Sync
+       + 'static {
+    use keel::source::goal::{Goal, ResourceOptions};
+    let resources = std::sync::Arc::new(resources);
+    move |ctx| {
+        let resources = resources.clone();
+        Box::pin(async move {
+            let mut refs: std::collections::HashMap<&str, String> =
+                std::collections::HashMap::new();
+            for (name, t, inputs, provider, version) in resources.iter() {
+                let options = ResourceOptions {
+                    provider: provider.map(|p: &str| refs[p].clone()),
+                    version: version.map(str::to_owned),
+                    ..ResourceOptions::default()
+                };
+                let r = ctx
+                    .register(Goal {
+                        ty: ty(t),
+                        name: (*name).to_owned(),
+                        custom: true,
+                        inputs: inputs.clone(),
+                        options,
+                    })
+                    .await?;
+                refs.insert(*name, format!("{}::{}", r.urn, r.id));
+            }
+            Ok(())
+        })
+    }
+}
+
+async fn run(h: &mut Harness, program: impl keel::source::Program) -> keel::engine::Outcome {
+    let o = h
+        .engine
+        .update(
+            h.state.clone(),
+            program,
+            Box::new(keel::persist::MemoryPersister::new()),
+        )
+        .await
+        .unwrap();
+    keel::model::integrity::verify(&o.snapshot).unwrap();
+    h.state = o.snapshot.clone();
+    o
+}
+
+/// Default providers are named and configured as Pulumi does: with the
+/// registration's plugin version, `default_6_0_0` with inputs `version`
+/// and `__internal`. A new version is a new default provider; its
+/// resources move to it without a replace, because the simulated cloud's
+/// providers differ only in version (`diff_config`), and the old one goes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_provider_version_moves_resources_without_replacing_them() {
+    let mut h = Harness::new(replace_on_name());
+    let prog = |v: Option<&'static str>| {
+        with_providers(vec![
+            ("a", BUCKET, props(&[("name", "a")]), None, v),
+            ("b", BUCKET, props(&[("name", "b")]), None, v),
+        ])
+    };
+    run(&mut h, prog(Some("6.0.0"))).await;
+    let p = h.state_of("default_6_0_0").clone();
+    assert_eq!(
+        p.urn.as_str(),
+        "urn:pulumi:dev::proj::pulumi:providers:aws::default_6_0_0"
+    );
+    assert_eq!(p.inputs["version"], "6.0.0".into());
+    assert_eq!(
+        p.inputs["__internal"],
+        keel::model::PropertyValue::Object(Default::default())
+    );
+    assert!(h.state_of("a").provider.starts_with(p.urn.as_str()));
+    let (a, b) = (h.state_of("a").id.clone(), h.state_of("b").id.clone());
+
+    let preview = h
+        .engine
+        .preview(h.state.clone(), prog(Some("6.1.0")))
+        .await
+        .unwrap();
+    assert_eq!(
+        (preview.summary.count(Create), preview.summary.count(Delete)),
+        (1, 1),
+        "only the providers: {:?}",
+        preview.summary
+    );
+    assert_eq!(preview.summary.count(CreateReplacement), 0);
+    let o = run(&mut h, prog(Some("6.1.0"))).await;
+    assert_eq!(o.summary.count(CreateReplacement), 0, "{:?}", o.summary);
+    assert_eq!(
+        (h.state_of("a").id.clone(), h.state_of("b").id.clone()),
+        (a, b)
+    );
+    let p2 = h.state_of("default_6_1_0").clone();
+    assert!(h.state_of("a").provider.starts_with(p2.urn.as_str()));
+    assert!(!h.names().contains(&"default_6_0_0".to_owned()));
+    assert_eq!(h.cloud.counters().creates, 2, "no object created again");
+    // Back to no version: the `default` provider, still nothing replaced.
+    let o = run(&mut h, prog(None)).await;
+    assert_eq!(o.summary.count(CreateReplacement), 0, "{:?}", o.summary);
+    assert!(h.names().contains(&"default".to_owned()));
+    // A version that is not a semantic version is refused, naming it.
+    let e = failed(h.engine.preview(h.state.clone(), prog(Some("v1"))).await);
+    assert!(
+        e.summary.errors.iter().any(|m| m.contains("`v1`")),
+        "{:?}",
+        e.summary
+    );
+}
+
+/// A resource moving to an explicit provider configured like its default
+/// provider is not replaced; moving to one configured otherwise is. A
+/// provider resource whose configuration changes is replaced when its
+/// provider's `diff_config` says so, and its resources with it; a version
+/// change alone is nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn provider_changes_replace_only_when_the_configuration_says_so() {
+    let mut h = Harness::new(SimConfig::default());
+    const P: &str = "pulumi:providers:aws";
+    run(
+        &mut h,
+        with_providers(vec![("a", BUCKET, props(&[]), None, None)]),
+    )
+    .await;
+    let id = h.state_of("a").id.clone();
+    // Default provider (no configuration) -> explicit provider with none.
+    let explicit = |config: &[(&str, &str)]| {
+        with_providers(vec![
+            ("p", P, props(config), None, None),
+            ("a", BUCKET, props(&[]), Some("p"), None),
+        ])
+    };
+    let o = run(&mut h, explicit(&[])).await;
+    assert_eq!(o.summary.count(CreateReplacement), 0, "{:?}", o.summary);
+    assert_eq!(h.state_of("a").id, id);
+    assert!(h.state_of("a").provider.contains("::p::"));
+    // The provider's version changes: same provider, same resource.
+    let o = run(&mut h, explicit(&[("version", "2.0.0")])).await;
+    assert_eq!(o.summary.count(CreateReplacement), 0, "{:?}", o.summary);
+    assert_eq!(h.state_of("a").id, id);
+    // Its region changes: the simulated cloud replaces the provider, and
+    // so every resource it manages.
+    let p_id = h.state_of("p").id.clone();
+    let o = run(&mut h, explicit(&[("version", "2.0.0"), ("region", "eu")])).await;
+    assert_eq!(o.summary.count(CreateReplacement), 2, "{:?}", o.summary);
+    assert_ne!(h.state_of("p").id, p_id);
+    assert_ne!(h.state_of("a").id, id);
+    assert_eq!(h.cloud.objects().len(), 1);
+    assert!(h.state_of("a").provider.ends_with(&h.state_of("p").id));
+}
+
+/// The package's configuration (`aws:region`) is the default provider's:
+/// changing it replaces the default provider and its resources (the
+/// simulated cloud's providers manage different objects per region).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn package_config_configures_default_providers() {
+    let region = |r: &str| {
+        let r = r.to_owned();
+        move |c: &mut keel::engine::EngineConfig| {
+            c.package_config.insert(
+                "aws:region".into(),
+                keel::model::PropertyValue::from(r.as_str()),
+            );
+            c.package_config
+                .insert("gcp:project".into(), keel::model::PropertyValue::from("p"));
+        }
+    };
+    let mut h = Harness::with(SimConfig::default(), region("us"));
+    let prog = || with_providers(vec![("a", BUCKET, props(&[]), None, Some("6.0.0"))]);
+    run(&mut h, prog()).await;
+    let p = h.state_of("default_6_0_0").clone();
+    assert_eq!(p.inputs["region"], "us".into());
+    assert!(!p.inputs.contains_key("project"));
+    let o = run(&mut h, prog()).await;
+    assert_eq!(o.summary.steps.len(), 1, "only same steps: {:?}", o.summary);
+    // The same stack and cloud, configured for another region.
+    let mut config = h.engine.config().clone();
+    region("eu")(&mut config);
+    h.engine = keel::engine::Engine::new(
+        config,
+        keel::provider::ProviderRegistry::simulated(h.cloud.clone()),
+    );
+    let id = h.state_of("a").id.clone();
+    let o = run(&mut h, prog()).await;
+    assert_eq!(
+        o.summary.count(CreateReplacement),
+        2,
+        "provider and bucket: {:?}",
+        o.summary
+    );
+    assert_ne!(h.state_of("a").id, id);
+    assert_eq!(h.cloud.objects().len(), 1);
+    assert_eq!(h.state_of("default_6_0_0").inputs["region"], "eu".into());
 }

@@ -436,6 +436,8 @@ async fn run(v: &Value) -> Run {
                             provider: e.goal.options.provider.clone(),
                             depends_on: e.goal.options.depends_on.clone(),
                             additional_secret_outputs: Vec::new(),
+                            version: None,
+                            plugin_download_url: None,
                         })
                         .await?;
                     } else {

@@ -3,7 +3,7 @@
 //! so bad input changes nothing; operations then hold the lock until they
 //! end and render their events through [`Display`].
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -283,6 +283,36 @@ impl ProgramSource {
         match self {
             Self::File(f) => &f.name,
             Self::Python(p) => &p.name,
+        }
+    }
+
+    /// The configuration of providers' packages: config keys of another
+    /// namespace than the project's (`aws:region`), which default
+    /// providers take as inputs (values as strings, as Pulumi passes
+    /// config).
+    fn package_config(&self) -> BTreeMap<String, crate::model::PropertyValue> {
+        use crate::model::PropertyValue;
+        let project = format!("{}:", self.name());
+        let foreign = |k: &str| k.contains(':') && !k.starts_with(&project);
+        match self {
+            Self::File(f) => f
+                .config
+                .iter()
+                .filter(|(k, _)| foreign(k))
+                .map(|(k, v)| {
+                    let v = match v {
+                        PropertyValue::String(_) | PropertyValue::Secret(_) => v.clone(),
+                        other => PropertyValue::String(other.to_json().to_string()),
+                    };
+                    (k.clone(), v)
+                })
+                .collect(),
+            Self::Python(p) => p
+                .config
+                .iter()
+                .filter(|(k, _)| foreign(k))
+                .map(|(k, v)| (k.clone(), PropertyValue::String(v.clone())))
+                .collect(),
         }
     }
 
@@ -606,6 +636,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         config.update = options;
         config.program_dir = Some(source.dir());
         config.detailed_diffs = a.diff;
+        config.package_config = source.package_config();
         let can_store_secrets = open.crypter.manager().is_some();
         let program = source.into_program(&config.events, parallel, can_store_secrets);
         let engine = Engine::new(config, registry(backend, cloud));
@@ -675,6 +706,7 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         config.update = options;
         config.program_dir = Some(source.dir());
         config.detailed_diffs = a.diff;
+        config.package_config = source.package_config();
         // A preview writes nothing: secrets need no provider yet.
         let program = source.into_program(&config.events, a.parallel, true);
         let engine = Engine::new(config, registry(backend, cloud));

@@ -66,6 +66,7 @@ const OPTION_KEYS: &[&str] = &[
     "replaceOnChanges",
     "customTimeouts",
     "provider",
+    "version",
     "additionalSecretOutputs",
     "stateMigrations",
     "stateMigrationTimeout",
@@ -227,6 +228,9 @@ pub struct OptionsSpec {
     pub custom_timeouts: Option<CustomTimeouts>,
     /// `provider`.
     pub provider: Option<ProviderSpec>,
+    /// `version`: the provider plugin's version, which picks the default
+    /// provider (`default_6_0_0`).
+    pub version: Option<String>,
     /// `additionalSecretOutputs`.
     pub additional_secret_outputs: Vec<String>,
     /// `stateMigrations`: the resource's migration callbacks, in order.
@@ -554,8 +558,13 @@ impl ProgramFile {
                 urns.insert(name, u);
             }
             if !r.component && !r.ty.is_provider() && r.options.provider.is_none() {
-                if let Ok(pty) = TypeToken::provider_for(r.ty.package()) {
-                    if let Ok(u) = Urn::derive(stack, &self.name, None, &pty, "default") {
+                let request = crate::plan::providers::DefaultProviderRequest::new(
+                    r.ty.package(),
+                    r.options.version.as_deref(),
+                    None,
+                );
+                if let (Ok(pty), Ok(request)) = (TypeToken::provider_for(r.ty.package()), request) {
+                    if let Ok(u) = Urn::derive(stack, &self.name, None, &pty, &request.name()) {
                         out.insert(u.as_str().to_owned());
                     }
                 }
@@ -694,6 +703,20 @@ impl Checker {
                 Vec::new()
             }
         }
+    }
+
+    /// A list of property paths (`ignoreChanges`, `replaceOnChanges`).
+    fn paths(&mut self, key: &str, v: &Value) -> Vec<String> {
+        let list = self.strings(key, v);
+        for (i, p) in list.iter().enumerate() {
+            if let Err(e) = crate::model::PropertyPath::parse(p) {
+                self.issue(
+                    format!("{key}[{i}]"),
+                    format!("`{p}` is not a property path: {e}"),
+                );
+            }
+        }
+        list
     }
 
     fn type_token(&mut self, key: &str, v: &Value) -> Option<TypeToken> {
@@ -1053,8 +1076,20 @@ impl Checker {
                 "deleteBeforeReplace" => o.delete_before_replace = self.boolean(&key, v),
                 "retainOnDelete" => o.retain_on_delete = self.boolean(&key, v).unwrap_or(false),
                 "deletedWith" => o.deleted_with = self.resource_name(&key, v),
-                "ignoreChanges" => o.ignore_changes = self.strings(&key, v),
-                "replaceOnChanges" => o.replace_on_changes = self.strings(&key, v),
+                "ignoreChanges" => o.ignore_changes = self.paths(&key, v),
+                "replaceOnChanges" => o.replace_on_changes = self.paths(&key, v),
+                "version" => {
+                    o.version =
+                        self.string(&key, v).filter(
+                            |s| match crate::plan::providers::Version::parse(s) {
+                                Ok(_) => true,
+                                Err(e) => {
+                                    self.issue(&key, e.to_string());
+                                    false
+                                }
+                            },
+                        );
+                }
                 "additionalSecretOutputs" => o.additional_secret_outputs = self.strings(&key, v),
                 "customTimeouts" => o.custom_timeouts = self.timeouts(&key, v),
                 "provider" => {
@@ -1409,6 +1444,14 @@ impl Checker {
                     "only custom resources (not components or providers) take a provider",
                 );
             }
+            if r.options.version.is_some()
+                && (r.component || r.ty.is_provider() || r.options.provider.is_some())
+            {
+                self.issue(
+                    "options.version",
+                    "only custom resources using their package's default provider take a version",
+                );
+            }
             if r.options.state_migration_timeout.is_some() && r.options.state_migrations.is_empty()
             {
                 self.issue(
@@ -1560,6 +1603,49 @@ outputs:
         let json = serde_json::to_vec(&v).unwrap();
         let g = ProgramFile::parse(Path::new("p.json"), &json).unwrap();
         assert_eq!(g.resources, f.resources);
+    }
+
+    #[test]
+    fn versions_and_property_paths_are_checked() {
+        let f = parse(
+            r#"
+name: p
+resources:
+  a:
+    type: aws:s3/bucket:Bucket
+    options:
+      version: 6.0.0-beta.1
+      ignoreChanges: ['tags["Name"]', "ports[*]"]
+      replaceOnChanges: ["*"]
+"#,
+        )
+        .unwrap();
+        assert_eq!(
+            f.resources["a"].options.version.as_deref(),
+            Some("6.0.0-beta.1")
+        );
+        assert!(f
+            .expected_urns("dev")
+            .contains("urn:pulumi:dev::p::pulumi:providers:aws::default_6_0_0_beta_1"));
+        let found = issues(
+            r#"
+name: p
+resources:
+  a:
+    type: aws:s3/bucket:Bucket
+    options: { version: v6, ignoreChanges: [ok, "a..b"], replaceOnChanges: ["x[-1]"] }
+  c: { type: my:c:C, component: true, options: { version: 1.0.0 } }
+"#,
+        );
+        let want = [
+            "resource `a`, key `options.version`: `v6` is not a semantic version",
+            "resource `a`, key `options.ignoreChanges[1]`: `a..b` is not a property path",
+            "resource `a`, key `options.replaceOnChanges[0]`: `x[-1]` is not a property path",
+            "resource `c`, key `options.version`: only custom resources using their package's default provider take a version",
+        ];
+        for w in want {
+            assert!(found.iter().any(|f| f.contains(w)), "{w}: {found:#?}");
+        }
     }
 
     #[test]

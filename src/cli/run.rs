@@ -331,6 +331,7 @@ fn goal(
             depends_on,
             property_dependencies,
             provider,
+            version: o.version.clone(),
             protect: o.protect,
             retain_on_delete: o.retain_on_delete,
             deleted_with: o.deleted_with.as_deref().map(urn).transpose()?,

@@ -146,6 +146,15 @@ impl ExecShared {
         self.stopped.load(Ordering::Acquire)
     }
 
+    /// Sends a diagnostic about a resource to the event stream.
+    pub fn diagnostic(&self, severity: &str, urn: &Urn, message: String) {
+        self.events.send(EngineEvent::Diagnostic {
+            severity: severity.to_owned(),
+            urn: Some(urn.clone()),
+            message,
+        });
+    }
+
     /// The execution gate.
     pub fn gate(&self) -> &Gate {
         &self.gate

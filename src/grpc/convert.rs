@@ -353,6 +353,9 @@ pub fn goal(
         depends_on,
         property_dependencies,
         provider: (!req.provider.is_empty()).then_some(req.provider),
+        version: (!req.version.is_empty()).then_some(req.version),
+        plugin_download_url: (!req.plugin_download_url.is_empty())
+            .then_some(req.plugin_download_url),
         protect: req.protect.unwrap_or(false),
         retain_on_delete: req.retain_on_delete.unwrap_or(false),
         deleted_with: opt_urn("deletedWith", &req.deleted_with)?,
@@ -409,6 +412,9 @@ pub fn read_goal(req: pb::ReadResourceRequest) -> Result<ReadGoal> {
         provider: (!req.provider.is_empty()).then_some(req.provider),
         depends_on,
         additional_secret_outputs: req.additional_secret_outputs,
+        version: (!req.version.is_empty()).then_some(req.version),
+        plugin_download_url: (!req.plugin_download_url.is_empty())
+            .then_some(req.plugin_download_url),
     })
 }
 

@@ -339,6 +339,8 @@ mod tests {
             provider: None,
             depends_on: vec![urn("a")],
             additional_secret_outputs: Vec::new(),
+            version: None,
+            plugin_download_url: None,
         };
         r.normalize_read(&mut read);
         assert_eq!(json(&read.inputs), naming_b());

@@ -448,6 +448,12 @@ impl PlaintextSecret {
         &self.value
     }
 
+    /// The value, to change in place (the next write encodes it afresh).
+    pub fn value_mut(&mut self) -> &mut PropertyValue {
+        self.encoded = None;
+        &mut self.value
+    }
+
     /// Replaces the value (the next write encodes it afresh).
     pub fn set_value(&mut self, value: PropertyValue) {
         *self.value = value;

@@ -2,8 +2,19 @@
 //! [`Planner`]. Provider checks and diffs run as spawned continuations that
 //! come back as messages (counted as outstanding); decided chains go to the
 //! executor; at the end of the program the deletes are planned and run.
+//!
+//! Three more provider conversations happen here, each as a continuation:
+//! a provider resource whose configuration changed asks its provider to
+//! compare configurations (`diff_config`), which decides update or
+//! replace; a resource that moved to another provider resource asks the
+//! new provider the same (a replace there replaces the resource); and a
+//! delete-before-replace drives the planner's [`DependentWalk`], asking
+//! each affected dependent's provider to diff against unknown inputs. A
+//! default provider whose decision waits for its provider holds back the
+//! decisions (and read chains) of the resources that use it, so its chain
+//! always reaches the executor first.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -11,13 +22,16 @@ use tokio::sync::oneshot;
 
 use crate::exec::{ExecMsg, ExecShared};
 use crate::model::{PropertyMap, Urn};
-use crate::provider::{DiffResponse, ProviderError, ProviderRegistry, ResourceRequest};
+use crate::provider::{
+    DiffConfigRequest, DiffKind, DiffResponse, ProviderError, ProviderRegistry, ResourceRequest,
+};
 use crate::source::goal::{Goal, ReadGoal, Registered};
 use crate::source::RegisterError;
 
-use super::generator::{PlanError, Planner, Prepared};
-use super::step::StepKind;
-use super::step::{lock, StateRef};
+use super::dependents::{DependentReplacements, DependentWalk};
+use super::generator::{PlanError, Planner, Prepared, ProviderChange};
+use super::providers::config_of;
+use super::step::{lock, StateRef, StepKind};
 use crate::migrate::check::OperationOptions;
 use crate::migrate::coordinator::{CoordMsg, MigrationOutcome, MigrationRequest};
 use crate::migrate::{MigrationError, Rewrites};
@@ -51,6 +65,16 @@ pub enum GenMsg {
         Box<Prepared>,
         Result<Option<DiffResponse>, ProviderError>,
         Option<bool>,
+        RegisterReply,
+    ),
+    /// A default provider's configuration comparison came back.
+    ProviderChecked(Box<Prepared>, Result<Option<DiffResponse>, ProviderError>),
+    /// A delete-before-replace's dependents walk finished.
+    Walked(
+        Box<Prepared>,
+        Option<DiffResponse>,
+        Option<bool>,
+        Result<DependentReplacements, ProviderError>,
         RegisterReply,
     ),
     /// The program finished (with its error, if any).
@@ -112,6 +136,25 @@ pub struct GenState {
     draining: bool,
     reports: Vec<MigrationReport>,
     rules: Vec<String>,
+    /// Default providers being decided (their provider compares
+    /// configurations) -> what waits for their chain.
+    held: HashMap<Urn, Vec<Held>>,
+    /// The actor itself, for continuations that come back as messages.
+    me: Option<ActorRef<GenMsg>>,
+}
+
+/// Work waiting for a default provider's chain.
+#[derive(Debug)]
+enum Held {
+    /// A registration's decision.
+    Decide(
+        Box<Prepared>,
+        Result<Option<DiffResponse>, ProviderError>,
+        Option<bool>,
+        RegisterReply,
+    ),
+    /// A read's chain.
+    Submit(super::step::Chain, RegisterReply),
 }
 
 /// What the generator needs to run migrations.
@@ -398,7 +441,7 @@ impl GenState {
             let _ = reply.send(Err(RegisterError::Stopped));
             return;
         }
-        let prepared = match self.planner.prepare(goal) {
+        let mut prepared = match self.planner.prepare(goal) {
             Ok(p) => p,
             Err(e) => {
                 self.plan_failed(&e);
@@ -406,39 +449,140 @@ impl GenState {
                 return;
             }
         };
-        let mut prepared = prepared;
-        if let Some(chain) = prepared.provider_chain.take() {
-            self.submit(chain, None);
+        for path in std::mem::take(&mut prepared.ignore_warnings) {
+            self.shared.diagnostic(
+                "warning",
+                &prepared.urn,
+                format!(
+                    "ignoreChanges `{path}`: cannot keep the old value of an element that was added or removed since; the program's value is used there"
+                ),
+            );
+        }
+        if let Some(provider) = prepared.default_provider.take() {
+            self.plan_provider(myself, *provider);
         }
         let dbr = goal.options.delete_before_replace;
-        let needs_provider = prepared.new.custom && !prepared.new.ty.is_provider();
-        match (needs_provider, prepared.provider.clone()) {
-            (true, Some(reference)) => {
-                let provider = self.registry.get(&reference);
-                let preview = self.preview;
-                let mut continuation = Box::pin(async move {
-                    let result = check_and_diff(provider.as_ref(), &mut prepared, preview).await;
-                    (prepared, result)
-                });
-                // A provider that answers at once (no I/O) is decided
-                // inline; otherwise the answer comes back as a message.
-                if let Some((prepared, result)) =
-                    futures::FutureExt::now_or_never(&mut continuation)
-                {
-                    return self.decide(prepared, result, dbr, reply);
-                }
-                let me = myself.clone();
-                self.outstanding += 1;
-                tokio::spawn(async move {
-                    let (prepared, result) = continuation.await;
-                    let _ = me.cast(GenMsg::Checked(Box::new(prepared), result, dbr, reply));
-                });
+        let needs_provider = (prepared.new.custom && !prepared.new.ty.is_provider())
+            || prepared.config_diff.is_some();
+        if !needs_provider {
+            return self.decide(prepared, Ok(None), dbr, reply);
+        }
+        let registry = self.registry.clone();
+        let preview = self.preview;
+        let mut continuation = Box::pin(async move {
+            let result = check_and_diff(&registry, &mut prepared, preview).await;
+            (prepared, result)
+        });
+        // A provider that answers at once (no I/O) is decided inline;
+        // otherwise the answer comes back as a message.
+        if let Some((prepared, result)) = futures::FutureExt::now_or_never(&mut continuation) {
+            return self.decide(prepared, result, dbr, reply);
+        }
+        let me = myself.clone();
+        self.outstanding += 1;
+        tokio::spawn(async move {
+            let (prepared, result) = continuation.await;
+            let _ = me.cast(GenMsg::Checked(Box::new(prepared), result, dbr, reply));
+        });
+    }
+
+    /// Plans a default provider's registration: decided at once when its
+    /// configuration is unchanged (or it is new); otherwise its provider
+    /// compares configurations first, and what uses it waits.
+    fn plan_provider(&mut self, myself: &ActorRef<GenMsg>, provider: Prepared) {
+        let Some(config) = provider.config_diff.clone() else {
+            return self.provider_decided(provider, Ok(None));
+        };
+        self.held.insert(provider.urn.clone(), Vec::new());
+        let instance = self.registry.get(&config.provider);
+        let preview = self.preview;
+        let urn = provider.urn.clone();
+        let mut continuation = Box::pin(async move {
+            instance
+                .diff_config(DiffConfigRequest {
+                    urn: &urn,
+                    old_inputs: &config.old_inputs,
+                    old_outputs: &config.old_outputs,
+                    new_inputs: &config.new_inputs,
+                    preview,
+                })
+                .await
+                .map(Some)
+        });
+        if let Some(result) = futures::FutureExt::now_or_never(&mut continuation) {
+            return self.provider_decided(provider, result);
+        }
+        let me = myself.clone();
+        self.outstanding += 1;
+        tokio::spawn(async move {
+            let result = continuation.await;
+            let _ = me.cast(GenMsg::ProviderChecked(Box::new(provider), result));
+        });
+    }
+
+    /// Decides a default provider and submits its chain, then what waited
+    /// for it.
+    fn provider_decided(
+        &mut self,
+        provider: Prepared,
+        diff: Result<Option<DiffResponse>, ProviderError>,
+    ) {
+        let urn = provider.urn.clone();
+        match diff {
+            Ok(diff) => match self.planner.decide(provider, diff.as_ref(), None) {
+                Ok(chain) => self.submit(chain, None),
+                Err(e) => self.plan_failed(&e),
+            },
+            Err(e) => {
+                self.errors.push(e.to_string());
+                self.shared.stop();
             }
-            _ => self.decide(prepared, Ok(None), dbr, reply),
+        }
+        // The registrations held back were prepared, so their decisions
+        // come now, in order (a planner error stops their chains).
+        let held = self.held.remove(&urn).unwrap_or_default();
+        // `decide` needs an actor reference only to spawn walks; held
+        // decisions take the same path as others.
+        for h in held {
+            match h {
+                Held::Decide(prepared, diff, dbr, reply) => {
+                    self.deferred_decide(*prepared, diff, dbr, reply);
+                }
+                Held::Submit(chain, reply) => self.submit(chain, Some(reply)),
+            }
         }
     }
 
+    /// True when `provider` (a provider URN) is being decided: work using
+    /// it must wait.
+    fn is_held(&self, provider: Option<&Urn>) -> bool {
+        provider.is_some_and(|u| self.held.contains_key(u))
+    }
+
     fn decide(
+        &mut self,
+        prepared: Prepared,
+        diff: Result<Option<DiffResponse>, ProviderError>,
+        dbr: Option<bool>,
+        reply: RegisterReply,
+    ) {
+        if self.is_held(prepared.provider.as_ref().map(|r| r.urn())) {
+            if let Some(list) = prepared
+                .provider
+                .as_ref()
+                .and_then(|r| self.held.get_mut(r.urn()))
+            {
+                list.push(Held::Decide(Box::new(prepared), diff, dbr, reply));
+            }
+            return;
+        }
+        self.deferred_decide(prepared, diff, dbr, reply);
+    }
+
+    /// Decides a registration: when it is a delete-before-replace, its
+    /// dependents walk first (inline when no provider needs asking or the
+    /// providers answer at once, else as a continuation).
+    fn deferred_decide(
         &mut self,
         prepared: Prepared,
         diff: Result<Option<DiffResponse>, ProviderError>,
@@ -454,8 +598,58 @@ impl GenState {
                 return;
             }
         };
+        let Some(walk) = self.planner.dependents_walk(&prepared, diff.as_ref(), dbr) else {
+            return self.finish_decide(prepared, diff, dbr, None, reply);
+        };
+        let registry = self.registry.clone();
+        let preview = self.preview;
+        let mut continuation = Box::pin(drive_walk(walk, registry, preview));
+        if let Some(result) = futures::FutureExt::now_or_never(&mut continuation) {
+            return self.walked(prepared, diff, dbr, result, reply);
+        }
+        let Some(me) = self.me.clone() else {
+            // No actor reference yet (cannot happen once a registration
+            // arrived): decide conservatively rather than wait.
+            return self.finish_decide(prepared, diff, dbr, None, reply);
+        };
+        self.outstanding += 1;
+        tokio::spawn(async move {
+            let result = continuation.await;
+            let _ = me.cast(GenMsg::Walked(Box::new(prepared), diff, dbr, result, reply));
+        });
+    }
+
+    fn walked(
+        &mut self,
+        prepared: Prepared,
+        diff: Option<DiffResponse>,
+        dbr: Option<bool>,
+        result: Result<DependentReplacements, ProviderError>,
+        reply: RegisterReply,
+    ) {
+        match result {
+            Ok(dependents) => self.finish_decide(prepared, diff, dbr, Some(dependents), reply),
+            Err(e) => {
+                self.errors.push(e.to_string());
+                self.shared.stop();
+                let _ = reply.send(Err(RegisterError::Provider(e)));
+            }
+        }
+    }
+
+    fn finish_decide(
+        &mut self,
+        prepared: Prepared,
+        diff: Option<DiffResponse>,
+        dbr: Option<bool>,
+        dependents: Option<DependentReplacements>,
+        reply: RegisterReply,
+    ) {
         let urn = prepared.urn.clone();
-        match self.planner.decide(prepared, diff.as_ref(), dbr) {
+        match self
+            .planner
+            .decide_with(prepared, diff.as_ref(), dbr, dependents)
+        {
             Ok(mut chain) => {
                 // The provider's verdict travels with the steps it decided,
                 // for their events (`--diff`, `--json`).
@@ -478,6 +672,49 @@ impl GenState {
     }
 }
 
+/// Drives a dependents walk, asking each dependent's provider: a custom
+/// resource's to diff its prior inputs against the walk's (some unknown), a
+/// provider resource's to compare configurations.
+async fn drive_walk(
+    mut walk: DependentWalk,
+    registry: ProviderRegistry,
+    preview: bool,
+) -> Result<DependentReplacements, ProviderError> {
+    while let Some(request) = walk.next_request() {
+        let request = request.clone();
+        let provider = registry.get(&request.provider);
+        let old = &request.old;
+        let diff = if old.ty.is_provider() {
+            provider
+                .diff_config(DiffConfigRequest {
+                    urn: &old.urn,
+                    old_inputs: &config_of(&old.inputs),
+                    old_outputs: &old.outputs,
+                    new_inputs: &config_of(&request.inputs),
+                    preview,
+                })
+                .await?
+        } else {
+            provider
+                .diff(ResourceRequest {
+                    urn: &old.urn,
+                    ty: &old.ty,
+                    id: &old.id,
+                    inputs: &request.inputs,
+                    old_inputs: Some(&old.inputs),
+                    old_outputs: Some(&old.outputs),
+                    ignore_changes: &old.ignore_changes,
+                    replace_on_changes: &old.replace_on_changes,
+                    timeout: None,
+                    preview,
+                })
+                .await?
+        };
+        walk.answer(&diff);
+    }
+    Ok(walk.finish())
+}
+
 fn msg_name(m: &GenMsg) -> &'static str {
     match m {
         GenMsg::Wire(..) => "wire",
@@ -486,18 +723,43 @@ fn msg_name(m: &GenMsg) -> &'static str {
         GenMsg::Outputs(..) => "outputs",
         GenMsg::Invoke(..) => "invoke",
         GenMsg::Checked(..) => "checked",
+        GenMsg::ProviderChecked(..) => "provider-checked",
+        GenMsg::Walked(..) => "walked",
         GenMsg::ProgramDone(_) => "program-done",
         GenMsg::ChainDone => "chain-done",
         GenMsg::DeletesDone => "deletes-done",
     }
 }
 
-/// The provider's check, then (when there is prior state) its diff.
+/// The provider's check, then (when there is prior state) its diff. For
+/// a provider resource, its provider's comparison of the configurations.
+/// A resource that moved to another provider resource first asks the new
+/// provider to compare configurations: a replace there is the answer.
 async fn check_and_diff(
-    provider: &dyn crate::provider::Provider,
+    registry: &ProviderRegistry,
     p: &mut Prepared,
     preview: bool,
 ) -> Result<Option<DiffResponse>, ProviderError> {
+    if p.new.ty.is_provider() {
+        let Some(config) = p.config_diff.clone() else {
+            return Ok(None);
+        };
+        return registry
+            .get(&config.provider)
+            .diff_config(DiffConfigRequest {
+                urn: &p.urn,
+                old_inputs: &config.old_inputs,
+                old_outputs: &config.old_outputs,
+                new_inputs: &config.new_inputs,
+                preview,
+            })
+            .await
+            .map(Some);
+    }
+    let Some(reference) = p.provider.clone() else {
+        return Ok(None);
+    };
+    let provider = registry.get(&reference);
     let old = p.old.as_ref().map(|o| super::step::lock(o).clone());
     let checked = {
         let req = ResourceRequest {
@@ -515,7 +777,44 @@ async fn check_and_diff(
         provider.check(req).await?
     };
     p.new.inputs = checked;
+    if let Some(raw) = p.replacement_inputs.take() {
+        // What a replacement would be created from: the program's inputs,
+        // checked as for a create.
+        let req = ResourceRequest {
+            urn: &p.new.urn,
+            ty: &p.new.ty,
+            id: "",
+            inputs: &raw,
+            old_inputs: None,
+            old_outputs: None,
+            ignore_changes: &p.new.ignore_changes,
+            replace_on_changes: &p.new.replace_on_changes,
+            timeout: None,
+            preview,
+        };
+        p.replacement_inputs = Some(provider.check(req).await?);
+    }
     let Some(old) = old else { return Ok(None) };
+    if let ProviderChange::Config(config) = &p.provider_change {
+        let answer = registry
+            .get(&config.provider)
+            .diff_config(DiffConfigRequest {
+                urn: config.provider.urn(),
+                old_inputs: &config.old_inputs,
+                old_outputs: &config.old_outputs,
+                new_inputs: &config.new_inputs,
+                preview,
+            })
+            .await?;
+        if answer.kind == DiffKind::Replace {
+            return Ok(Some(DiffResponse {
+                kind: DiffKind::Replace,
+                changed_keys: Default::default(),
+                replace_keys: ["provider".to_owned()].into(),
+                delete_before_replace: false,
+            }));
+        }
+    }
     let req = ResourceRequest {
         urn: &p.new.urn,
         ty: &p.new.ty,
@@ -566,11 +865,19 @@ impl GenState {
                     }
                 }
                 match self.planner.read(&goal) {
-                    Ok((provider_chain, chain)) => {
-                        if let Some(p) = provider_chain {
-                            self.submit(p, None);
+                    Ok((provider, chain)) => {
+                        if let Some(p) = provider {
+                            self.plan_provider(myself, p);
                         }
-                        self.submit(chain, Some(reply));
+                        let provider = chain
+                            .steps
+                            .first()
+                            .and_then(|s| s.new.as_ref())
+                            .and_then(|n| crate::model::ProviderRef::parse(&n.provider).ok());
+                        match provider.as_ref().and_then(|r| self.held.get_mut(r.urn())) {
+                            Some(list) => list.push(Held::Submit(chain, reply)),
+                            None => self.submit(chain, Some(reply)),
+                        }
                     }
                     Err(e) => {
                         self.plan_failed(&e);
@@ -609,6 +916,14 @@ impl GenState {
                 self.outstanding -= 1;
                 self.decide(*prepared, diff, dbr, reply);
             }
+            GenMsg::ProviderChecked(provider, diff) => {
+                self.outstanding -= 1;
+                self.provider_decided(*provider, diff);
+            }
+            GenMsg::Walked(prepared, diff, dbr, result, reply) => {
+                self.outstanding -= 1;
+                self.walked(*prepared, diff, dbr, result, reply);
+            }
             GenMsg::ProgramDone(err) => {
                 if let Some(e) = err {
                     if self.shared.failures().is_empty() && self.errors.is_empty() {
@@ -631,7 +946,7 @@ impl Actor for GeneratorActor {
 
     async fn pre_start(
         &self,
-        _myself: ActorRef<Self::Msg>,
+        myself: ActorRef<Self::Msg>,
         args: Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
         Ok(GenState {
@@ -654,6 +969,8 @@ impl Actor for GeneratorActor {
             draining: false,
             reports: Vec::new(),
             rules: Vec::new(),
+            held: HashMap::new(),
+            me: Some(myself),
         })
     }
 

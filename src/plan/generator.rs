@@ -2,20 +2,30 @@
 //!
 //! The StepGenerator actor calls [`Planner::prepare`] when a registration
 //! arrives (URN derivation, prior-state lookup through aliases, provider
-//! resolution), asks the provider to check and diff outside the planner,
-//! then calls [`Planner::decide`] with the answer to get the chain of steps.
-//! At the end of the program, [`Planner::deletes`] yields the deletes as
-//! antichains in reverse dependency order.
+//! resolution, `ignoreChanges`), asks the provider to check and diff
+//! outside the planner (and, when the resource moved to another provider,
+//! the new provider to compare configurations), then calls
+//! [`Planner::decide`] with the answer to get the chain of steps. A
+//! delete-before-replace first needs the dependents that must go
+//! ([`Planner::dependents_walk`], driven by the actor, then
+//! [`Planner::decide_with`]). At the end of the program,
+//! [`Planner::deletes`] yields the deletes as antichains in reverse
+//! dependency order.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::model::urn::{STACK_TYPE, UNKNOWN_ID};
-use crate::model::{ProviderRef, State, TypeToken, Urn, UrnError};
+use crate::model::{
+    PropertyMap, PropertyPath, PropertyPathError, PropertyValue, ProviderRef, State, TypeToken,
+    Urn, UrnError,
+};
 use crate::provider::{DiffKind, DiffResponse};
 use crate::source::goal::{Alias, AliasParent, Goal, ReadGoal};
 
-use super::graph;
+use super::dependents::{DependentReplacements, DependentWalk};
+use super::providers::{config_of, DefaultProviderRequest, VersionError};
 use super::step::{lock, Chain, StateRef, Step, StepKind};
+use super::{diffs, graph};
 
 /// Why planning refused a registration or the deletes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -103,6 +113,28 @@ pub enum PlanError {
         /// The dependent outside the operation.
         dependent: Urn,
     },
+    /// An `ignoreChanges` or `replaceOnChanges` entry is not a property path.
+    #[error("resource {urn}: `{option}` entry `{path}` is not a property path: {source}")]
+    BadPropertyPath {
+        /// The resource.
+        urn: Urn,
+        /// `ignoreChanges` or `replaceOnChanges`.
+        option: &'static str,
+        /// The entry.
+        path: String,
+        /// Why.
+        source: PropertyPathError,
+    },
+    /// The plugin version a registration asks for is not a version.
+    #[error(
+        "resource {urn}: the provider version {source}; give a version such as `6.0.0`, or none"
+    )]
+    BadVersion {
+        /// The resource.
+        urn: Urn,
+        /// Why.
+        source: VersionError,
+    },
     /// Protected resources would be deleted.
     #[error("{} protected resource(s) would be deleted: {}; remove `protect` from them first (update the program with protect: false), then retry", .urns.len(), .urns.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
     ProtectedDelete {
@@ -122,18 +154,69 @@ pub struct Prepared {
     pub urn: Urn,
     /// The prior state found (own URN or alias).
     pub old: Option<StateRef>,
-    /// The desired state (ID and outputs filled by the executor).
+    /// The desired state (ID and outputs filled by the executor), its
+    /// inputs with `ignoreChanges` applied.
     pub new: State,
     /// The resolved provider, for custom non-provider resources.
     pub provider: Option<ProviderRef>,
-    /// A default provider's chain that must run first (planned on demand).
-    pub provider_chain: Option<Chain>,
+    /// The package's default provider, when this registration is the
+    /// first to ask for it: decided like a registration of its own, before
+    /// this one (its chain must be submitted first).
+    pub default_provider: Option<Box<Prepared>>,
+    /// For a custom resource with prior state: what its provider
+    /// reference's change means.
+    pub provider_change: ProviderChange,
+    /// For a provider resource with prior state whose configuration
+    /// changed: the comparison its provider decides update or replace by.
+    pub config_diff: Option<ConfigDiff>,
+    /// The registration's inputs before `ignoreChanges` put old values
+    /// back, when that changed them: a replacement is created from them
+    /// (the actor checks them too), as Pulumi does.
+    pub replacement_inputs: Option<PropertyMap>,
+    /// `ignoreChanges` paths that could not be reset completely (they go
+    /// through an element added or removed since): a diagnostic.
+    pub ignore_warnings: Vec<String>,
+    /// The `replaceOnChanges` paths.
+    replace_paths: Vec<PropertyPath>,
+    /// The default provider's request key, when the resource uses one.
+    default_key: Option<String>,
     /// The prior state's position in the prior list.
     old_index: Option<usize>,
     /// Inside `--target` / outside `--exclude`.
     in_scope: bool,
     /// The registration's hooks, when it has any.
     hooks: Option<std::sync::Arc<crate::source::hooks::ResourceHooks>>,
+}
+
+/// What a change of a resource's provider reference means (Pulumi's
+/// `providerChanged`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum ProviderChange {
+    /// The same provider resource (or one renamed through an alias). If it
+    /// is replaced in this operation, so is the resource.
+    #[default]
+    Unchanged,
+    /// A replace, whatever the provider says (the resource had no provider,
+    /// or its prior provider is unknown).
+    Replace,
+    /// Another provider resource: the new provider compares the old
+    /// provider's configuration with the new one; a replace there replaces
+    /// the resource.
+    Config(ConfigDiff),
+}
+
+/// Two configurations of a provider to compare (`Provider::diff_config`),
+/// without `__internal`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigDiff {
+    /// The provider instance to ask (the new configuration's).
+    pub provider: ProviderRef,
+    /// The old configuration.
+    pub old_inputs: PropertyMap,
+    /// The old provider state's outputs.
+    pub old_outputs: PropertyMap,
+    /// The new configuration.
+    pub new_inputs: PropertyMap,
 }
 
 impl Prepared {
@@ -193,6 +276,9 @@ pub struct PlanOptions {
     pub preview: bool,
     /// The operator's controls.
     pub update: UpdateOptions,
+    /// Configuration of providers' packages (`<package>:<key>` -> value):
+    /// default providers take their package's keys as inputs.
+    pub package_config: BTreeMap<String, PropertyValue>,
 }
 
 /// The planner's state for one operation.
@@ -215,8 +301,14 @@ pub struct Planner {
     dbr_dependents: HashMap<usize, Urn>,
     /// URNs registered (or read) in this operation.
     registered: HashSet<Urn>,
-    /// Default provider reference per package, once planned.
+    /// Default provider reference per request (package, version, download
+    /// URL), once planned.
     default_providers: HashMap<String, ProviderRef>,
+    /// Inputs of the provider resources registered in this operation.
+    provider_inputs: HashMap<Urn, PropertyMap>,
+    /// Provider resources replaced in this operation (their resources are
+    /// replaced too).
+    replaced_providers: HashSet<Urn>,
     /// The stack resource's URN, once registered.
     root: Option<Urn>,
     id_seq: u64,
@@ -261,6 +353,8 @@ impl Planner {
             dbr_dependents: HashMap::new(),
             registered: HashSet::new(),
             default_providers: HashMap::new(),
+            provider_inputs: HashMap::new(),
+            replaced_providers: HashSet::new(),
             root: None,
             id_seq: 0,
             targeted: HashSet::new(),
@@ -608,53 +702,126 @@ impl Planner {
         )
     }
 
-    /// Plans the default provider for a package, returning its reference
-    /// and, the first time, the chain that registers it.
-    fn default_provider(&mut self, package: &str) -> Result<(ProviderRef, Option<Chain>)> {
-        if let Some(r) = self.default_providers.get(package) {
+    /// Plans the default provider a registration asks for (its package,
+    /// plugin version and download URL), returning its reference and, the
+    /// first time, its registration, to decide before the resource's.
+    fn default_provider(
+        &mut self,
+        request: &DefaultProviderRequest,
+    ) -> Result<(ProviderRef, Option<Prepared>)> {
+        let key = request.key();
+        if let Some(r) = self.default_providers.get(&key) {
             return Ok((r.clone(), None));
         }
-        let ty = TypeToken::provider_for(package).map_err(|source| PlanError::BadUrn {
-            name: "default".into(),
-            ty: format!("pulumi:providers:{package}"),
-            source,
-        })?;
-        let urn = self.urn_for(&ty, "default", None)?;
+        let name = request.name();
+        let ty =
+            TypeToken::provider_for(request.package()).map_err(|source| PlanError::BadUrn {
+                name: name.clone(),
+                ty: format!("pulumi:providers:{}", request.package()),
+                source,
+            })?;
+        let urn = self.urn_for(&ty, &name, None)?;
         if self.registered.contains(&urn) {
             return Err(PlanError::DuplicateUrn { urn });
         }
-        let old = self.live.get(&urn).copied();
+        let old = self
+            .live
+            .get(&urn)
+            .copied()
+            .filter(|i| !self.claimed.contains_key(i));
         let mut new = State::new(urn.clone(), ty, true);
-        let (kind, old_ref) = match old {
+        new.inputs = request.inputs(&self.opts.package_config);
+        let mut config_diff = None;
+        match old {
             Some(i) => {
-                self.handled[i] = true;
                 self.claimed.insert(i, urn.clone());
                 let o = lock(&self.olds[i]).clone();
                 new.id = o.id.clone();
-                new.inputs = o.inputs.clone();
-                new.outputs = o.outputs.clone();
                 new.created = o.created.clone();
-                (StepKind::Same, Some(self.olds[i].clone()))
+                new.modified = o.modified.clone();
+                new.extra.clone_from(&o.extra);
+                if config_of(&o.inputs) != config_of(&new.inputs) {
+                    config_diff = Some(self.own_config_diff(&o, &new.inputs)?);
+                }
             }
-            None => {
-                new.id = self.next_provider_id(&urn);
-                (StepKind::Create, None)
-            }
-        };
+            None => new.id = self.next_provider_id(&urn),
+        }
         self.registered.insert(urn.clone());
+        self.provider_inputs.insert(urn.clone(), new.inputs.clone());
         let reference = ProviderRef::new(urn.clone(), new.id.clone()).map_err(|source| {
             PlanError::BadProvider {
                 urn: urn.clone(),
                 source,
             }
         })?;
-        self.default_providers
-            .insert(package.to_owned(), reference.clone());
-        let chain = Chain {
-            steps: vec![Step::new(kind, urn, old_ref, Some(new))],
-            waits_for: Vec::new(),
+        self.default_providers.insert(key, reference.clone());
+        let prepared = Prepared {
+            urn,
+            old: old.map(|i| self.olds[i].clone()),
+            new,
+            provider: None,
+            default_provider: None,
+            provider_change: ProviderChange::Unchanged,
+            config_diff,
+            replacement_inputs: None,
+            ignore_warnings: Vec::new(),
+            replace_paths: Vec::new(),
+            default_key: None,
+            old_index: old,
+            in_scope: true,
+            hooks: None,
         };
-        Ok((reference, Some(chain)))
+        Ok((reference, Some(prepared)))
+    }
+
+    /// The comparison a provider resource with prior state `old` and new
+    /// inputs `inputs` is decided by.
+    fn own_config_diff(&self, old: &State, inputs: &PropertyMap) -> Result<ConfigDiff> {
+        let id = if old.id.is_empty() {
+            UNKNOWN_ID
+        } else {
+            old.id.as_str()
+        };
+        let provider =
+            ProviderRef::new(old.urn.clone(), id).map_err(|source| PlanError::BadProvider {
+                urn: old.urn.clone(),
+                source,
+            })?;
+        Ok(ConfigDiff {
+            provider,
+            old_inputs: config_of(&old.inputs),
+            old_outputs: old.outputs.clone(),
+            new_inputs: config_of(inputs),
+        })
+    }
+
+    /// What the change of a resource's provider reference from `old` to
+    /// `new` means (Pulumi's `providerChanged`).
+    fn provider_change(&self, old: &str, new: &ProviderRef) -> ProviderChange {
+        let Some(old_urn) = provider_urn(old) else {
+            return ProviderChange::Replace;
+        };
+        if old_urn == new.urn().as_str()
+            || self
+                .matched
+                .get(new.urn())
+                .is_some_and(|from| from.as_str() == old_urn)
+        {
+            return ProviderChange::Unchanged;
+        }
+        let old_state = self.live.get(old_urn).map(|&i| {
+            let s = lock(&self.olds[i]);
+            (config_of(&s.inputs), s.outputs.clone())
+        });
+        match (old_state, self.provider_inputs.get(new.urn())) {
+            (Some((old_inputs, old_outputs)), Some(inputs)) => ProviderChange::Config(ConfigDiff {
+                provider: new.clone(),
+                old_inputs,
+                old_outputs,
+                new_inputs: config_of(inputs),
+            }),
+            _ => ProviderChange::Replace,
+        }
     }
 
     /// Prepares a registration: derives its URN, finds its prior state,
@@ -684,6 +851,35 @@ impl Planner {
         if let Some(d) = &goal.options.deleted_with {
             self.check_registered(&urn, d, "deletedWith")?;
         }
+        let paths = |option: &'static str, list: &[String]| {
+            list.iter()
+                .map(|p| {
+                    PropertyPath::parse(p).map_err(|source| PlanError::BadPropertyPath {
+                        urn: urn.clone(),
+                        option,
+                        path: p.clone(),
+                        source,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()
+        };
+        let ignore_paths = paths("ignoreChanges", &goal.options.ignore_changes)?;
+        let replace_paths = paths("replaceOnChanges", &goal.options.replace_on_changes)?;
+        let request = if goal.custom && !goal.ty.is_provider() && goal.options.provider.is_none() {
+            Some(
+                DefaultProviderRequest::new(
+                    goal.ty.package(),
+                    goal.options.version.as_deref(),
+                    goal.options.plugin_download_url.as_deref(),
+                )
+                .map_err(|source| PlanError::BadVersion {
+                    urn: urn.clone(),
+                    source,
+                })?,
+            )
+        } else {
+            None
+        };
         let aliases = self.generate_aliases(goal, parent.as_ref())?;
         let old = self.find_old(&urn, &aliases)?;
 
@@ -714,23 +910,36 @@ impl Planner {
             new.import_id = id.clone();
         }
 
+        // `ignoreChanges`: the old values go back into the inputs before
+        // the provider sees them (Pulumi's `processIgnoreChanges`).
+        let mut replacement_inputs = None;
+        let mut ignore_warnings = Vec::new();
+        if let Some(i) = old.filter(|_| !ignore_paths.is_empty()) {
+            let o = lock(&self.olds[i]);
+            ignore_warnings = diffs::ignore_changes(&ignore_paths, &o.inputs, &mut new.inputs);
+            if new.inputs != goal.inputs {
+                replacement_inputs = Some(goal.inputs.clone());
+            }
+        }
+
         let mut provider = None;
-        let mut provider_chain = None;
+        let mut default_provider = None;
+        let mut default_key = None;
         if goal.custom && !goal.ty.is_provider() {
-            let reference = match &goal.options.provider {
-                Some(r) => {
-                    let r = ProviderRef::parse(r).map_err(|source| PlanError::BadProvider {
-                        urn: urn.clone(),
-                        source,
-                    })?;
-                    self.check_registered(&urn, r.urn(), "provider")?;
-                    r
-                }
-                None => {
-                    let (r, chain) = self.default_provider(goal.ty.package())?;
-                    provider_chain = chain;
-                    r
-                }
+            // `request` is made exactly when no provider is given.
+            let reference = if let Some(request) = &request {
+                let (r, planned) = self.default_provider(request)?;
+                default_provider = planned.map(Box::new);
+                default_key = Some(request.key());
+                r
+            } else {
+                let given = goal.options.provider.as_deref().unwrap_or_default();
+                let r = ProviderRef::parse(given).map_err(|source| PlanError::BadProvider {
+                    urn: urn.clone(),
+                    source,
+                })?;
+                self.check_registered(&urn, r.urn(), "provider")?;
+                r
             };
             new.provider = reference.to_string();
             provider = Some(reference);
@@ -758,6 +967,22 @@ impl Planner {
                     dependency: d.clone(),
                 });
             }
+        }
+        let mut provider_change = ProviderChange::Unchanged;
+        let mut config_diff = None;
+        if let Some(i) = old {
+            if let Some(reference) = &provider {
+                let old_provider = lock(&self.olds[i]).provider.clone();
+                provider_change = self.provider_change(&old_provider, reference);
+            } else if goal.ty.is_provider() {
+                let o = lock(&self.olds[i]).clone();
+                if config_of(&o.inputs) != config_of(&new.inputs) {
+                    config_diff = Some(self.own_config_diff(&o, &new.inputs)?);
+                }
+            }
+        }
+        if goal.ty.is_provider() {
+            self.provider_inputs.insert(urn.clone(), new.inputs.clone());
         }
         if let Some(i) = old {
             self.claimed.insert(i, urn.clone());
@@ -810,7 +1035,13 @@ impl Planner {
             old: old.map(|i| self.olds[i].clone()),
             new,
             provider,
-            provider_chain,
+            default_provider,
+            provider_change,
+            config_diff,
+            replacement_inputs,
+            ignore_warnings,
+            replace_paths,
+            default_key,
             old_index: old,
             in_scope,
             hooks: (!goal.options.hooks.is_empty()).then(|| goal.options.hooks.clone()),
@@ -818,7 +1049,10 @@ impl Planner {
     }
 
     /// Decides the steps of a prepared registration given the provider's
-    /// diff (`None` for components, providers and creates).
+    /// diff (`None` for components and creates; for a provider resource,
+    /// its `diff_config` answer). A delete-before-replace replaces every
+    /// prior dependent that may need it (as [`DependentWalk::assume_replace`]);
+    /// [`Planner::decide_with`] takes the walk's real answer.
     ///
     /// # Errors
     /// [`PlanError::ProtectedReplace`] when a protected resource (or a
@@ -829,8 +1063,23 @@ impl Planner {
         diff: Option<&DiffResponse>,
         dbr_option: Option<bool>,
     ) -> Result<Chain> {
+        self.decide_with(p, diff, dbr_option, None)
+    }
+
+    /// As [`Planner::decide`], with the dependents a delete-before-replace
+    /// must replace, from the walk [`Planner::dependents_walk`] gave.
+    ///
+    /// # Errors
+    /// As [`Planner::decide`].
+    pub fn decide_with(
+        &mut self,
+        p: Prepared,
+        diff: Option<&DiffResponse>,
+        dbr_option: Option<bool>,
+        dependents: Option<DependentReplacements>,
+    ) -> Result<Chain> {
         let (urn, hooks) = (p.urn.clone(), p.hooks.clone());
-        let mut chain = self.decide_steps(p, diff, dbr_option)?;
+        let mut chain = self.decide_steps(p, diff, dbr_option, dependents)?;
         let kinds: Vec<StepKind> = chain
             .steps
             .iter()
@@ -859,21 +1108,108 @@ impl Planner {
         Ok(chain)
     }
 
+    /// The provider's diff with the engine's `replaceOnChanges` applied,
+    /// and what it comes to: same, update or replace (a provider reference
+    /// change, taint and `--replace` force a replace).
+    fn judge(
+        &self,
+        p: &Prepared,
+        old: &State,
+        diff: Option<&DiffResponse>,
+    ) -> (DiffKind, Option<DiffResponse>) {
+        let new = &p.new;
+        let diff = diff.map(|d| {
+            if new.custom {
+                diffs::apply_replace_on_changes(
+                    d.clone(),
+                    &p.replace_paths,
+                    &old.inputs,
+                    &new.inputs,
+                )
+            } else {
+                d.clone()
+            }
+        });
+        let provider_replaced = p.provider.as_ref().is_some_and(|r| {
+            self.replaced_providers.contains(r.urn())
+                && provider_urn(&old.provider) == Some(r.urn().as_str())
+        });
+        let kind = if !new.custom {
+            if new.inputs == old.inputs {
+                DiffKind::Same
+            } else {
+                DiffKind::Update
+            }
+        } else if new.ty.is_provider() {
+            match &diff {
+                Some(d) => d.kind,
+                None if config_of(&new.inputs) == config_of(&old.inputs) => DiffKind::Same,
+                None => DiffKind::Update,
+            }
+        } else if p.provider_change == ProviderChange::Replace
+            || provider_replaced
+            || old.taint
+            || self.opts.update.replaces.contains(&p.urn)
+        {
+            DiffKind::Replace
+        } else {
+            diff.as_ref().map_or(DiffKind::Same, |d| d.kind)
+        };
+        (kind, diff)
+    }
+
+    /// When deciding `p` with this diff will replace it delete-before-
+    /// replace: the walk over its prior dependents that finds which must be
+    /// replaced first (the actor drives it, asking their providers).
+    pub fn dependents_walk(
+        &self,
+        p: &Prepared,
+        diff: Option<&DiffResponse>,
+        dbr_option: Option<bool>,
+    ) -> Option<DependentWalk> {
+        let i = p.old_index.filter(|_| p.in_scope)?;
+        let old = lock(&self.olds[i]).clone();
+        if old.pending_replacement || self.dbr_dependents.contains_key(&i) || old.protect {
+            return None;
+        }
+        let (kind, diff) = self.judge(p, &old, diff);
+        let dbr = dbr_option.unwrap_or_else(|| diff.is_some_and(|d| d.delete_before_replace));
+        (kind == DiffKind::Replace && dbr)
+            .then(|| DependentWalk::new(old.urn.clone(), self.prior_dependents(i)))
+    }
+
     fn decide_steps(
         &mut self,
         p: Prepared,
         diff: Option<&DiffResponse>,
         dbr_option: Option<bool>,
+        dependents: Option<DependentReplacements>,
     ) -> Result<Chain> {
         let waits_for = p.waits_for();
+        let (judged, judged_diff) = match &p.old {
+            Some(o) => {
+                let (k, d) = self.judge(&p, &lock(o), diff);
+                (Some(k), d)
+            }
+            None => (None, None),
+        };
         let Prepared {
             urn,
             old,
             mut new,
             old_index,
             in_scope,
+            replacement_inputs,
+            default_key,
             ..
         } = p;
+        if let Some(key) = &default_key {
+            // The default provider's reference as decided (a replaced one
+            // has a new ID).
+            if let Some(r) = self.default_providers.get(key) {
+                new.provider = r.to_string();
+            }
+        }
         if !in_scope {
             // Outside the targets: keep the prior state (same step), or skip
             // the create of a resource that has none.
@@ -927,9 +1263,16 @@ impl Planner {
         let deleting = old_index.and_then(|i| self.dbr_dependents.get(&i)).cloned();
         if old.pending_replacement || deleting.is_some() {
             // Deleted by a delete-before-replace (earlier, or by a chain of
-            // this operation, which it waits for): create it anew.
+            // this operation, which it waits for): create it anew, from the
+            // program's inputs.
             let mut waits_for = waits_for;
             waits_for.extend(deleting);
+            if let Some(inputs) = replacement_inputs {
+                new.inputs = inputs;
+            }
+            if new.ty.is_provider() {
+                new.id = self.next_provider_id(&urn);
+            }
             return Ok(Chain {
                 steps: vec![Step::new(
                     StepKind::CreateReplacement,
@@ -940,20 +1283,7 @@ impl Planner {
                 waits_for,
             });
         }
-        let provider_changed = new.custom
-            && !new.ty.is_provider()
-            && provider_urn(&old.provider) != provider_urn(&new.provider);
-        let kind = if !new.custom || new.ty.is_provider() {
-            if new.inputs == old.inputs {
-                DiffKind::Same
-            } else {
-                DiffKind::Update
-            }
-        } else if provider_changed || old.taint || self.opts.update.replaces.contains(&urn) {
-            DiffKind::Replace
-        } else {
-            diff.map_or(DiffKind::Same, |d| d.kind)
-        };
+        let kind = judged.unwrap_or(DiffKind::Same);
         new.id = old.id.clone();
         match kind {
             DiffKind::Same | DiffKind::Update => {
@@ -972,9 +1302,36 @@ impl Planner {
                 if old.protect {
                     return Err(PlanError::ProtectedReplace { urn });
                 }
+                // A replacement is created from the program's inputs
+                // (`ignoreChanges` does not reach a new object), as Pulumi
+                // does.
+                if let Some(inputs) = replacement_inputs {
+                    new.inputs = inputs;
+                }
                 new.id = String::new();
-                let dbr =
-                    dbr_option.unwrap_or_else(|| diff.is_some_and(|d| d.delete_before_replace));
+                if new.ty.is_provider() {
+                    // A new provider resource: a new ID, which the
+                    // resources it manages see as a provider change.
+                    new.id = self.next_provider_id(&urn);
+                    self.replaced_providers.insert(urn.clone());
+                    let reference =
+                        ProviderRef::new(urn.clone(), new.id.clone()).map_err(|source| {
+                            PlanError::BadProvider {
+                                urn: urn.clone(),
+                                source,
+                            }
+                        })?;
+                    for r in self.default_providers.values_mut() {
+                        if r.urn() == &urn {
+                            *r = reference.clone();
+                        }
+                    }
+                }
+                let dbr = dbr_option.unwrap_or_else(|| {
+                    judged_diff
+                        .as_ref()
+                        .is_some_and(|d| d.delete_before_replace)
+                });
                 if !dbr {
                     if let Some(i) = old_index {
                         self.replaced.insert(i);
@@ -989,9 +1346,17 @@ impl Planner {
                         waits_for,
                     });
                 }
+                let dependents = match (dependents, old_index) {
+                    (Some(d), _) => d,
+                    (None, Some(i)) => {
+                        DependentWalk::new(old.urn.clone(), self.prior_dependents(i))
+                            .assume_replace()
+                    }
+                    (None, None) => DependentReplacements::default(),
+                };
                 let mut steps = Vec::new();
                 let scope = self.delete_scope();
-                for j in self.unregistered_dependents(old_index) {
+                for j in self.deletion_order(&dependents) {
                     let d = lock(&self.olds[j]).clone();
                     if d.protect {
                         return Err(PlanError::ProtectedReplace { urn: d.urn });
@@ -1011,7 +1376,8 @@ impl Planner {
                         None,
                     );
                     step.keep_pending = true;
-                    step.skip_provider = d.retain_on_delete || d.external;
+                    step.skip_provider =
+                        d.retain_on_delete || d.external || !d.custom || d.ty.is_provider();
                     steps.push(step);
                     self.dbr_dependents.insert(j, urn.clone());
                 }
@@ -1022,7 +1388,7 @@ impl Planner {
                     None,
                 );
                 del.keep_pending = true;
-                del.skip_provider = old.retain_on_delete;
+                del.skip_provider = old.retain_on_delete || old.ty.is_provider();
                 steps.push(del);
                 steps.push(Step::new(
                     StepKind::CreateReplacement,
@@ -1072,38 +1438,64 @@ impl Planner {
         Ok(())
     }
 
-    /// Prior resources that depend (transitively, through dependencies,
-    /// property dependencies or the provider) on `old`, not yet handled, in
-    /// deletion order (dependents first).
-    fn unregistered_dependents(&self, old: Option<usize>) -> Vec<usize> {
-        let Some(root) = old else { return Vec::new() };
-        let mut set: Vec<usize> = Vec::new();
-        let mut frontier = vec![lock(&self.olds[root]).urn.clone()];
-        let mut seen: HashSet<Urn> = frontier.iter().cloned().collect();
-        while let Some(target) = frontier.pop() {
+    /// The prior states that depend on the prior state at `root`,
+    /// transitively, through dependencies, property dependencies,
+    /// `deletedWith`, `replaceWith` and the provider reference (not the
+    /// parent), in prior order (which is dependency order). States already
+    /// handled by this operation, and old halves awaiting deletion, are
+    /// neither dependents nor links (Pulumi's `DependingOn` over the prior
+    /// graph, ignoring what registered since).
+    fn prior_dependents(&self, root: usize) -> Vec<(usize, State)> {
+        let mut reached: HashSet<Urn> = HashSet::from([lock(&self.olds[root]).urn.clone()]);
+        let mut found = vec![false; self.olds.len()];
+        // Prior order is dependency order, so one pass finds everything;
+        // passes repeat until nothing is added, whatever the order.
+        let mut grew = true;
+        while grew {
+            grew = false;
             for (j, s) in self.olds.iter().enumerate() {
-                if self.handled[j] || j == root || set.contains(&j) {
+                if j == root || found[j] || self.handled[j] {
                     continue;
                 }
                 let s = lock(s);
                 if s.delete {
                     continue;
                 }
-                let depends = s.dependencies.contains(&target)
+                let depends = s.dependencies.iter().any(|d| reached.contains(d))
                     || s.property_dependencies
                         .values()
                         .flatten()
                         .flatten()
-                        .any(|d| *d == target)
-                    || provider_urn(&s.provider) == Some(target.as_str());
+                        .any(|d| reached.contains(d))
+                    || reached.contains(&s.deleted_with)
+                    || s.replace_with.iter().any(|d| reached.contains(d))
+                    || provider_urn(&s.provider).is_some_and(|p| reached.contains(p));
                 if depends {
-                    set.push(j);
-                    if seen.insert(s.urn.clone()) {
-                        frontier.push(s.urn.clone());
-                    }
+                    reached.insert(s.urn.clone());
+                    found[j] = true;
+                    grew = true;
                 }
             }
         }
+        found
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| **f)
+            .map(|(j, _)| (j, lock(&self.olds[j]).clone()))
+            .collect()
+    }
+
+    /// The dependents a delete-before-replace deletes, not handled since
+    /// the walk, in deletion order (dependents first).
+    fn deletion_order(&self, dependents: &DependentReplacements) -> Vec<usize> {
+        let set: Vec<usize> = dependents
+            .replaced
+            .iter()
+            .filter(|(j, urn)| {
+                *j < self.olds.len() && !self.handled[*j] && lock(&self.olds[*j]).urn == *urn
+            })
+            .map(|(j, _)| *j)
+            .collect();
         let states: Vec<State> = set.iter().map(|&j| lock(&self.olds[j]).clone()).collect();
         let refs: Vec<&State> = states.iter().collect();
         graph::delete_antichains(&refs)
@@ -1114,12 +1506,13 @@ impl Planner {
     }
 
     /// Plans a `ReadResource`: the external object is read, never created
-    /// or deleted. Returns the default provider's chain when it is planned
-    /// now (it must be submitted first), and the read's chain.
+    /// or deleted. Returns the default provider's registration when it is
+    /// planned now (it must be decided and submitted first), and the read's
+    /// chain.
     ///
     /// # Errors
     /// As [`Planner::prepare`].
-    pub fn read(&mut self, goal: &ReadGoal) -> Result<(Option<Chain>, Chain)> {
+    pub fn read(&mut self, goal: &ReadGoal) -> Result<(Option<Prepared>, Chain)> {
         let as_goal = Goal {
             ty: goal.ty.clone(),
             name: goal.name.clone(),
@@ -1129,6 +1522,8 @@ impl Planner {
                 parent: goal.parent.clone(),
                 depends_on: goal.depends_on.clone(),
                 provider: goal.provider.clone(),
+                version: goal.version.clone(),
+                plugin_download_url: goal.plugin_download_url.clone(),
                 ..Default::default()
             },
         };
@@ -1143,7 +1538,7 @@ impl Planner {
         new.additional_secret_outputs
             .clone_from(&goal.additional_secret_outputs);
         let steps = vec![Step::new(StepKind::Read, p.urn, p.old, Some(new))];
-        Ok((p.provider_chain, Chain { steps, waits_for }))
+        Ok((p.default_provider.map(|b| *b), Chain { steps, waits_for }))
     }
 
     /// The deletes at the end of the program: prior resources no
@@ -1345,3 +1740,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     }
     h
 }
+
+#[cfg(test)]
+#[path = "generator_tests.rs"]
+mod tests;

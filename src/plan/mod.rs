@@ -1,9 +1,14 @@
 //! Planning: steps, the deterministic planner (step generation with no I/O),
+//! the engine's diff rules (`ignoreChanges`, `replaceOnChanges`), default
+//! provider naming, the delete-before-replace dependents walk,
 //! dependency-graph helpers, and the StepGenerator actor around them.
 
 pub mod actor;
+pub mod dependents;
 pub mod diff;
+pub mod diffs;
 pub mod generator;
 pub mod graph;
+pub mod providers;
 pub mod saved;
 pub mod step;

@@ -121,6 +121,24 @@ pub struct ResourceRequest<'a> {
     pub preview: bool,
 }
 
+/// A request to compare two configurations of a provider (Pulumi's
+/// `DiffConfig`). The engine drops the `__internal` key (the plugin's
+/// version and download URL, which keel records as Pulumi does) before
+/// asking.
+#[derive(Debug, Clone)]
+pub struct DiffConfigRequest<'a> {
+    /// The provider resource's URN (of the new configuration).
+    pub urn: &'a Urn,
+    /// The old configuration (the prior provider state's inputs).
+    pub old_inputs: &'a PropertyMap,
+    /// The prior provider state's outputs.
+    pub old_outputs: &'a PropertyMap,
+    /// The new configuration.
+    pub new_inputs: &'a PropertyMap,
+    /// A preview: values may be unknown.
+    pub preview: bool,
+}
+
 /// The answer to a create, update or read: the object's ID, inputs and
 /// outputs.
 #[derive(Debug, Clone, PartialEq)]
@@ -157,6 +175,36 @@ pub trait Provider: Send + Sync + 'static {
     /// # Errors
     /// [`ProviderError`] when the diff cannot be computed.
     async fn diff(&self, req: ResourceRequest<'_>) -> Result<DiffResponse>;
+
+    /// Compares two configurations of this provider: whether a provider
+    /// resource whose inputs changed can be updated in place or must be
+    /// replaced, and whether a resource moved from one provider resource to
+    /// another (a default provider of another version, an explicit one)
+    /// must be replaced. The default, as for a
+    /// Pulumi plugin that does not implement `DiffConfig`, never asks for a
+    /// replace: an update when a key differs, else no change.
+    ///
+    /// # Errors
+    /// [`ProviderError`] when the configurations cannot be compared.
+    async fn diff_config(&self, req: DiffConfigRequest<'_>) -> Result<DiffResponse> {
+        let changed_keys: BTreeSet<String> = req
+            .old_inputs
+            .keys()
+            .chain(req.new_inputs.keys())
+            .filter(|k| req.old_inputs.get(*k) != req.new_inputs.get(*k))
+            .cloned()
+            .collect();
+        Ok(DiffResponse {
+            kind: if changed_keys.is_empty() {
+                DiffKind::Same
+            } else {
+                DiffKind::Update
+            },
+            changed_keys,
+            replace_keys: BTreeSet::new(),
+            delete_before_replace: false,
+        })
+    }
 
     /// Creates the object (in preview: computes the expected outputs).
     ///

@@ -48,7 +48,8 @@ use serde::{Deserialize, Serialize};
 use super::sim_file::{key, CloudFile, CloudState, Record};
 pub use super::sim_file::{CloudFileError, CloudFileStats};
 use super::{
-    DiffKind, DiffResponse, ObjectState, Provider, ProviderError, ResourceRequest, Result,
+    DiffConfigRequest, DiffKind, DiffResponse, ObjectState, Provider, ProviderError,
+    ResourceRequest, Result,
 };
 use crate::model::{Deployment, PropertyMap, PropertyValue, State, Urn};
 use crate::secrets::{Crypter, SecretsError};
@@ -806,20 +807,20 @@ impl SimCloud {
         let empty = PropertyMap::new();
         let old = req.old_inputs.unwrap_or(&empty);
         let new = req.inputs;
-        let ignored = |k: &str| req.ignore_changes.iter().any(|i| i == k);
+        // `ignoreChanges` and `replaceOnChanges` are the engine's: it puts
+        // ignored values back before asking, and turns a change of a
+        // replace-on-change path into a replace after answering.
         let changed_keys: BTreeSet<String> = old
             .keys()
             .chain(new.keys())
-            .filter(|k| !ignored(k) && old.get(*k) != new.get(*k))
+            .filter(|k| old.get(*k) != new.get(*k))
             .cloned()
             .collect();
         let ty = req.ty.as_str();
         let per_type = self.config.replace_on_change_types.get(ty);
         let forces = |k: &str| {
             let in_set = |s: &BTreeSet<String>| s.contains(k) || s.contains("*");
-            in_set(&self.config.replace_on_change)
-                || per_type.is_some_and(in_set)
-                || req.replace_on_changes.iter().any(|r| r == k || r == "*")
+            in_set(&self.config.replace_on_change) || per_type.is_some_and(in_set)
         };
         let replace_keys: BTreeSet<String> =
             changed_keys.iter().filter(|k| forces(k)).cloned().collect();
@@ -883,6 +884,30 @@ impl Provider for SimProvider {
     async fn diff(&self, req: ResourceRequest<'_>) -> Result<DiffResponse> {
         self.cloud.counters.diffs.fetch_add(1, Ordering::SeqCst);
         Ok(self.cloud.diff_inputs(&req))
+    }
+
+    /// Two configurations of a simulated provider manage the same objects
+    /// only when they are equal apart from the plugin's `version`: any
+    /// other difference (a region, an account) is a replace.
+    async fn diff_config(&self, req: DiffConfigRequest<'_>) -> Result<DiffResponse> {
+        self.cloud.counters.diffs.fetch_add(1, Ordering::SeqCst);
+        let changed_keys: BTreeSet<String> = req
+            .old_inputs
+            .keys()
+            .chain(req.new_inputs.keys())
+            .filter(|k| k.as_str() != "version" && req.old_inputs.get(*k) != req.new_inputs.get(*k))
+            .cloned()
+            .collect();
+        Ok(DiffResponse {
+            kind: if changed_keys.is_empty() {
+                DiffKind::Same
+            } else {
+                DiffKind::Replace
+            },
+            replace_keys: changed_keys.clone(),
+            changed_keys,
+            delete_before_replace: false,
+        })
     }
 
     async fn create(&self, req: ResourceRequest<'_>) -> Result<ObjectState> {
@@ -1285,20 +1310,14 @@ mod tests {
         let p = cloud.provider("aws");
         let old = props(&[("index", "a"), ("region", "us"), ("bucketName", "x")]);
 
-        async fn diff(
-            p: &Arc<dyn Provider>,
-            old: &PropertyMap,
-            new: PropertyMap,
-            rep: &[String],
-        ) -> DiffResponse {
+        async fn diff(p: &Arc<dyn Provider>, old: &PropertyMap, new: PropertyMap) -> DiffResponse {
             let (u, t) = (urn("site"), ty());
             let mut r = req(&u, &t, "id", &new);
             r.old_inputs = Some(old);
-            r.replace_on_changes = rep;
             p.diff(r).await.expect("diff")
         }
 
-        let same = diff(&p, &old, old.clone(), &[]).await;
+        let same = diff(&p, &old, old.clone()).await;
         assert_eq!(same.kind, DiffKind::Same);
         assert!(same.changed_keys.is_empty());
 
@@ -1311,7 +1330,6 @@ mod tests {
                 ("bucketName", "x"),
                 ("tag", "t"),
             ]),
-            &[],
         )
         .await;
         assert_eq!(upd.kind, DiffKind::Update);
@@ -1321,7 +1339,7 @@ mod tests {
         );
         assert!(upd.replace_keys.is_empty());
 
-        let rep = diff(&p, &old, props(&[("index", "a"), ("bucketName", "x")]), &[]).await;
+        let rep = diff(&p, &old, props(&[("index", "a"), ("bucketName", "x")])).await;
         assert_eq!(rep.kind, DiffKind::Replace);
         assert_eq!(rep.replace_keys, BTreeSet::from(["region".to_owned()]));
         assert!(rep.delete_before_replace);
@@ -1330,48 +1348,58 @@ mod tests {
             &p,
             &old,
             props(&[("index", "a"), ("region", "us"), ("bucketName", "y")]),
-            &[],
         )
         .await;
         assert_eq!(rep.kind, DiffKind::Replace);
         assert_eq!(rep.replace_keys, BTreeSet::from(["bucketName".to_owned()]));
 
-        let rep_keys = ["index".to_owned()];
-        let rep = diff(
-            &p,
-            &old,
-            props(&[("index", "b"), ("region", "us"), ("bucketName", "x")]),
-            &rep_keys,
-        )
-        .await;
-        assert_eq!(rep.kind, DiffKind::Replace);
-        assert_eq!(rep.replace_keys, BTreeSet::from(["index".to_owned()]));
-        assert_eq!(cloud.counters().diffs, 5);
+        // An unknown value (a dependency being replaced) is a change.
+        let mut unknown = old.clone();
+        unknown.insert("index".into(), PropertyValue::Computed);
+        assert_eq!(diff(&p, &old, unknown).await.kind, DiffKind::Update);
+        unknown = old.clone();
+        unknown.insert("region".into(), PropertyValue::Computed);
+        assert_eq!(diff(&p, &old, unknown).await.kind, DiffKind::Replace);
+        assert_eq!(cloud.counters().diffs, 6);
     }
 
     #[tokio::test]
-    async fn ignore_changes_skips_keys() {
-        let mut config = SimConfig::default();
-        config.replace_on_change.insert("region".to_owned());
-        let cloud = SimCloud::new(config);
+    async fn diff_config_replaces_unless_only_the_version_differs() {
+        let cloud = SimCloud::new(SimConfig::default());
         let p = cloud.provider("aws");
-        let (u, t) = (urn("site"), ty());
-        let old = props(&[("index", "a"), ("region", "us")]);
-        let new = props(&[("index", "b"), ("region", "eu")]);
-        let ignore = ["region".to_owned()];
-        let mut r = req(&u, &t, "id", &new);
-        r.old_inputs = Some(&old);
-        r.ignore_changes = &ignore;
-        let d = p.diff(r).await.expect("diff");
-        assert_eq!(d.kind, DiffKind::Update);
-        assert_eq!(d.changed_keys, BTreeSet::from(["index".to_owned()]));
-        assert!(!d.delete_before_replace);
-
-        let ignore = ["region".to_owned(), "index".to_owned()];
-        let mut r = req(&u, &t, "id", &new);
-        r.old_inputs = Some(&old);
-        r.ignore_changes = &ignore;
-        assert_eq!(p.diff(r).await.expect("diff").kind, DiffKind::Same);
+        let u = urn("default_6_0_0");
+        let check = |old: PropertyMap, new: PropertyMap| {
+            let p = p.clone();
+            let u = u.clone();
+            async move {
+                p.diff_config(DiffConfigRequest {
+                    urn: &u,
+                    old_inputs: &old,
+                    old_outputs: &old,
+                    new_inputs: &new,
+                    preview: false,
+                })
+                .await
+                .expect("diff config")
+            }
+        };
+        let d = check(
+            props(&[("version", "6.0.0")]),
+            props(&[("version", "6.1.0")]),
+        )
+        .await;
+        assert_eq!(d.kind, DiffKind::Same);
+        let d = check(
+            props(&[("version", "6.0.0"), ("region", "us")]),
+            props(&[("region", "us")]),
+        )
+        .await;
+        assert_eq!(d.kind, DiffKind::Same);
+        let d = check(props(&[("region", "us")]), props(&[("region", "eu")])).await;
+        assert_eq!(d.kind, DiffKind::Replace);
+        assert_eq!(d.replace_keys, BTreeSet::from(["region".to_owned()]));
+        let d = check(PropertyMap::new(), props(&[("region", "eu")])).await;
+        assert_eq!(d.kind, DiffKind::Replace);
     }
 
     #[tokio::test]

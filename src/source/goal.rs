@@ -54,6 +54,12 @@ pub struct ResourceOptions {
     /// An explicit provider reference `<URN>::<ID>`; default: the package's
     /// default provider.
     pub provider: Option<String>,
+    /// The provider plugin's version (`version`): picks the default
+    /// provider (`default_6_0_0`), as Pulumi does.
+    pub version: Option<String>,
+    /// The provider plugin's download URL (`pluginDownloadURL`): picks the
+    /// default provider too.
+    pub plugin_download_url: Option<String>,
     /// Never delete or replace.
     pub protect: bool,
     /// Leave the physical object when the resource is deleted.
@@ -156,6 +162,10 @@ pub struct ReadGoal {
     pub depends_on: Vec<Urn>,
     /// Outputs to store and return as secrets.
     pub additional_secret_outputs: Vec<String>,
+    /// The provider plugin's version (picks the default provider).
+    pub version: Option<String>,
+    /// The provider plugin's download URL (picks the default provider).
+    pub plugin_download_url: Option<String>,
 }
 
 /// What the engine answers to a registration once its steps completed.

@@ -40,6 +40,8 @@ pub struct Res {
     pub inputs: PropertyMap,
     pub parent: Option<String>,
     pub deps: Vec<String>,
+    /// Property dependencies: (input key, resource name).
+    pub pdeps: Vec<(String, String)>,
     pub opts: ResourceOptions,
     pub alias_names: Vec<AliasSpec>,
 }
@@ -52,6 +54,7 @@ pub fn bucket(name: &str, inputs: &[(&str, &str)]) -> Res {
         inputs: props(inputs),
         parent: None,
         deps: vec![],
+        pdeps: vec![],
         opts: ResourceOptions::default(),
         alias_names: vec![],
     }
@@ -65,6 +68,7 @@ pub fn component(name: &str) -> Res {
         inputs: PropertyMap::new(),
         parent: None,
         deps: vec![],
+        pdeps: vec![],
         opts: ResourceOptions::default(),
         alias_names: vec![],
     }
@@ -77,6 +81,12 @@ impl Res {
     }
     pub fn dep(mut self, d: &str) -> Self {
         self.deps.push(d.into());
+        self
+    }
+    /// Input `key` comes from resource `d` (a property dependency, which
+    /// is a dependency too).
+    pub fn pdep(mut self, key: &str, d: &str) -> Self {
+        self.pdeps.push((key.into(), d.into()));
         self
     }
     pub fn ty(mut self, t: &str) -> Self {
@@ -127,6 +137,11 @@ pub fn program(
                 use futures::FutureExt;
                 let parent = r.parent.as_ref().map(|p| futs[p].clone());
                 let deps: Vec<Shared> = r.deps.iter().map(|d| futs[d].clone()).collect();
+                let pdeps: Vec<(String, Shared)> = r
+                    .pdeps
+                    .iter()
+                    .map(|(k, d)| (k.clone(), futs[d].clone()))
+                    .collect();
                 let ctx = ctx.clone();
                 let key = r.name.clone();
                 let r = r.clone();
@@ -138,6 +153,10 @@ pub fn program(
                         }
                         for d in deps {
                             opts.depends_on.push(d.await?);
+                        }
+                        for (k, d) in pdeps {
+                            let d = d.await?;
+                            opts.property_dependencies.entry(k).or_default().push(d);
                         }
                         for a in &r.alias_names {
                             opts.aliases.push(Alias::Spec(a.clone()));

@@ -1,0 +1,368 @@
+//! Default providers, named and configured as Pulumi does.
+//!
+//! A custom resource registered without a provider gets its package's
+//! default provider. Which one depends on the registration's plugin
+//! `version` and `pluginDownloadURL` (Pulumi's provider request): with
+//! neither it is `pulumi:providers:<pkg>::default`; a version adds its
+//! parts, `default_6_0_0` for `6.0.0` and
+//! `default_0_0_1_alpha_1630620749_0a3b399e_dirty` for
+//! `0.0.1-alpha.1630620749+0a3b399e.dirty` (major, minor, patch, then each
+//! pre-release and build identifier, joined by `_`); a download URL adds
+//! `_` and the URL with every character outside `[A-Za-z0-9_.-/]`
+//! replaced by `_`. The provider's inputs are the package's configuration
+//! (`<pkg>:<key>` config values, as strings), plus `version` and an
+//! `__internal` object (holding `pluginDownloadURL`) when the request
+//! carries them, exactly as Pulumi records them in its checkpoints.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use crate::model::{PropertyMap, PropertyValue};
+
+/// The key under which Pulumi keeps a provider's internal settings (its
+/// plugin's download URL); the engine drops it before asking a provider
+/// to compare configurations.
+pub const INTERNAL_KEY: &str = "__internal";
+/// The provider input holding the plugin's version.
+pub const VERSION_KEY: &str = "version";
+/// The internal setting holding the plugin's download URL.
+pub const DOWNLOAD_URL_KEY: &str = "pluginDownloadURL";
+
+/// A plugin version that is not a semantic version.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{version}` is not a semantic version (MAJOR.MINOR.PATCH[-PRERELEASE][+BUILD]): {reason}")]
+pub struct VersionError {
+    /// The text given.
+    pub version: String,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+/// A semantic version (semver 2.0, as Pulumi parses plugin versions: no
+/// leading `v`, no leading zeros in numbers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Version {
+    major: u64,
+    minor: u64,
+    patch: u64,
+    pre: Vec<String>,
+    build: Vec<String>,
+}
+
+impl Version {
+    /// Parses a version.
+    ///
+    /// # Errors
+    /// [`VersionError`] naming the text and what is wrong.
+    pub fn parse(text: &str) -> Result<Self, VersionError> {
+        let bad = |reason: &str| VersionError {
+            version: text.to_owned(),
+            reason: reason.to_owned(),
+        };
+        let (rest, build) = match text.split_once('+') {
+            Some((r, b)) => (r, Some(b)),
+            None => (text, None),
+        };
+        let (core, pre) = match rest.split_once('-') {
+            Some((c, p)) => (c, Some(p)),
+            None => (rest, None),
+        };
+        let numbers: Vec<&str> = core.split('.').collect();
+        let [major, minor, patch] = numbers[..] else {
+            return Err(bad("it needs exactly three dot-separated numbers"));
+        };
+        let number = |s: &str| -> Result<u64, VersionError> {
+            if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad(&format!("`{s}` is not a number")));
+            }
+            if s.len() > 1 && s.starts_with('0') {
+                return Err(bad(&format!("`{s}` has a leading zero")));
+            }
+            s.parse().map_err(|_| bad(&format!("`{s}` is too large")))
+        };
+        let identifiers = |s: Option<&str>, what: &str, numeric: bool| {
+            let Some(s) = s else {
+                return Ok(Vec::new());
+            };
+            s.split('.')
+                .map(|id| {
+                    if id.is_empty() {
+                        return Err(bad(&format!("an empty {what} identifier")));
+                    }
+                    if !id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+                        return Err(bad(&format!(
+                            "{what} identifier `{id}` may hold only ASCII letters, digits and `-`"
+                        )));
+                    }
+                    if numeric && id.bytes().all(|b| b.is_ascii_digit()) {
+                        number(id)?;
+                    }
+                    Ok(id.to_owned())
+                })
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(Self {
+            major: number(major)?,
+            minor: number(minor)?,
+            patch: number(patch)?,
+            pre: identifiers(pre, "pre-release", true)?,
+            build: identifiers(build, "build", false)?,
+        })
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.major, self.minor, self.patch)?;
+        if !self.pre.is_empty() {
+            write!(f, "-{}", self.pre.join("."))?;
+        }
+        if !self.build.is_empty() {
+            write!(f, "+{}", self.build.join("."))?;
+        }
+        Ok(())
+    }
+}
+
+/// Which default provider a registration asks for: its package, plugin
+/// version and download URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefaultProviderRequest {
+    package: String,
+    version: Option<Version>,
+    download_url: Option<String>,
+}
+
+impl DefaultProviderRequest {
+    /// The request of a registration of a `package` resource with these
+    /// (optional, possibly empty) `version` and `pluginDownloadURL`.
+    ///
+    /// # Errors
+    /// [`VersionError`] when the version is not a semantic version.
+    pub fn new(
+        package: &str,
+        version: Option<&str>,
+        download_url: Option<&str>,
+    ) -> Result<Self, VersionError> {
+        let version = version
+            .filter(|v| !v.is_empty())
+            .map(Version::parse)
+            .transpose()?;
+        let download_url = download_url
+            .map(|u| u.trim_end_matches('/'))
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned);
+        Ok(Self {
+            package: package.to_owned(),
+            version,
+            download_url,
+        })
+    }
+
+    /// The package.
+    pub fn package(&self) -> &str {
+        &self.package
+    }
+
+    /// A key telling requests apart (one default provider per key).
+    pub fn key(&self) -> String {
+        let mut k = self.package.clone();
+        if let Some(v) = &self.version {
+            k.push('-');
+            k.push_str(&v.to_string());
+        }
+        if let Some(u) = &self.download_url {
+            k.push('-');
+            k.push_str(u);
+        }
+        k
+    }
+
+    /// The default provider's resource name: `default`, or with the
+    /// version's parts and the download URL, as Pulumi names it.
+    pub fn name(&self) -> String {
+        let mut name = String::from("default");
+        if let Some(v) = &self.version {
+            name.push_str(&format!("_{}_{}_{}", v.major, v.minor, v.patch));
+            for id in v.pre.iter().chain(&v.build) {
+                name.push('_');
+                name.push_str(id);
+            }
+        }
+        if let Some(url) = &self.download_url {
+            name.push('_');
+            name.push_str(&qualified_name(url));
+        }
+        name
+    }
+
+    /// The default provider's inputs: the package's configuration (from
+    /// `config`, whose keys are `<package>:<key>`), `version` and
+    /// `__internal` as Pulumi records them.
+    pub fn inputs(&self, config: &BTreeMap<String, PropertyValue>) -> PropertyMap {
+        let prefix = format!("{}:", self.package);
+        let mut inputs: PropertyMap = config
+            .iter()
+            .filter_map(|(k, v)| {
+                k.strip_prefix(&prefix)
+                    .filter(|rest| !rest.is_empty())
+                    .map(|rest| (rest.to_owned(), v.clone()))
+            })
+            .collect();
+        if self.version.is_some() || self.download_url.is_some() {
+            let mut internal = PropertyMap::new();
+            if let Some(u) = &self.download_url {
+                internal.insert(DOWNLOAD_URL_KEY.into(), PropertyValue::String(u.clone()));
+            }
+            inputs.insert(INTERNAL_KEY.into(), PropertyValue::Object(internal));
+        }
+        if let Some(v) = &self.version {
+            inputs.insert(VERSION_KEY.into(), PropertyValue::String(v.to_string()));
+        }
+        inputs
+    }
+}
+
+/// `text` as a Pulumi qualified name: `/`-separated parts (empty ones
+/// dropped) whose characters outside `[A-Za-z0-9_.-]` become `_`.
+fn qualified_name(text: &str) -> String {
+    let parts: Vec<String> = text
+        .split('/')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            p.bytes()
+                .map(|b| {
+                    if b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-') {
+                        char::from(b)
+                    } else {
+                        '_'
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    if parts.is_empty() {
+        "_".into()
+    } else {
+        parts.join("/")
+    }
+}
+
+/// A provider's configuration as a provider is asked to compare it: its
+/// inputs without `__internal`.
+pub fn config_of(inputs: &PropertyMap) -> PropertyMap {
+    inputs
+        .iter()
+        .filter(|(k, _)| k.as_str() != INTERNAL_KEY)
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_pulumi() {
+        let check = |version: Option<&str>, url: Option<&str>, want: &str| {
+            let r = DefaultProviderRequest::new("aws", version, url).expect("request");
+            assert_eq!(r.name(), want, "{version:?} {url:?}");
+        };
+        check(None, None, "default");
+        check(Some(""), Some(""), "default");
+        check(Some("6.0.0"), None, "default_6_0_0");
+        check(Some("2.7.0"), None, "default_2_7_0");
+        check(Some("6.56.1"), None, "default_6_56_1");
+        check(
+            Some("0.0.1-alpha.1630620749+0a3b399e.dirty"),
+            None,
+            "default_0_0_1_alpha_1630620749_0a3b399e_dirty",
+        );
+        check(Some("3.0.0-alpha.0+dev"), None, "default_3_0_0_alpha_0_dev");
+        check(Some("1.0.0-beta-1"), None, "default_1_0_0_beta-1");
+        check(
+            Some("1.2.3"),
+            Some("https://get.example.com/plugins/"),
+            "default_1_2_3_https_/get.example.com/plugins",
+        );
+        check(
+            None,
+            Some("github://api.github.com/org"),
+            "default_github_/api.github.com/org",
+        );
+        check(None, Some("s3://b ü"), "default_s3_/b___");
+    }
+
+    #[test]
+    fn bad_versions_are_refused() {
+        for v in [
+            "v1.2.3",
+            "1.2",
+            "1.2.3.4",
+            "01.2.3",
+            "1.02.3",
+            "1.2.x",
+            "1.2.3-",
+            "1.2.3+",
+            "1.2.3-a..b",
+            "1.2.3-01",
+            "1.2.3-a_b",
+            "1.2.3+a!",
+            " 1.2.3",
+            "1.2.3 ",
+            "99999999999999999999.0.0",
+        ] {
+            let e = DefaultProviderRequest::new("aws", Some(v), None).expect_err(v);
+            assert_eq!(e.version, v);
+            assert!(e.to_string().contains(v), "{e}");
+        }
+        // Leading zeros are allowed in build identifiers, not pre-release ones.
+        assert!(Version::parse("1.2.3+001").is_ok());
+        assert!(Version::parse("1.2.3-0a.1").is_ok());
+    }
+
+    #[test]
+    fn inputs_carry_config_version_and_url() {
+        let config: BTreeMap<String, PropertyValue> = [
+            ("aws:region".to_owned(), PropertyValue::from("us-west-2")),
+            ("aws:skipChecks".to_owned(), PropertyValue::from("true")),
+            ("gcp:project".to_owned(), PropertyValue::from("p")),
+            ("shop:env".to_owned(), PropertyValue::from("prod")),
+        ]
+        .into();
+        let r = DefaultProviderRequest::new("aws", None, None).expect("request");
+        assert_eq!(
+            r.inputs(&config),
+            PropertyMap::from([
+                ("region".to_owned(), PropertyValue::from("us-west-2")),
+                ("skipChecks".to_owned(), PropertyValue::from("true")),
+            ])
+        );
+        let r = DefaultProviderRequest::new("aws", Some("6.0.0"), None).expect("request");
+        let inputs = r.inputs(&BTreeMap::new());
+        assert_eq!(inputs["version"], PropertyValue::from("6.0.0"));
+        assert_eq!(
+            inputs[INTERNAL_KEY],
+            PropertyValue::Object(PropertyMap::new())
+        );
+        assert_eq!(config_of(&inputs).len(), 1);
+        let r = DefaultProviderRequest::new("aws", None, Some("https://x/")).expect("request");
+        let inputs = r.inputs(&BTreeMap::new());
+        assert_eq!(
+            inputs[INTERNAL_KEY],
+            PropertyValue::Object(PropertyMap::from([(
+                DOWNLOAD_URL_KEY.to_owned(),
+                PropertyValue::from("https://x")
+            )]))
+        );
+        assert!(!inputs.contains_key("version"));
+        // One provider per package, version and URL.
+        let key = |v: Option<&str>| {
+            DefaultProviderRequest::new("aws", v, None)
+                .expect("request")
+                .key()
+        };
+        assert_ne!(key(None), key(Some("1.0.0")));
+        assert_eq!(key(Some("1.0.0")), key(Some("1.0.0")));
+    }
+}
