@@ -31,7 +31,7 @@ use crate::source::RegisterError;
 use super::dependents::{DependentReplacements, DependentWalk};
 use super::generator::{PlanError, Planner, Prepared, ProviderChange};
 use super::providers::config_of;
-use super::step::{lock, StateRef, StepKind};
+use super::step::{lock, StateRef};
 use crate::migrate::check::OperationOptions;
 use crate::migrate::coordinator::{CoordMsg, MigrationOutcome, MigrationRequest};
 use crate::migrate::{MigrationError, Rewrites};
@@ -645,25 +645,11 @@ impl GenState {
         dependents: Option<DependentReplacements>,
         reply: RegisterReply,
     ) {
-        let urn = prepared.urn.clone();
         match self
             .planner
             .decide_with(prepared, diff.as_ref(), dbr, dependents)
         {
-            Ok(mut chain) => {
-                // The provider's verdict travels with the steps it decided,
-                // for their events (`--diff`, `--json`).
-                if let Some(d) = diff {
-                    let d = Arc::new(d);
-                    for step in chain.steps.iter_mut().filter(|s| {
-                        s.urn == urn
-                            && matches!(s.kind, StepKind::Update | StepKind::CreateReplacement)
-                    }) {
-                        step.provider_diff = Some(d.clone());
-                    }
-                }
-                self.submit(chain, Some(reply));
-            }
+            Ok(chain) => self.submit(chain, Some(reply)),
             Err(e) => {
                 self.plan_failed(&e);
                 let _ = reply.send(Err(RegisterError::Plan(e)));

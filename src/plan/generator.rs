@@ -1079,7 +1079,21 @@ impl Planner {
         dependents: Option<DependentReplacements>,
     ) -> Result<Chain> {
         let (urn, hooks) = (p.urn.clone(), p.hooks.clone());
+        // The verdict as the engine judged it travels with the steps it
+        // decided, for their events (`--diff`, `--json`).
+        let verdict = p
+            .old
+            .as_ref()
+            .and_then(|o| Self::with_replace_on_changes(&p, &lock(o), diff))
+            .map(std::sync::Arc::new);
         let mut chain = self.decide_steps(p, diff, dbr_option, dependents)?;
+        if let Some(d) = verdict {
+            for step in chain.steps.iter_mut().filter(|s| {
+                s.urn == urn && matches!(s.kind, StepKind::Update | StepKind::CreateReplacement)
+            }) {
+                step.provider_diff = Some(d.clone());
+            }
+        }
         let kinds: Vec<StepKind> = chain
             .steps
             .iter()
@@ -1108,6 +1122,28 @@ impl Planner {
         Ok(chain)
     }
 
+    /// The provider's diff with the engine's `replaceOnChanges` applied
+    /// (Pulumi's `applyReplaceOnChanges`: the keys it matches are replace
+    /// keys).
+    fn with_replace_on_changes(
+        p: &Prepared,
+        old: &State,
+        diff: Option<&DiffResponse>,
+    ) -> Option<DiffResponse> {
+        diff.map(|d| {
+            if p.new.custom {
+                diffs::apply_replace_on_changes(
+                    d.clone(),
+                    &p.replace_paths,
+                    &old.inputs,
+                    &p.new.inputs,
+                )
+            } else {
+                d.clone()
+            }
+        })
+    }
+
     /// The provider's diff with the engine's `replaceOnChanges` applied,
     /// and what it comes to: same, update or replace (a provider reference
     /// change, taint and `--replace` force a replace).
@@ -1118,18 +1154,7 @@ impl Planner {
         diff: Option<&DiffResponse>,
     ) -> (DiffKind, Option<DiffResponse>) {
         let new = &p.new;
-        let diff = diff.map(|d| {
-            if new.custom {
-                diffs::apply_replace_on_changes(
-                    d.clone(),
-                    &p.replace_paths,
-                    &old.inputs,
-                    &new.inputs,
-                )
-            } else {
-                d.clone()
-            }
-        });
+        let diff = Self::with_replace_on_changes(p, old, diff);
         let provider_replaced = p.provider.as_ref().is_some_and(|r| {
             self.replaced_providers.contains(r.urn())
                 && provider_urn(&old.provider) == Some(r.urn().as_str())
