@@ -1,8 +1,10 @@
 //! The simulated cloud through the `keel` binary: two stacks of one
 //! backend updating at once keep every object; objects are identified by
 //! type and ID (removing one of two resources sharing an ID leaves the
-//! other's object); secrets never reach the cloud's file or `cloud list`
-//! in plaintext, and reading them back shows no drift.
+//! other's object); a resource split off a bucket is a facet of it (a
+//! refresh keeps it, an update writes it alone, removing it leaves the
+//! bucket); secrets never reach the cloud's file or `cloud list` in
+//! plaintext, and reading them back shows no drift.
 
 mod common;
 
@@ -131,6 +133,134 @@ fn removing_one_of_two_resources_sharing_an_id_keeps_the_others_object() {
     let out = k.ok(&["refresh", "--yes", "--json"]);
     assert_eq!(summary_steps(&out).get("refresh"), Some(&2), "{out}");
     assert_eq!(resource(&k.export(), "assets")["id"], bucket);
+}
+
+/// split-v2.yaml without its migration (applied already), the website
+/// settings with this `index`, or without them.
+fn split_v3(k: &Keel, name: &str, index: Option<&str>) -> String {
+    let mut text = String::from(
+        "name: shop\n\
+         resources:\n\
+         \x20 site: { type: \"shop:web:Site\", component: true }\n\
+         \x20 assets:\n\
+         \x20   type: \"aws:s3/bucket:Bucket\"\n\
+         \x20   properties: { name: shop-assets }\n\
+         \x20   options: { parent: site }\n\
+         \x20 cdn:\n\
+         \x20   type: \"aws:cloudfront:Distribution\"\n\
+         \x20   properties: { origin: \"${assets.websiteEndpoint}\" }\n",
+    );
+    if let Some(index) = index {
+        text.push_str(&format!(
+            "\x20 assets-website:\n\
+             \x20   type: \"{WEBSITE}\"\n\
+             \x20   properties: {{ bucket: \"${{assets.id}}\", index: {index}, error: 404.html }}\n\
+             \x20   options: {{ parent: site }}\n"
+        ));
+    }
+    k.write(name, &text)
+}
+
+const WEBSITE: &str = "aws:s3/bucketWebsiteConfiguration:BucketWebsiteConfiguration";
+
+/// The cloud object of `ty` with `id`, if any.
+fn object_of(cloud: &[Value], ty: &str, id: &Value) -> Option<Value> {
+    cloud
+        .iter()
+        .find(|o| o["type"] == ty && o["id"] == *id)
+        .cloned()
+}
+
+#[test]
+fn a_resource_split_off_a_bucket_is_a_facet_of_it() {
+    let k = Keel::new();
+    k.ok(&["up", "--yes", "--program", &example("split-v1.yaml")]);
+    k.ok(&["up", "--yes", "--program", &example("split-v2.yaml")]);
+    let bucket = resource(&k.export(), "assets")["id"].clone();
+    let website = |k: &Keel| resource(&k.export(), "assets-website").clone();
+    let urn = website(&k)["urn"].as_str().expect("urn").to_owned();
+    let after_split = k.cloud();
+    assert_eq!(
+        object_of(&after_split, WEBSITE, &bucket),
+        None,
+        "the split made no object: the bucket carries the settings"
+    );
+
+    // A refresh keeps the website resource: its bucket carries it.
+    let out = k.ok(&["refresh", "--yes", "--json"]);
+    assert_eq!(summary_steps(&out).get("refresh"), Some(&3), "{out}");
+    let w = website(&k);
+    assert_eq!(w["id"], bucket);
+    assert_eq!(w["inputs"]["index"], "index.html");
+    assert_eq!(k.cloud(), after_split, "a refresh changes nothing");
+
+    // An update of its settings succeeds and writes the facet's object.
+    let out = k.ok(&[
+        "up",
+        "--yes",
+        "--json",
+        "--program",
+        &split_v3(&k, "v3.yaml", Some("home.html")),
+    ]);
+    let steps = summary_steps(&out);
+    assert!(steps.contains_key("update"), "{out}");
+    assert!(
+        steps.keys().all(|s| s == "same" || s == "update"),
+        "{steps:?}"
+    );
+    let cloud = k.cloud();
+    let facet = object_of(&cloud, WEBSITE, &bucket).expect("the facet's object");
+    assert_eq!(facet["urn"], urn.as_str());
+    assert_eq!(facet["properties"]["index"], "home.html");
+    assert_eq!(website(&k)["id"], bucket);
+
+    // ... and it changes the facet only.
+    let bucket_object = object_of(&cloud, "aws:s3/bucket:Bucket", &bucket).expect("bucket");
+    let out = k.ok(&[
+        "up",
+        "--yes",
+        "--json",
+        "--program",
+        &split_v3(&k, "v4.yaml", Some("start.html")),
+    ]);
+    assert_eq!(summary_steps(&out).get("update"), Some(&1), "{out}");
+    let cloud = k.cloud();
+    assert_eq!(
+        object_of(&cloud, WEBSITE, &bucket).expect("facet")["properties"]["index"],
+        "start.html"
+    );
+    assert_eq!(
+        object_of(&cloud, "aws:s3/bucket:Bucket", &bucket),
+        Some(bucket_object.clone())
+    );
+    let out = k.ok(&["refresh", "--yes", "--json"]);
+    assert_eq!(summary_steps(&out).get("refresh"), Some(&3), "{out}");
+    assert_eq!(website(&k)["inputs"]["index"], "start.html");
+
+    // Removing it deletes the facet and leaves the bucket.
+    let out = k.ok(&[
+        "up",
+        "--yes",
+        "--json",
+        "--program",
+        &split_v3(&k, "v5.yaml", None),
+    ]);
+    assert_eq!(summary_steps(&out).get("delete"), Some(&1), "{out}");
+    let cloud = k.cloud();
+    assert_eq!(object_of(&cloud, WEBSITE, &bucket), None);
+    assert_eq!(
+        object_of(&cloud, "aws:s3/bucket:Bucket", &bucket),
+        Some(bucket_object)
+    );
+    assert_eq!(cloud.len(), 2, "the bucket and the CDN: {cloud:#?}");
+    let out = k.ok(&["refresh", "--yes", "--json"]);
+    assert_eq!(summary_steps(&out).get("refresh"), Some(&2), "{out}");
+    assert!(!k.urns().contains_key(&urn));
+    assert_eq!(resource(&k.export(), "assets")["id"], bucket);
+
+    // Destroying the stack deletes the bucket and whatever it carries.
+    k.ok(&["destroy", "--yes"]);
+    assert!(k.cloud().is_empty());
 }
 
 #[test]

@@ -134,6 +134,40 @@ fn split_example_runs_an_external_command() {
     assert_eq!(m["added"], serde_json::json!([settings]));
 }
 
+#[test]
+fn split_example_drops_the_aliases_an_earlier_rename_left() {
+    let k = Keel::new();
+    let v1 = std::fs::read_to_string(example("split-v1.yaml")).expect("read example");
+    let v0 = v1
+        .replace("  assets:\n", "  old-assets:\n")
+        .replace("${assets.", "${old-assets.");
+    assert_ne!(v0, v1, "the example changed");
+    k.ok(&["up", "--yes", "--program", &k.write("v0.yaml", &v0)]);
+    let renamed = v1.replace(
+        "    options:\n      parent: site\n",
+        "    options:\n      parent: site\n      aliases: [{ name: old-assets }]\n",
+    );
+    assert_ne!(renamed, v1, "the example changed");
+    k.ok(&["up", "--yes", "--program", &k.write("v1.yaml", &renamed)]);
+    let bucket = resource(&k.export(), "assets").clone();
+    assert!(
+        bucket["aliases"].as_array().is_some_and(|a| !a.is_empty()),
+        "the state records the rename's alias: {bucket}"
+    );
+
+    // The split passes the bucket through: without its aliases.
+    let out = k.ok(&[
+        "up",
+        "--yes",
+        "--json",
+        "--program",
+        &example("split-v2.yaml"),
+    ]);
+    assert_eq!(migration_events(&out).len(), 1, "{out}");
+    all_same(&out);
+    assert_eq!(resource(&k.export(), "assets-website")["id"], bucket["id"]);
+}
+
 /// A stack at rename-v1, and a v2 program in the temp dir whose component
 /// runs `argv` (JSON) as its migration, with `extra` options.
 fn failing_setup(argv: &str, extra: &str) -> (Keel, String) {

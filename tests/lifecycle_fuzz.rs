@@ -6,7 +6,9 @@
 //! steps. A step mutates the program (creates, updates, replaces in both
 //! orders, deletes, renames and re-parents through aliases, component
 //! migrations that rename, move or fold several resources into a
-//! sub-component, and retype) and runs one command: `up`
+//! sub-component, retype, and split a resource's `tier` setting out into a
+//! facet resource of its own with an external `command:` migration) and
+//! runs one command: `up`
 //! (with either persister, any parallelism, injected provider failures,
 //! `--continue-on-error`, `--target`, `--exclude`, or SIGKILL at a random
 //! moment), `preview`, `refresh` or `destroy` (whole or targeted). After
@@ -16,15 +18,18 @@
 //!   owns it, one pending create);
 //! - no plaintext secret is in any file of the backend or in keel's output;
 //! - a preview changed neither the state nor the cloud;
+//! - a facet's object in the cloud has its host;
 //! - a clean, untargeted `up` that exited 0 left exactly the program's
-//!   resources, each with one cloud object, and nothing else.
+//!   resources, each with one cloud object (or, for a facet resource a
+//!   split made, carried by its host), and nothing else.
 //!
 //! An episode ends with `refresh` and a clean `up`, which must converge to
 //! exactly the program, and a preview that plans only `same` steps.
 //!
 //! `KEEL_FUZZ_SEED` (default 1), `KEEL_FUZZ_STEPS` (default 120),
 //! `KEEL_FUZZ_EPISODE` (steps per episode, default 30) and `KEEL_FUZZ_FROM`
-//! (the first episode, default 0; episodes are independent) choose the run; the long run is documented in BENCHMARKS.md. A failure prints
+//! (the first episode, default 0; episodes are independent) choose the run; the long run is documented in BENCHMARKS.md. The run ends
+//! by printing how many splits were chosen and how many took effect. A failure prints
 //! the seed, the step, and the transcript of the episode so far (commands,
 //! exit codes and program files) and the stack's files after each step,
 //! kept in a directory that is not removed.
@@ -42,6 +47,57 @@ use serde_json::{json, Value};
 const STACK: &str = "dev";
 const PROJECT: &str = "fz";
 const CUSTOM_TYPES: [&str; 2] = ["fz:store:Box", "fz:net:Link"];
+
+/// The suffix that makes a type a facet of the simulated cloud.
+const FACET_SUFFIX: &str = "Settings";
+
+/// The split migration (`python3 split.py SPEC`): moves the `move` keys
+/// out of the custom resource named `host` into a new facet resource
+/// (`urn`, `type`, `parent`, `inputs` plus `host`: the host's ID) with the
+/// host's ID, provider and flags; prints null once the facet exists or
+/// when the host is not in the state. The prior states may record aliases
+/// of earlier renames, which a result may not carry: it drops them.
+const SPLIT_PY: &str = r#"import json, sys
+
+spec = json.loads(sys.argv[1])
+states = json.load(sys.stdin)["oldState"]
+
+def name(urn):
+    return urn.split("::", 3)[3]
+
+hosts = [s for s in states if s.get("custom") and not s.get("delete") and name(s["urn"]) == spec["host"]]
+if any(s["urn"] == spec["urn"] for s in states) or len(hosts) != 1:
+    print("null")
+    sys.exit(0)
+host = hosts[0]
+for s in states:
+    s.pop("aliases", None)
+for part in ("inputs", "outputs"):
+    for k in spec["move"]:
+        (host.get(part) or {}).pop(k, None)
+props = dict(spec["inputs"], host=host["id"])
+facet = {
+    "urn": spec["urn"],
+    "custom": True,
+    "id": host["id"],
+    "type": spec["type"],
+    "inputs": props,
+    "outputs": dict(props),
+    "parent": spec["parent"],
+    "dependencies": [host["urn"]],
+    "propertyDependencies": {"host": [host["urn"]]},
+}
+for k in ("provider", "extensionRef", "protect", "retainOnDelete", "external", "taint", "pendingReplacement"):
+    if k in host:
+        facet[k] = host[k]
+states.insert(states.index(host) + 1, facet)
+print(json.dumps({"newState": states, "successors": {}}))
+"#;
+
+/// Whether a type token is a facet type of the simulated cloud.
+fn is_facet(ty: &str) -> bool {
+    keel::provider::SimConfig::default().is_facet(ty)
+}
 
 /// splitmix64: small, seedable, good enough to drive a test.
 struct Rng(u64);
@@ -91,6 +147,10 @@ struct Res {
     aliases: Vec<String>,
     /// `stateMigrations` entries (components; until a clean `up`).
     migrations: Vec<Value>,
+    /// A setting a split can move out into a facet.
+    tier: Option<u64>,
+    /// For a facet: the key of its host.
+    host: Option<String>,
 }
 
 /// The program as the fuzzer means it.
@@ -101,6 +161,12 @@ struct Model {
     secrets: bool,
     /// Every secret plaintext ever used.
     plaintexts: BTreeSet<String>,
+    /// The split migration's script.
+    split_script: String,
+    /// Splits chosen.
+    splits: u64,
+    /// Facets of splits not yet applied by a clean `up`.
+    pending_splits: Vec<String>,
 }
 
 impl Model {
@@ -152,12 +218,18 @@ impl Model {
     fn rekey(&mut self, old: &str, new: &str) {
         let r = self.res.remove(old).expect("rekey of a known resource");
         self.res.insert(new.to_owned(), r);
+        for k in &mut self.pending_splits {
+            if k == old {
+                *k = new.to_owned();
+            }
+        }
         for r in self.res.values_mut() {
             for k in r
                 .refs
                 .iter_mut()
                 .chain(r.depends_on.iter_mut())
                 .chain(r.parent.iter_mut())
+                .chain(r.host.iter_mut())
             {
                 if k == old {
                     *k = new.to_owned();
@@ -177,6 +249,12 @@ impl Model {
                 let mut props = json!({ "size": r.size, "zone": format!("z{}", r.zone) });
                 for (i, dep) in r.refs.iter().enumerate() {
                     props[format!("ref{i}")] = json!(format!("${{{dep}.id}}"));
+                }
+                if let Some(t) = r.tier {
+                    props["tier"] = json!(t);
+                }
+                if let Some(h) = &r.host {
+                    props["host"] = json!(format!("${{{h}.id}}"));
                 }
                 if let Some(s) = &r.secret {
                     props["token"] = json!({ "fn::secret": s });
@@ -222,6 +300,16 @@ impl Model {
             r.aliases.clear();
             r.migrations.clear();
         }
+        self.pending_splits.clear();
+    }
+
+    /// Forgets the migrations (not the aliases), which the state no
+    /// longer fits.
+    fn drop_migrations(&mut self) {
+        for r in self.res.values_mut() {
+            r.migrations.clear();
+        }
+        self.pending_splits.clear();
     }
 
     fn pending_renames(&self) -> bool {
@@ -275,6 +363,8 @@ fn mutate(m: &mut Model, rng: &mut Rng) -> String {
                     depends_on,
                     aliases: Vec::new(),
                     migrations: Vec::new(),
+                    tier: rng.chance(50).then(|| rng.below(5)),
+                    host: None,
                 },
             );
             format!("add custom {key}")
@@ -301,6 +391,8 @@ fn mutate(m: &mut Model, rng: &mut Rng) -> String {
                     depends_on: Vec::new(),
                     aliases: Vec::new(),
                     migrations: Vec::new(),
+                    tier: None,
+                    host: None,
                 },
             );
             format!("add component {key}")
@@ -328,10 +420,13 @@ fn mutate(m: &mut Model, rng: &mut Rng) -> String {
             let Some(k) = rng.pick(&m.keys(|_| true)) else {
                 return "nothing".into();
             };
+            // A facet goes with its host.
             let gone: BTreeSet<String> = m
                 .keys(|_| true)
                 .into_iter()
-                .filter(|x| m.below(x, &k))
+                .filter(|x| {
+                    m.below(x, &k) || m.res[x].host.as_ref().is_some_and(|h| m.below(h, &k))
+                })
                 .collect();
             for g in &gone {
                 m.res.remove(g);
@@ -377,7 +472,13 @@ fn mutate(m: &mut Model, rng: &mut Rng) -> String {
     }
 }
 
-/// A component migration: rename, move or retype.
+/// A component migration: rename, move, retype or split.
+///
+/// A facet keeps its URN through migrations other than retype (which it
+/// follows only with its host): should the migration be dropped (see
+/// `converge`), a facet under a new URN would be a second facet on its
+/// host, which the simulated cloud refuses (a real provider would
+/// overwrite the old one and then delete it with the old resource).
 fn migrate(m: &mut Model, rng: &mut Rng) -> String {
     if m.pending_renames() {
         return "nothing (a rename is pending)".into();
@@ -391,11 +492,12 @@ fn migrate(m: &mut Model, rng: &mut Rng) -> String {
         .into_iter()
         .filter(|k| k != &c && m.below(k, &c))
         .collect();
-    match rng.below(3) {
+    match rng.below(5) {
+        3 | 4 => split(m, rng, &c, &below),
         0 => {
             let customs: Vec<String> = below
                 .iter()
-                .filter(|k| !m.res[*k].component)
+                .filter(|k| !m.res[*k].component && m.res[*k].host.is_none())
                 .cloned()
                 .collect();
             let Some(x) = rng.pick(&customs) else {
@@ -417,7 +519,10 @@ fn migrate(m: &mut Model, rng: &mut Rng) -> String {
             };
             let movable: Vec<String> = below
                 .iter()
-                .filter(|k| !m.res[*k].component && m.res[*k].parent.as_deref() != Some(d.as_str()))
+                .filter(|k| {
+                    let r = &m.res[*k];
+                    !r.component && r.host.is_none() && r.parent.as_deref() != Some(d.as_str())
+                })
                 .cloned()
                 .collect();
             // One resource moves; several fold into `d`.
@@ -440,6 +545,12 @@ fn migrate(m: &mut Model, rng: &mut Rng) -> String {
             format!("migration on {c}: move {moved:?} under {d}")
         }
         _ => {
+            // Without an alias, the subtree is created anew and the old
+            // one deleted: a facet whose host stays would be made twice.
+            let stays = |k: &String| m.res[k].host.as_ref().is_some_and(|h| !below.contains(h));
+            if let Some(f) = below.iter().find(|k| stays(k)) {
+                return format!("nothing (a retype of {c} would make facet {f} anew on its host)");
+            }
             m.next += 1;
             let to = format!("fz:app:G{}", m.next);
             let r = m.res.get_mut(&c).unwrap();
@@ -448,6 +559,62 @@ fn migrate(m: &mut Model, rng: &mut Rng) -> String {
             format!("migration on {c}: retype {from} -> {to}")
         }
     }
+}
+
+/// A split migration on `c`: a custom resource under it (`below`) with a
+/// `tier` moves it into a new facet resource of type `<its type>Settings`
+/// with the same ID and provider, a sibling of it referring to it by its
+/// `host` input, through an external command.
+fn split(m: &mut Model, rng: &mut Rng, c: &str, below: &[String]) -> String {
+    let hosts: Vec<String> = below
+        .iter()
+        .filter(|k| {
+            let r = &m.res[*k];
+            !r.component && r.tier.is_some() && !is_facet(&r.ty)
+        })
+        .cloned()
+        .collect();
+    let Some(x) = rng.pick(&hosts) else {
+        return "nothing".into();
+    };
+    m.splits += 1;
+    let f = m.fresh("r");
+    let host = m.res.get_mut(&x).unwrap();
+    let tier = host.tier.take();
+    let facet = Res {
+        ty: format!("{}{FACET_SUFFIX}", host.ty),
+        component: false,
+        parent: host.parent.clone(),
+        size: 0,
+        zone: 0,
+        dbr: false,
+        secret: None,
+        refs: Vec::new(),
+        depends_on: Vec::new(),
+        aliases: Vec::new(),
+        migrations: Vec::new(),
+        tier,
+        host: Some(x.clone()),
+    };
+    let parent = facet
+        .parent
+        .clone()
+        .expect("a resource below a component has a parent");
+    let ty = facet.ty.clone();
+    m.res.insert(f.clone(), facet);
+    let spec = json!({
+        "host": x,
+        "urn": m.urn(&f),
+        "parent": m.urn(&parent),
+        "type": ty,
+        "inputs": {"size": 0, "zone": "z0", "tier": tier},
+        "move": ["tier"],
+    });
+    m.res.get_mut(c).unwrap().migrations = vec![json!({
+        "command": ["python3", m.split_script, spec.to_string()]
+    })];
+    m.pending_splits.push(f.clone());
+    format!("migration on {c}: split {x}'s tier into facet {f} ({ty})")
 }
 
 /// How a step ended.
@@ -461,6 +628,38 @@ enum Exit {
 struct World {
     state: Value,
     cloud: Vec<Value>,
+    /// Facets deleted from hosts that still exist, as (type, ID).
+    removed_facets: BTreeSet<(String, String)>,
+}
+
+impl World {
+    /// Whether the cloud has an object of `ty` with `id`.
+    fn has(&self, ty: &Value, id: &Value) -> bool {
+        self.cloud
+            .iter()
+            .any(|o| &o["type"] == ty && &o["id"] == id)
+    }
+
+    /// Whether a host (an object of a non-facet type) has `id`.
+    fn has_host(&self, id: &Value) -> bool {
+        self.cloud
+            .iter()
+            .any(|o| &o["id"] == id && !is_facet(o["type"].as_str().unwrap_or_default()))
+    }
+
+    /// Whether the state resource `r` is a facet its host carries: no
+    /// object of its own, its host there and the facet not removed from it.
+    fn carried(&self, r: &Value) -> bool {
+        let (ty, id) = (&r["type"], &r["id"]);
+        let (t, i) = (
+            ty.as_str().unwrap_or_default(),
+            id.as_str().unwrap_or_default(),
+        );
+        is_facet(t)
+            && !self.has(ty, id)
+            && self.has_host(id)
+            && !self.removed_facets.contains(&(t.to_owned(), i.to_owned()))
+    }
 }
 
 struct Fuzz {
@@ -474,6 +673,8 @@ struct Fuzz {
     episode: u64,
     /// The global number of the episode's first step.
     first_step: usize,
+    /// Splits whose facet a clean `up` found carried by its host.
+    splits_applied: u64,
 }
 
 impl Fuzz {
@@ -486,11 +687,14 @@ impl Fuzz {
         }
         let keep = keel.path().join("transcript");
         std::fs::create_dir_all(&keep).unwrap();
+        let script = keep.join("split.py");
+        std::fs::write(&script, SPLIT_PY).unwrap();
         Self {
             keel,
             rng,
             model: Model {
                 secrets,
+                split_script: script.display().to_string(),
                 ..Model::default()
             },
             seed,
@@ -499,6 +703,7 @@ impl Fuzz {
             program_no: 0,
             episode,
             first_step,
+            splits_applied: 0,
         }
     }
 
@@ -585,7 +790,16 @@ impl Fuzz {
             Ok(Value::Array(a)) => a,
             _ => self.fail(step, &format!("cloud list is not a JSON array: {out}")),
         };
-        World { state, cloud }
+        let path = self.keel.backend().join("cloud.json");
+        let removed_facets = match keel::provider::SimCloud::load(&path, Default::default()) {
+            Ok(c) => c.removed_facets().into_iter().collect(),
+            Err(e) => self.fail(step, &format!("the cloud does not load: {e}")),
+        };
+        World {
+            state,
+            cloud,
+            removed_facets,
+        }
     }
 
     /// Keeps a copy of the stack's files after `step`, for a post-mortem.
@@ -643,6 +857,14 @@ impl Fuzz {
                 );
             }
         }
+        for o in &w.cloud {
+            if is_facet(o["type"].as_str().unwrap_or_default()) && !w.has_host(&o["id"]) {
+                self.fail(
+                    step,
+                    &format!("facet {} {} has no host", o["type"], o["id"]),
+                );
+            }
+        }
         let plaintexts: Vec<String> = self.model.plaintexts.iter().cloned().collect();
         for s in &plaintexts {
             if output.contains(s.as_str()) {
@@ -675,6 +897,7 @@ impl Fuzz {
             self.fail(step, "pending operations after a clean up");
         }
         let mut live: BTreeMap<String, Value> = BTreeMap::new();
+        let mut carried = 0;
         for r in &resources {
             let urn = r["urn"].as_str().unwrap_or_default().to_owned();
             let ty = r["type"].as_str().unwrap_or_default();
@@ -693,6 +916,12 @@ impl Fuzz {
                     &format!("{urn} is in the state but not in the program"),
                 );
             }
+            if r["custom"] == true && !w.has(&r["type"], &r["id"]) {
+                if !w.carried(r) {
+                    self.fail(step, &format!("{urn} has no cloud object"));
+                }
+                carried += 1;
+            }
             live.insert(urn, r.clone());
         }
         for (urn, custom) in &expected {
@@ -705,11 +934,11 @@ impl Fuzz {
             }
         }
         let customs = expected.values().filter(|c| **c).count();
-        if w.cloud.len() != customs {
+        if w.cloud.len() + carried != customs {
             self.fail(
                 step,
                 &format!(
-                    "the cloud holds {} objects for {customs} custom resources: {:#}",
+                    "the cloud holds {} objects (and its hosts carry {carried} facets) for {customs} custom resources: {:#}",
                     w.cloud.len(),
                     Value::Array(w.cloud.clone())
                 ),
@@ -834,7 +1063,27 @@ impl Fuzz {
         }
         if clean_up && exit == Exit::Code(0) {
             self.exact(step, &w);
+            self.count_splits(&w);
             self.model.settle();
+        }
+    }
+
+    /// Counts the pending splits that took effect: their facets are in the
+    /// state, carried by their hosts (a facet created afresh, when the
+    /// split did not apply, has an object of its own).
+    fn count_splits(&mut self, w: &World) {
+        let resources = w.state["resources"].as_array().cloned().unwrap_or_default();
+        for f in std::mem::take(&mut self.model.pending_splits) {
+            if !self.model.res.contains_key(&f) {
+                continue; // deleted since
+            }
+            let urn = self.model.urn(&f);
+            if resources
+                .iter()
+                .any(|r| r["urn"] == urn.as_str() && r["delete"] != true && w.carried(r))
+            {
+                self.splits_applied += 1;
+            }
         }
     }
 
@@ -861,8 +1110,9 @@ impl Fuzz {
             // update left pending, a `move` under a component whose create
             // failed) is refused, changing nothing; as its message says, the
             // program then runs without it (its resources are replaced, not
-            // renamed).
-            self.model.settle();
+            // renamed; aliases stay: a facet renamed through one cannot be
+            // made anew on its host while its old self holds it).
+            self.model.drop_migrations();
             let program = self.write_program();
             let up = vec!["up".to_owned(), "--program".into(), program, "--yes".into()];
             (exit, out) = self.run(&up, None);
@@ -872,6 +1122,7 @@ impl Fuzz {
         }
         let w = self.check(step, &out);
         self.exact(step, &w);
+        self.count_splits(&w);
         self.model.settle();
         let program = self.write_program();
         let preview = vec![
@@ -921,6 +1172,7 @@ fn lifecycle_fuzz() {
     let mut episode = env_u64("KEEL_FUZZ_FROM", 0);
     let mut done = episode as usize * per_episode;
     let steps = done + steps;
+    let (mut splits, mut applied) = (0, 0);
     while done < steps {
         let mut f = Fuzz::new(seed, episode, done);
         let n = per_episode.min(steps - done);
@@ -929,6 +1181,8 @@ fn lifecycle_fuzz() {
         }
         done += n;
         f.converge(done - 1);
+        splits += f.model.splits;
+        applied += f.splits_applied;
         if std::env::var_os("KEEL_FUZZ_VERBOSE").is_some() {
             eprintln!("episode {episode}:\n{}", f.transcript.join("\n"));
         } else if episode % 10 == 9 {
@@ -937,4 +1191,7 @@ fn lifecycle_fuzz() {
         episode += 1;
     }
     eprintln!("lifecycle fuzzer: seed {seed}: clean up to step {done} (episode {episode})");
+    eprintln!(
+        "lifecycle fuzzer: seed {seed}: {splits} splits chosen, {applied} found carried by their hosts after a clean up"
+    );
 }

@@ -13,6 +13,39 @@
 //! only `T`'s object `X`, even when an object of another type has the ID
 //! `X`.
 //!
+//! # Facets
+//!
+//! Some types manage a part of another object rather than an object of
+//! their own, as AWS's `BucketWebsiteConfiguration` manages the website
+//! settings of the bucket whose ID it shares. The simulated cloud calls
+//! them *facet types*: those whose type name (the part of the token after
+//! its last `:`) ends in one of [`SimConfig::facet_suffixes`]
+//! (`Configuration` and `Settings` by default). A facet of type `F` and ID
+//! `X` lives on its *host*, an object of a non-facet type with the ID `X`:
+//! - a create names the host by the facet's `bucket` or `host` input
+//!   ([`FACET_HOST_KEYS`]; `check` refuses a facet without one) and gets
+//!   the host's ID; it fails when the host does not exist or already has a
+//!   facet object of that type;
+//! - an update or delete touches the facet only, never the host; a diff
+//!   that changes the host input replaces the facet, and a facet is always
+//!   replaced delete-first (two cannot coexist on one host);
+//! - deleting the host (the last non-facet object with its ID) deletes its
+//!   facets, out of band too;
+//! - a host *carries* a facet it has no object for: the settings a split
+//!   migration moves out of a resource into a facet resource (the split
+//!   example) were set through the host, and the simulated cloud keeps no
+//!   separate copy of them. A read of a facet with no object, whose host
+//!   exists and whose request names that host, returns the facet as the
+//!   request describes it (its inputs, and its prior outputs when given),
+//!   and an update of it writes the facet's object. Once a facet is
+//!   deleted, the cloud records that its host no longer carries it (a
+//!   `facetRemoved` record), so it reads as gone until it is created again.
+//!
+//! [`SimCloud::objects`] lists facets that have an object (created or
+//! updated) as objects of their own, keyed by their type and ID like any
+//! other; a carried facet is not listed ([`SimCloud::has_facet`] says
+//! whether a host has one).
+//!
 //! The file ([`SimCloud::load`], [`SimCloud::autosave_to`]) is an
 //! append-only change log shared safely by several processes (see
 //! `sim_file.rs`): a change appends one record under a cross-process lock
@@ -45,7 +78,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-use super::sim_file::{key, CloudFile, CloudState, Record};
+use super::sim_file::{key, CloudFile, CloudState, Key, Record};
 pub use super::sim_file::{CloudFileError, CloudFileStats};
 use super::{
     DiffConfigRequest, DiffKind, DiffResponse, ObjectState, Provider, ProviderError,
@@ -60,6 +93,13 @@ pub const INJECTED_FAILURE: &str = "injected failure (sim)";
 /// The outputs the simulated cloud computes for every object (unless an
 /// input of the same name exists): `arn`, `websiteEndpoint`, `domainName`.
 pub const COMPUTED_OUTPUT_KEYS: [&str; 3] = ["arn", "websiteEndpoint", "domainName"];
+
+/// The inputs that name a facet's host (the first present wins): `bucket`,
+/// as AWS's bucket facets do, and `host`. See the module's "Facets".
+pub const FACET_HOST_KEYS: [&str; 2] = ["bucket", "host"];
+
+/// The facet suffixes of [`SimConfig::default`].
+pub const DEFAULT_FACET_SUFFIXES: [&str; 2] = ["Configuration", "Settings"];
 
 /// The simulated cloud's configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -91,6 +131,22 @@ pub struct SimConfig {
     /// Schema versions per type token (`architecture.md` §8): the
     /// provider declares them, and its migration renames keys.
     pub schemas: BTreeMap<String, SchemaDef>,
+    /// Suffixes of the type names of facet types (see the module's
+    /// "Facets"): a type token whose name (after its last `:`) ends in one
+    /// of them is a facet type. Default: [`DEFAULT_FACET_SUFFIXES`]; empty,
+    /// no type is a facet.
+    pub facet_suffixes: BTreeSet<String>,
+}
+
+impl SimConfig {
+    /// Whether `ty` (a type token) is a facet type: its name ends in one of
+    /// [`SimConfig::facet_suffixes`].
+    pub fn is_facet(&self, ty: &str) -> bool {
+        let name = ty.rsplit(':').next().unwrap_or(ty);
+        self.facet_suffixes
+            .iter()
+            .any(|s| name.ends_with(s.as_str()))
+    }
 }
 
 /// The simulated cloud's schema of one resource type.
@@ -143,6 +199,7 @@ impl Default for SimConfig {
             record_calls: true,
             lookup: true,
             schemas: BTreeMap::new(),
+            facet_suffixes: DEFAULT_FACET_SUFFIXES.map(str::to_owned).into(),
         }
     }
 }
@@ -283,6 +340,17 @@ fn first_with_id<'a>(state: &'a CloudState, id: &str) -> Option<&'a SimObject> {
         .next()
         .filter(|((i, _), _)| i == id)
         .map(|(_, o)| o)
+}
+
+/// The host a facet's inputs name ([`FACET_HOST_KEYS`]): `Ok(None)` when
+/// no host input is present, `Err(())` when one is present but not a
+/// string (unknown in a preview, say).
+fn facet_host(inputs: &PropertyMap) -> std::result::Result<Option<&str>, ()> {
+    match FACET_HOST_KEYS.iter().find_map(|k| inputs.get(*k)) {
+        None => Ok(None),
+        Some(PropertyValue::String(s)) => Ok(Some(s)),
+        Some(_) => Err(()),
+    }
 }
 
 /// Runs blocking I/O: off the async workers on a multi-threaded runtime.
@@ -603,6 +671,106 @@ impl SimCloud {
         lock(&self.state).objects.get(&key(id, ty)).cloned()
     }
 
+    /// The host of the facets with ID `id`: the first object of a
+    /// non-facet type with that ID.
+    fn host<'a>(&self, state: &'a CloudState, id: &str) -> Option<&'a SimObject> {
+        state
+            .objects
+            .range((id.to_owned(), String::new())..)
+            .take_while(|((i, _), _)| i == id)
+            .map(|(_, o)| o)
+            .find(|o| !self.config.is_facet(&o.ty))
+    }
+
+    /// Whether the host with ID `id` carries a facet of type `ty` that has
+    /// no object of its own (see the module's "Facets").
+    fn carried(&self, state: &CloudState, ty: &str, id: &str) -> bool {
+        let k = key(id, ty);
+        self.config.is_facet(ty)
+            && !state.objects.contains_key(&k)
+            && !state.removed_facets.contains(&k)
+            && self.host(state, id).is_some()
+    }
+
+    /// Whether a request for the facet `ty` `id` finds it carried by its
+    /// host: it has no object, the host carries it and the request's
+    /// inputs name that host.
+    fn carried_for(&self, state: &CloudState, req: &ResourceRequest<'_>) -> bool {
+        self.carried(state, req.ty.as_str(), req.id) && facet_host(req.inputs) == Ok(Some(req.id))
+    }
+
+    /// The records that delete the object of type `ty` with ID `id`: a
+    /// facet's removal from its host (which then no longer carries it), or
+    /// an object's delete with, for the last host of that ID, its facets'.
+    /// None when there is nothing to delete.
+    fn delete_records(&self, state: &CloudState, ty: &str, id: &str) -> Vec<Record> {
+        let k = key(id, ty);
+        let exists = state.objects.contains_key(&k);
+        let (ty, id) = (ty.to_owned(), id.to_owned());
+        if self.config.is_facet(&ty) {
+            let hosted = self.host(state, &id).is_some();
+            return if hosted && (exists || !state.removed_facets.contains(&k)) {
+                vec![Record::FacetRemoved { ty, id }]
+            } else if exists {
+                vec![Record::Delete { ty, id }]
+            } else {
+                Vec::new()
+            };
+        }
+        if !exists {
+            return Vec::new();
+        }
+        let with_id = || {
+            state
+                .objects
+                .range((id.clone(), String::new())..)
+                .take_while(|(k, _)| k.0 == id)
+                .map(|(k, _)| k)
+        };
+        let other_host = with_id().any(|k| k.1 != ty && !self.config.is_facet(&k.1));
+        let mut records = vec![Record::Delete {
+            ty: ty.clone(),
+            id: id.clone(),
+        }];
+        if !other_host {
+            // The host's facets go with it (records of removed ones too).
+            let removed = state
+                .removed_facets
+                .range((id.clone(), String::new())..)
+                .take_while(|k| k.0 == id);
+            let facets: BTreeSet<&Key> = with_id()
+                .filter(|k| self.config.is_facet(&k.1))
+                .chain(removed)
+                .collect();
+            records.extend(facets.into_iter().map(|(i, t)| Record::Delete {
+                ty: t.clone(),
+                id: i.clone(),
+            }));
+        }
+        records
+    }
+
+    /// Whether the object with ID `id` has a facet of type `ty`: an object
+    /// of its own, or one its host carries (see the module's "Facets").
+    /// False when `ty` is not a facet type.
+    pub fn has_facet(&self, ty: &str, id: &str) -> bool {
+        self.refresh_view();
+        let state = lock(&self.state);
+        self.config.is_facet(ty)
+            && (state.objects.contains_key(&key(id, ty)) || self.carried(&state, ty, id))
+    }
+
+    /// The facets deleted from their hosts, as (type, ID), sorted by ID:
+    /// the hosts no longer carry them.
+    pub fn removed_facets(&self) -> Vec<(String, String)> {
+        self.refresh_view();
+        lock(&self.state)
+            .removed_facets
+            .iter()
+            .map(|(id, ty)| (ty.clone(), id.clone()))
+            .collect()
+    }
+
     /// Makes an out-of-band change; false when `plan` wrote nothing or the
     /// file could not be written (logged).
     fn out_of_band(&self, plan: impl FnOnce(&CloudState) -> Vec<Record>) -> bool {
@@ -619,33 +787,20 @@ impl SimCloud {
     }
 
     /// Removes the object with this ID (of any type, as
-    /// [`Self::object`] finds it) behind keel's back; false when there was
-    /// none.
+    /// [`Self::object`] finds it) behind keel's back, as a delete would (a
+    /// host's facets go with it); false when there was none.
     pub fn remove_object(&self, id: &str) -> bool {
-        self.out_of_band(|state| {
-            first_with_id(state, id)
-                .map(|o| Record::Delete {
-                    ty: o.ty.clone(),
-                    id: o.id.clone(),
-                })
-                .into_iter()
-                .collect()
+        self.out_of_band(|state| match first_with_id(state, id) {
+            Some(o) => self.delete_records(state, &o.ty, &o.id),
+            None => Vec::new(),
         })
     }
 
-    /// Removes the object of type `ty` with this ID behind keel's back;
-    /// false when there was none.
+    /// Removes the object of type `ty` with this ID behind keel's back, as
+    /// a delete would (a host's facets go with it; a carried facet is
+    /// removed from its host); false when there was none.
     pub fn remove_object_of(&self, ty: &str, id: &str) -> bool {
-        self.out_of_band(|state| {
-            if state.objects.contains_key(&key(id, ty)) {
-                vec![Record::Delete {
-                    ty: ty.to_owned(),
-                    id: id.to_owned(),
-                }]
-            } else {
-                Vec::new()
-            }
-        })
+        self.out_of_band(|state| self.delete_records(state, ty, id))
     }
 
     /// Changes a property behind keel's back (drift) of the object with
@@ -803,6 +958,45 @@ impl SimCloud {
         (obj, generation)
     }
 
+    /// Plans a facet's object on the host its inputs name (see the
+    /// module's "Facets").
+    fn plan_facet(
+        &self,
+        state: &CloudState,
+        req: &ResourceRequest<'_>,
+    ) -> std::result::Result<SimObject, ProviderError> {
+        let ty = req.ty.as_str();
+        let failed = |message: String| ProviderError::Failed {
+            operation: "create",
+            urn: req.urn.clone(),
+            message,
+        };
+        let Ok(Some(host)) = facet_host(req.inputs) else {
+            return Err(failed(format!(
+                "{ty} is a facet type of the simulated cloud: give it a `bucket` or `host` input naming the ID of the object it configures"
+            )));
+        };
+        if self.host(state, host).is_none() {
+            return Err(failed(format!(
+                "its host `{host}` does not exist: a facet ({ty}) is created on an existing object, the one its `bucket` or `host` input names"
+            )));
+        }
+        if let Some(other) = state.objects.get(&key(host, ty)) {
+            return Err(failed(format!(
+                "`{host}` already has a {ty} (made by {}): a host has one facet of each type; delete that resource first, or import this facet",
+                if other.urn.is_empty() { "someone outside keel" } else { &other.urn }
+            )));
+        }
+        Ok(SimObject {
+            outputs: outputs_for(ty, host, req.inputs),
+            id: host.to_owned(),
+            ty: ty.to_owned(),
+            name: req.urn.name().to_owned(),
+            urn: req.urn.as_str().to_owned(),
+            inputs: req.inputs.clone(),
+        })
+    }
+
     fn diff_inputs(&self, req: &ResourceRequest<'_>) -> DiffResponse {
         let empty = PropertyMap::new();
         let old = req.old_inputs.unwrap_or(&empty);
@@ -817,10 +1011,14 @@ impl SimCloud {
             .cloned()
             .collect();
         let ty = req.ty.as_str();
+        let facet = self.config.is_facet(ty);
         let per_type = self.config.replace_on_change_types.get(ty);
         let forces = |k: &str| {
             let in_set = |s: &BTreeSet<String>| s.contains(k) || s.contains("*");
-            in_set(&self.config.replace_on_change) || per_type.is_some_and(in_set)
+            in_set(&self.config.replace_on_change)
+                || per_type.is_some_and(in_set)
+                // A facet lives on its host: another host is another facet.
+                || (facet && FACET_HOST_KEYS.contains(&k))
         };
         let replace_keys: BTreeSet<String> =
             changed_keys.iter().filter(|k| forces(k)).cloned().collect();
@@ -835,7 +1033,8 @@ impl SimCloud {
             kind,
             changed_keys,
             replace_keys,
-            delete_before_replace: self.config.delete_before_replace_types.contains(ty),
+            // Two facets of a type cannot coexist on one host.
+            delete_before_replace: facet || self.config.delete_before_replace_types.contains(ty),
         }
     }
 }
@@ -878,6 +1077,15 @@ impl Provider for SimProvider {
 
     async fn check(&self, req: ResourceRequest<'_>) -> Result<PropertyMap> {
         self.cloud.counters.checks.fetch_add(1, Ordering::SeqCst);
+        if self.cloud.config.is_facet(req.ty.as_str()) && facet_host(req.inputs) == Ok(None) {
+            return Err(ProviderError::CheckFailed {
+                urn: req.urn.clone(),
+                failures: vec![format!(
+                    "{} is a facet type of the simulated cloud: give it a `bucket` or `host` input naming the ID of the object it configures",
+                    req.ty
+                )],
+            });
+        }
         Ok(req.inputs.clone())
     }
 
@@ -931,14 +1139,23 @@ impl Provider for SimProvider {
         cloud.inject("create", req.urn)?;
         let obj = cloud
             .change(|state| {
-                let (obj, next) = SimCloud::plan_new(state, req.urn, req.ty.as_str(), req.inputs);
+                let (obj, next) = if cloud.config.is_facet(req.ty.as_str()) {
+                    match cloud.plan_facet(state, &req) {
+                        Ok(obj) => (obj, None),
+                        Err(e) => return (Err(e), Vec::new()),
+                    }
+                } else {
+                    let (obj, next) =
+                        SimCloud::plan_new(state, req.urn, req.ty.as_str(), req.inputs);
+                    (obj, Some(next))
+                };
                 let record = Record::Put {
                     object: obj.clone(),
-                    next_generation: Some(next),
+                    next_generation: next,
                 };
-                (obj, vec![record])
+                (Ok(obj), vec![record])
             })
-            .map_err(|e| cloud_io("create", req.urn, &e))?;
+            .map_err(|e| cloud_io("create", req.urn, &e))??;
         guard.id.clone_from(&obj.id);
         drop(guard);
         Ok(ObjectState {
@@ -956,14 +1173,27 @@ impl Provider for SimProvider {
         cloud
             .refresh_from_file()
             .map_err(|e| cloud_io("read", req.urn, &e))?;
-        let found = lock(&cloud.state)
-            .objects
-            .get(&key(req.id, req.ty.as_str()))
-            .cloned();
+        let (found, carried) = {
+            let state = lock(&cloud.state);
+            let found = state.objects.get(&key(req.id, req.ty.as_str())).cloned();
+            let carried = found.is_none() && cloud.carried_for(&state, &req);
+            (found, carried)
+        };
         let found = found
             .map(|o| cloud.current_shape(o))
             .transpose()
             .map_err(|e| cloud_secrets("read", req.urn, &e))?;
+        // A facet its host carries reads as the request describes it.
+        let found = found.or_else(|| {
+            carried.then(|| ObjectState {
+                id: req.id.to_owned(),
+                inputs: req.inputs.clone(),
+                outputs: req
+                    .old_outputs
+                    .cloned()
+                    .unwrap_or_else(|| outputs_for(req.ty.as_str(), req.id, req.inputs)),
+            })
+        });
         drop(guard);
         Ok(found)
     }
@@ -995,14 +1225,25 @@ impl Provider for SimProvider {
         cloud.inject("update", req.urn)?;
         let updated = cloud
             .change(|state| {
-                let Some(obj) = state.objects.get(&key(req.id, req.ty.as_str())) else {
+                let existing = state.objects.get(&key(req.id, req.ty.as_str())).cloned();
+                // A facet its host carries gets an object of its own.
+                let carried = || {
+                    cloud.carried_for(state, &req).then(|| SimObject {
+                        id: req.id.to_owned(),
+                        ty: req.ty.as_str().to_owned(),
+                        name: req.urn.name().to_owned(),
+                        urn: req.urn.as_str().to_owned(),
+                        inputs: PropertyMap::new(),
+                        outputs: PropertyMap::new(),
+                    })
+                };
+                let Some(mut obj) = existing.or_else(carried) else {
                     let missing = ProviderError::NotFound {
                         urn: req.urn.clone(),
                         id: req.id.to_owned(),
                     };
                     return (Err(missing), Vec::new());
                 };
-                let mut obj = obj.clone();
                 obj.inputs = req.inputs.clone();
                 obj.outputs = outputs_for(&obj.ty, &obj.id, req.inputs);
                 let updated = ObjectState {
@@ -1031,15 +1272,7 @@ impl Provider for SimProvider {
         cloud.sleep_within("delete", req.urn, req.timeout).await?;
         cloud.inject("delete", req.urn)?;
         cloud
-            .change(|state| {
-                let k = key(req.id, req.ty.as_str());
-                let records = if state.objects.contains_key(&k) {
-                    vec![Record::Delete { ty: k.1, id: k.0 }]
-                } else {
-                    Vec::new()
-                };
-                ((), records)
-            })
+            .change(|state| ((), cloud.delete_records(state, req.ty.as_str(), req.id)))
             .map_err(|e| cloud_io("delete", req.urn, &e))?;
         drop(guard);
         Ok(())
@@ -1618,7 +1851,8 @@ mod tests {
 
     #[tokio::test]
     async fn objects_are_identified_by_type_and_id() {
-        const OTHER: &str = "aws:s3/bucketWebsiteConfiguration:BucketWebsiteConfiguration";
+        // Not a facet type: two objects of their own sharing an ID.
+        const OTHER: &str = "aws:s3/bucketPolicy:BucketPolicy";
         let cloud = SimCloud::new(SimConfig::default());
         let p = cloud.provider("aws");
         let (u, t) = (urn("site"), ty());
@@ -1665,6 +1899,248 @@ mod tests {
             .expect_err("missing");
         assert!(matches!(err, ProviderError::NotFound { .. }), "{err}");
         assert_eq!(cloud.objects().len(), 1);
+    }
+
+    const FACET: &str = "aws:s3/bucketWebsiteConfiguration:BucketWebsiteConfiguration";
+
+    fn facet_ty() -> TypeToken {
+        TypeToken::parse(FACET).expect("type")
+    }
+
+    fn facet_urn(name: &str) -> Urn {
+        Urn::parse(&format!("urn:pulumi:dev::proj::{FACET}::{name}")).expect("urn")
+    }
+
+    /// Facet inputs on the host `id`.
+    fn facet_props(id: &str, index: &str) -> PropertyMap {
+        props(&[("bucket", id), ("index", index)])
+    }
+
+    #[test]
+    fn facet_types_are_named_by_their_suffix() {
+        let c = SimConfig::default();
+        let check = |ty: &str, facet: bool| assert_eq!(c.is_facet(ty), facet, "{ty}");
+        check(FACET, true);
+        check("azure:web:AppSettings", true);
+        check("fz:store:BoxSettings", true);
+        check(TY, false);
+        // The module part does not count.
+        check("fz:settings:Box", false);
+        check("fz:fooConfiguration:Box", false);
+        let none = SimConfig {
+            facet_suffixes: BTreeSet::new(),
+            ..SimConfig::default()
+        };
+        assert!(!none.is_facet(FACET));
+    }
+
+    #[tokio::test]
+    async fn a_facet_is_created_on_its_host_and_changed_alone() {
+        let cloud = SimCloud::new(SimConfig::default());
+        let p = cloud.provider("aws");
+        let (u, t, fu, ft) = (urn("site"), ty(), facet_urn("site-web"), facet_ty());
+        let host_inputs = props(&[("name", "site")]);
+        let host = p.create(req(&u, &t, "", &host_inputs)).await.expect("host");
+        let x = host.id.clone();
+
+        // The host is named by an input; check refuses a facet without one.
+        let err = p
+            .check(req(&fu, &ft, "", &props(&[("index", "a")])))
+            .await
+            .expect_err("no host input");
+        assert!(
+            matches!(&err, ProviderError::CheckFailed { .. }) && err.to_string().contains("`host`"),
+            "{err}"
+        );
+        let err = p
+            .create(req(&fu, &ft, "", &facet_props("nope", "a")))
+            .await
+            .expect_err("no such host");
+        assert!(err.to_string().contains("`nope` does not exist"), "{err}");
+
+        let inputs = facet_props(&x, "a");
+        let facet = p.create(req(&fu, &ft, "", &inputs)).await.expect("create");
+        assert_eq!(facet.id, x, "a facet has its host's ID");
+        assert!(cloud.has_facet(FACET, &x));
+        let objects = cloud.objects();
+        assert_eq!(objects.len(), 2);
+        assert_eq!(cloud.object_of(FACET, &x).expect("facet").urn, fu.as_str());
+        // One facet of a type per host.
+        let other = facet_urn("other");
+        let err = p
+            .create(req(&other, &ft, "", &inputs))
+            .await
+            .expect_err("taken");
+        assert!(err.to_string().contains(fu.as_str()), "{err}");
+
+        // An update changes the facet only.
+        let host_before = cloud.object_of(TY, &x).expect("host");
+        let changed = facet_props(&x, "b");
+        let updated = p.update(req(&fu, &ft, &x, &changed)).await.expect("update");
+        assert_eq!(updated.inputs, changed);
+        assert_eq!(cloud.object_of(FACET, &x).expect("facet").inputs, changed);
+        assert_eq!(cloud.object_of(TY, &x), Some(host_before.clone()));
+
+        // A delete removes the facet only; it is gone for reads and
+        // updates, and can be created again.
+        p.delete(req(&fu, &ft, &x, &changed)).await.expect("delete");
+        assert_eq!(cloud.objects(), vec![host_before.clone()]);
+        assert!(!cloud.has_facet(FACET, &x));
+        assert_eq!(cloud.removed_facets(), vec![(FACET.to_owned(), x.clone())]);
+        let read = p.read(req(&fu, &ft, &x, &changed)).await.expect("read");
+        assert_eq!(read, None);
+        let err = p
+            .update(req(&fu, &ft, &x, &changed))
+            .await
+            .expect_err("gone");
+        assert!(matches!(err, ProviderError::NotFound { .. }), "{err}");
+        p.create(req(&fu, &ft, "", &inputs))
+            .await
+            .expect("created again");
+        assert!(cloud.removed_facets().is_empty());
+        assert!(cloud.has_facet(FACET, &x));
+
+        // Deleting the host deletes its facets.
+        p.delete(req(&u, &t, &x, &host_inputs))
+            .await
+            .expect("delete host");
+        assert!(cloud.objects().is_empty());
+        assert!(!cloud.has_facet(FACET, &x));
+    }
+
+    #[tokio::test]
+    async fn a_split_off_facet_is_carried_by_its_host() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("cloud.json");
+        let cloud = persistent(&path);
+        let p = cloud.provider("aws");
+        let (u, t, fu, ft) = (urn("assets"), ty(), facet_urn("assets-website"), facet_ty());
+        let host_inputs = props(&[("name", "shop"), ("index", "a")]);
+        let host = p.create(req(&u, &t, "", &host_inputs)).await.expect("host");
+        let x = host.id.clone();
+        let host_object = cloud.object_of(TY, &x).expect("host");
+
+        // A split gave a resource of the facet type the host's ID: the
+        // cloud has no object for it, and reads it as the request says.
+        let inputs = facet_props(&x, "a");
+        let outputs = inputs.clone();
+        let mut r = req(&fu, &ft, &x, &inputs);
+        r.old_outputs = Some(&outputs);
+        let read = p.read(r).await.expect("read").expect("carried");
+        assert_eq!(
+            (read.id.as_str(), &read.inputs, &read.outputs),
+            (x.as_str(), &inputs, &outputs)
+        );
+        assert!(cloud.has_facet(FACET, &x));
+        assert_eq!(cloud.objects(), vec![host_object.clone()]);
+        // A request that does not name the host finds nothing.
+        let stray = props(&[("index", "a")]);
+        assert_eq!(p.read(req(&fu, &ft, &x, &stray)).await.expect("read"), None);
+        let elsewhere = facet_props("other-1", "a");
+        assert_eq!(
+            p.read(req(&fu, &ft, &x, &elsewhere)).await.expect("read"),
+            None
+        );
+        // Another process of the stack sees the same.
+        let other = SimCloud::load(&path, SimConfig::default()).expect("load");
+        assert!(other.has_facet(FACET, &x));
+
+        // An update writes the facet's object, leaving the host.
+        let changed = facet_props(&x, "b");
+        let updated = p.update(req(&fu, &ft, &x, &changed)).await.expect("update");
+        assert_eq!(updated.inputs, changed);
+        let object = cloud.object_of(FACET, &x).expect("the facet's object");
+        assert_eq!(
+            (object.urn.as_str(), object.name.as_str()),
+            (fu.as_str(), "assets-website")
+        );
+        assert_eq!(cloud.object_of(TY, &x), Some(host_object.clone()));
+        assert_eq!(cloud.objects().len(), 2);
+
+        // A delete removes it and leaves the host, in the file too.
+        p.delete(req(&fu, &ft, &x, &changed)).await.expect("delete");
+        assert_eq!(cloud.objects(), vec![host_object.clone()]);
+        for c in [
+            SimCloud::load(&path, SimConfig::default()).expect("load"),
+            {
+                cloud.save(&path).expect("compact");
+                SimCloud::load(&path, SimConfig::default()).expect("load")
+            },
+        ] {
+            assert!(!c.has_facet(FACET, &x));
+            let r = req(&fu, &ft, &x, &changed);
+            assert_eq!(c.provider("aws").read(r).await.expect("read"), None);
+        }
+
+        // A carried facet deleted (never written) stays gone as well.
+        let (v, vt) = (
+            Urn::parse("urn:pulumi:dev::proj::aws:s3/v:VersioningSettings::v").expect("urn"),
+            TypeToken::parse("aws:s3/v:VersioningSettings").expect("type"),
+        );
+        let vin = props(&[("host", &x), ("on", "yes")]);
+        assert!(p
+            .read(req(&v, &vt, &x, &vin))
+            .await
+            .expect("read")
+            .is_some());
+        p.delete(req(&v, &vt, &x, &vin)).await.expect("delete");
+        assert_eq!(p.read(req(&v, &vt, &x, &vin)).await.expect("read"), None);
+        assert_eq!(cloud.removed_facets().len(), 2);
+        assert_eq!(cloud.objects(), vec![host_object]);
+
+        // Removing the host behind keel's back forgets its facets.
+        assert!(cloud.remove_object_of(TY, &x));
+        assert!(cloud.objects().is_empty());
+        assert!(cloud.removed_facets().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_facet_on_another_host_is_replaced_delete_first() {
+        let cloud = SimCloud::new(SimConfig::default());
+        let p = cloud.provider("aws");
+        let (fu, ft) = (facet_urn("web"), facet_ty());
+        let old = facet_props("a-1", "x");
+        let diff = |new: PropertyMap| {
+            let p = p.clone();
+            let (fu, ft, old) = (fu.clone(), ft.clone(), old.clone());
+            async move {
+                let mut r = req(&fu, &ft, "a-1", &new);
+                r.old_inputs = Some(&old);
+                p.diff(r).await.expect("diff")
+            }
+        };
+        let d = diff(facet_props("a-1", "y")).await;
+        assert_eq!(d.kind, DiffKind::Update);
+        let d = diff(facet_props("b-2", "x")).await;
+        assert_eq!(d.kind, DiffKind::Replace);
+        assert_eq!(d.replace_keys, BTreeSet::from(["bucket".to_owned()]));
+        assert!(d.delete_before_replace);
+        let mut unknown = facet_props("a-1", "x");
+        unknown.insert("bucket".into(), PropertyValue::Computed);
+        assert_eq!(diff(unknown).await.kind, DiffKind::Replace);
+    }
+
+    #[tokio::test]
+    async fn without_facet_suffixes_every_type_makes_objects_of_its_own() {
+        let cloud = SimCloud::new(SimConfig {
+            facet_suffixes: BTreeSet::new(),
+            ..SimConfig::default()
+        });
+        let p = cloud.provider("aws");
+        let (fu, ft) = (facet_urn("web"), facet_ty());
+        let host = p
+            .create(req(&urn("site"), &ty(), "", &PropertyMap::new()))
+            .await
+            .expect("host");
+        let inputs = facet_props(&host.id, "a");
+        let made = p.create(req(&fu, &ft, "", &inputs)).await.expect("create");
+        assert!(made.id.starts_with("web-"), "{}", made.id);
+        assert_eq!(
+            p.read(req(&fu, &ft, &host.id, &inputs))
+                .await
+                .expect("read"),
+            None
+        );
     }
 
     #[tokio::test]

@@ -2,8 +2,8 @@
 //! keel processes share (two stacks of one backend may run at once).
 //!
 //! The file is JSON lines: a header line `{"keelSimCloud":1}`, then one
-//! [`Record`] per change (an object put, an object deleted, a generation
-//! counter). Every change is made under an exclusive OS lock on a separate
+//! [`Record`] per change (an object put, an object deleted, a facet removed
+//! from its host, a generation counter). Every change is made under an exclusive OS lock on a separate
 //! lock file (`<file>.lock`, never replaced): the writer first catches up
 //! on the records other processes appended since its last offset, decides
 //! against that state, appends its record with one `write`, and unlocks. A
@@ -27,7 +27,7 @@
 //! encrypted with the stack's [`Crypter`] first (a change that would have
 //! to write a plaintext secret without one is refused).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -94,12 +94,22 @@ pub(super) enum Record {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         next_generation: Option<u64>,
     },
-    /// An object deleted.
+    /// An object deleted (and whatever record of a facet removed under
+    /// this key).
     Delete {
         /// Its type.
         #[serde(rename = "type")]
         ty: String,
         /// Its ID.
+        id: String,
+    },
+    /// A facet deleted from its host (`sim.rs`, "Facets"): its object, if
+    /// it had one, is gone, and the host no longer carries the facet.
+    FacetRemoved {
+        /// The facet's type.
+        #[serde(rename = "type")]
+        ty: String,
+        /// Its ID (the host's).
         id: String,
     },
     /// A URN's generation counter (written by compaction).
@@ -126,6 +136,9 @@ pub(super) struct CloudState {
     pub(super) objects: BTreeMap<Key, SimObject>,
     /// Per-URN generation counters (how many IDs were issued per URN).
     pub(super) generations: BTreeMap<String, u64>,
+    /// Facets deleted from their host, by (ID, type): the host no longer
+    /// carries them (until one is created again).
+    pub(super) removed_facets: BTreeSet<Key>,
 }
 
 impl CloudState {
@@ -140,10 +153,19 @@ impl CloudState {
                 if let Some(n) = next_generation {
                     self.raise_generation(&object.urn, n);
                 }
-                self.objects.insert(key(&object.id, &object.ty), object);
+                let k = key(&object.id, &object.ty);
+                self.removed_facets.remove(&k);
+                self.objects.insert(k, object);
             }
             Record::Delete { ty, id } => {
-                self.objects.remove(&(id, ty));
+                let k = (id, ty);
+                self.objects.remove(&k);
+                self.removed_facets.remove(&k);
+            }
+            Record::FacetRemoved { ty, id } => {
+                let k = (id, ty);
+                self.objects.remove(&k);
+                self.removed_facets.insert(k);
             }
             Record::Generation { urn, next } => self.raise_generation(&urn, next),
         }
@@ -518,7 +540,8 @@ impl CloudFile {
         for r in records {
             state.apply(r);
         }
-        let live = (state.objects.len() + state.generations.len()) as u64;
+        let live =
+            (state.objects.len() + state.generations.len() + state.removed_facets.len()) as u64;
         if self.records > 2 * live + COMPACT_SLACK {
             self.rewrite(state, crypter)?;
         }
@@ -526,7 +549,7 @@ impl CloudFile {
     }
 
     /// Replaces the file with the live state (header, generation counters,
-    /// objects): temporary file, sync, rename, sync of the directory.
+    /// objects, removed facets): temporary file, sync, rename, sync of the directory.
     /// Blocking.
     pub(super) fn rewrite(
         &mut self,
@@ -581,6 +604,14 @@ pub(super) fn write_snapshot(
         let r = Record::Put {
             object: o.clone(),
             next_generation: None,
+        };
+        CloudFile::encode(path, &r, crypter, &mut buf)?;
+        records += 1;
+    }
+    for (id, ty) in &state.removed_facets {
+        let r = Record::FacetRemoved {
+            ty: ty.clone(),
+            id: id.clone(),
         };
         CloudFile::encode(path, &r, crypter, &mut buf)?;
         records += 1;

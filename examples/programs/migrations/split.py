@@ -5,8 +5,9 @@ component being registered (first) and of its descendants, as checkpoint
 resources. Splits the `website` input of the bucket named `assets` out into
 an `assets-website` resource (same physical ID and provider: a migration
 cannot create cloud objects) and prints {"newState": [...], "successors":
-{}}; prints null (no change) once the state has that shape, so it can stay
-attached to the component.
+{}}, dropping the `aliases` earlier renames left in the prior states (a
+result may not carry them); prints null (no change) once the state has that
+shape, so it can stay attached to the component.
 """
 
 import json
@@ -31,6 +32,11 @@ def main():
     website = (bucket.get("inputs") or {}).get("website")
     if not isinstance(website, dict):
         return None
+
+    # A result may not carry `aliases` (renames go through successors);
+    # prior states record those of earlier renames.
+    for s in states:
+        s.pop("aliases", None)
 
     # The bucket keeps its URN, without the inline settings.
     for key in ("inputs", "outputs"):
