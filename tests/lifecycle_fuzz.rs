@@ -26,7 +26,7 @@
 //! An episode ends with `refresh` and a clean `up`, which must converge to
 //! exactly the program, and a preview that plans only `same` steps.
 //!
-//! `KEEL_FUZZ_SEED` (default 1), `KEEL_FUZZ_STEPS` (default 120),
+//! `KEEL_FUZZ_SEED` (default 1), `KEEL_FUZZ_STEPS` (default 300),
 //! `KEEL_FUZZ_EPISODE` (steps per episode, default 30) and `KEEL_FUZZ_FROM`
 //! (the first episode, default 0; episodes are independent) choose the run; the long run is documented in BENCHMARKS.md. The run ends
 //! by printing how many splits were chosen and how many took effect. A failure prints
@@ -1166,7 +1166,7 @@ fn env_u64(name: &str, default: u64) -> u64 {
 #[test]
 fn lifecycle_fuzz() {
     let seed = env_u64("KEEL_FUZZ_SEED", 1);
-    let steps = env_u64("KEEL_FUZZ_STEPS", 120) as usize;
+    let steps = env_u64("KEEL_FUZZ_STEPS", 300) as usize;
     let per_episode = env_u64("KEEL_FUZZ_EPISODE", 30) as usize;
     eprintln!("lifecycle fuzzer: seed {seed}, {steps} steps");
     let mut episode = env_u64("KEEL_FUZZ_FROM", 0);
