@@ -32,6 +32,7 @@ twins=(
   "wake_one|resume_wakes_all|deadlock"
   "double_quiesce|back_to_back|migrations overlap"
   "no_register|async_face|deadlock"
+  "late_reserve|submit_then_quiesce|admitted chain not yet run"
 )
 
 bad=0

@@ -216,6 +216,15 @@ impl Engine {
     /// # Errors
     /// [`EngineError::Failed`] with the persisted outcome when a step,
     /// planning or the program failed; other variants for internal errors.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops the operation as a crash would, without
+    /// leaking anything: no further step starts, the program's task is
+    /// aborted and every actor of the operation stops. A provider call
+    /// already under way finishes in the background, unrecorded; its
+    /// `begin` record stays as a pending operation, which the next
+    /// operation on the stack recovers as after a kill.
     pub async fn update(
         &self,
         prior: Deployment,
@@ -236,6 +245,15 @@ impl Engine {
     ///
     /// # Errors
     /// As [`Engine::update`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops the operation as a crash would, without
+    /// leaking anything: no further step starts, the program's task is
+    /// aborted and every actor of the operation stops. A provider call
+    /// already under way finishes in the background, unrecorded; its
+    /// `begin` record stays as a pending operation, which the next
+    /// operation on the stack recovers as after a kill.
     pub async fn preview(&self, prior: Deployment, program: impl Program) -> Result<Outcome> {
         self.run(
             Mode::Update,
@@ -251,6 +269,15 @@ impl Engine {
     ///
     /// # Errors
     /// As [`Engine::update`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops the operation as a crash would, without
+    /// leaking anything: no further step starts, the program's task is
+    /// aborted and every actor of the operation stops. A provider call
+    /// already under way finishes in the background, unrecorded; its
+    /// `begin` record stays as a pending operation, which the next
+    /// operation on the stack recovers as after a kill.
     pub async fn refresh(
         &self,
         prior: Deployment,
@@ -271,6 +298,15 @@ impl Engine {
     /// # Errors
     /// As [`Engine::update`]; protected resources block it before anything
     /// is deleted.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future stops the operation as a crash would, without
+    /// leaking anything: no further step starts, the program's task is
+    /// aborted and every actor of the operation stops. A provider call
+    /// already under way finishes in the background, unrecorded; its
+    /// `begin` record stays as a pending operation, which the next
+    /// operation on the stack recovers as after a kill.
     pub async fn destroy(
         &self,
         prior: Deployment,
@@ -366,6 +402,9 @@ impl Engine {
             .await
             .map_err(spawn_err)?;
         let cell = sup.get_cell();
+        // Dropped on every return, and when this future is dropped: stops
+        // whatever of the operation still runs.
+        let mut guard = RunGuard::new(cell.clone());
         let (persist, _) = Actor::spawn_linked(
             Some(actor_name("persister")),
             PersisterActor,
@@ -374,6 +413,7 @@ impl Engine {
         )
         .await
         .map_err(spawn_err)?;
+        guard.actors.push(persist.get_cell());
         // The upgraded entries are persisted first, as one mutation (a
         // preview persists nothing).
         if !preview && !upgrades.is_empty() {
@@ -408,6 +448,7 @@ impl Engine {
             persist.clone(),
             self.config.events.clone(),
         );
+        guard.shared = Some(shared.clone());
         let planner = Planner::new(
             PlanOptions {
                 stack: self.config.stack.clone(),
@@ -435,6 +476,7 @@ impl Engine {
         )
         .await
         .map_err(spawn_err)?;
+        guard.actors.push(generator.get_cell());
         let (executor, _) = Actor::spawn_linked(
             Some(actor_name("executor")),
             ExecutorActor,
@@ -443,6 +485,7 @@ impl Engine {
         )
         .await
         .map_err(spawn_err)?;
+        guard.actors.push(executor.get_cell());
         let (source, _) = Actor::spawn_linked(
             Some(actor_name("source")),
             SourceActor,
@@ -451,6 +494,7 @@ impl Engine {
         )
         .await
         .map_err(spawn_err)?;
+        guard.actors.push(source.get_cell());
         let (coordinator, _) = Actor::spawn_linked(
             Some(actor_name("coordinator")),
             CoordinatorActor,
@@ -460,11 +504,13 @@ impl Engine {
                 prior: published,
                 persister: persist.clone(),
                 events: self.config.events.clone(),
+                written: shared.written(),
             },
             cell.clone(),
         )
         .await
         .map_err(spawn_err)?;
+        guard.actors.push(coordinator.get_cell());
         // Every actor of the operation, for shutdown on any path.
         let cells = [
             source.get_cell(),
@@ -493,18 +539,19 @@ impl Engine {
                 // the engine registers first (as an SDK does); refresh and
                 // destroy run the null source, which registers nothing.
                 let register_root = mode == Mode::Update && !program.registers_root();
-                tokio::spawn(async move {
-                    let stack = Goal::component(
-                        TypeToken::parse(STACK_TYPE).unwrap_or_default(),
-                        root.name().to_owned(),
-                    );
-                    let run_ctx = ctx.clone();
-                    let task = tokio::spawn(async move {
-                        if register_root {
-                            run_ctx.register(stack).await.map_err(|e| e.to_string())?;
-                        }
-                        program.run(run_ctx).await.map_err(|e| e.to_string())
-                    });
+                let stack = Goal::component(
+                    TypeToken::parse(STACK_TYPE).unwrap_or_default(),
+                    root.name().to_owned(),
+                );
+                let run_ctx = ctx.clone();
+                let task = tokio::spawn(async move {
+                    if register_root {
+                        run_ctx.register(stack).await.map_err(|e| e.to_string())?;
+                    }
+                    program.run(run_ctx).await.map_err(|e| e.to_string())
+                });
+                guard.tasks.push(task.abort_handle());
+                let watcher = tokio::spawn(async move {
                     let err = match task.await {
                         Ok(Ok(())) => None,
                         Ok(Err(e)) => Some(e),
@@ -512,6 +559,7 @@ impl Engine {
                     };
                     ctx.done(err);
                 });
+                guard.tasks.push(watcher.abort_handle());
             }
             None => ctx.done(None),
         }
@@ -735,6 +783,42 @@ fn actor_name(role: &str) -> String {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("keel-{role}-{n}")
+}
+
+/// Everything an operation started that must not outlive it: its actors,
+/// the program's task and the executor's work. Dropping the guard (on any
+/// return of [`Engine::run`], or when the caller drops the operation's
+/// future) stops the executor from starting steps, aborts the program task
+/// and stops every actor and the supervisor.
+struct RunGuard {
+    supervisor: ractor::ActorCell,
+    actors: Vec<ractor::ActorCell>,
+    tasks: Vec<tokio::task::AbortHandle>,
+    shared: Option<Arc<ExecShared>>,
+}
+
+impl RunGuard {
+    fn new(supervisor: ractor::ActorCell) -> Self {
+        Self {
+            supervisor,
+            actors: Vec::new(),
+            tasks: Vec::new(),
+            shared: None,
+        }
+    }
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        if let Some(shared) = &self.shared {
+            shared.stop();
+        }
+        for t in &self.tasks {
+            t.abort();
+        }
+        stop_all(&self.actors);
+        self.supervisor.stop(None);
+    }
 }
 
 fn stop_all(cells: &[ractor::ActorCell]) {

@@ -666,3 +666,82 @@ async fn later_values_naming_a_predecessor_follow_the_successor() {
     let text = serde_json::to_string(&h.state.resources).unwrap();
     assert!(!text.contains(old.as_str()), "no value names {old}: {text}");
 }
+
+/// A state written by a chain that was still running when the migration
+/// registered (it finished during the drain) gets the migration's rewrites
+/// like any other state this deployment wrote (`migrations.md` §6.5):
+/// the states to patch are read once the pipeline is quiesced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_written_during_the_drain_follows_the_rename() {
+    use keel::model::property::ResourceReference;
+    use keel::model::PropertyValue;
+    use keel::source::goal::Goal;
+    use keel::source::{Context, ProgramError};
+
+    let mut h = Harness::new(SimConfig {
+        latency: Duration::from_millis(800),
+        ..SimConfig::default()
+    });
+    h.up(vec![
+        component("app"),
+        bucket("old", &[("k", "v")]).parent("app"),
+    ])
+    .await
+    .unwrap();
+    let old = h.urn("old");
+    let old_id = h.state_of("old").id.clone();
+    let reference = PropertyValue::ResourceReference(ResourceReference {
+        urn: old,
+        id: Some(old_id.clone()),
+        package_version: None,
+    });
+    let cloud = h.cloud.clone();
+    let program = move |ctx: Context| {
+        let (reference, cloud) = (reference.clone(), cloud.clone());
+        async move {
+            // The consumer names `old` and its create is in flight...
+            let inputs = [("bucket".to_owned(), reference)].into();
+            let consumer = Goal::custom(ty(LEAF), "consumer", inputs);
+            let c = ctx.clone();
+            let consumer = tokio::spawn(async move { c.register(consumer).await });
+            let waiting = std::time::Instant::now();
+            while cloud.counters().in_flight == 0 {
+                assert!(
+                    waiting.elapsed() < Duration::from_secs(60),
+                    "the consumer's create never started"
+                );
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // ...when the migration that renames `old` registers.
+            let mut app = Goal::component(ty(COMP), "app");
+            app.options.state_migrations = StateMigrations::new(vec![rename("old", "new")]);
+            let app = ctx.register(app).await?;
+            let mut child = Goal::custom(ty(LEAF), "new", props(&[("k", "v")]));
+            child.options.parent = Some(app.urn.clone());
+            ctx.register(child).await?;
+            consumer.await.expect("the consumer's task")?;
+            Ok::<(), ProgramError>(())
+        }
+    };
+    let o = h
+        .engine
+        .update(
+            h.state.clone(),
+            program,
+            Box::new(keel::persist::MemoryPersister::new()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(committed(&o), 1);
+    h.state = o.snapshot;
+    let successor = PropertyValue::ResourceReference(ResourceReference {
+        urn: h.urn("new"),
+        id: Some(old_id),
+        package_version: None,
+    });
+    assert_eq!(
+        h.state_of("consumer").inputs["bucket"],
+        successor,
+        "the consumer, written during the drain, names the successor"
+    );
+}

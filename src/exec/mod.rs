@@ -31,7 +31,7 @@ use crate::provider::{schema, Provider, ProviderError, ProviderRegistry, Resourc
 use crate::source::goal::Registered;
 use crate::source::hooks::{HookArgs, HookPoint, ResourceHooks};
 use crate::source::RegisterError;
-use crate::sync::gate::{Gate, Reservation};
+use crate::sync::gate::{Gate, Reservation, Reserved};
 
 /// Where a resource's chain stands in this operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,13 +57,33 @@ pub struct ExecConfig {
     pub detailed_diffs: bool,
 }
 
+/// The states this operation wrote (or read), by URN: the executor
+/// inserts, the migration coordinator reads them after quiescing (its §6.5
+/// patches), when no chain can be writing.
+#[derive(Debug, Default)]
+pub struct Written(DashMap<Urn, StateRef>);
+
+impl Written {
+    /// The states, in URN order (deterministic: the order of a journal's
+    /// `newStatePatches`).
+    pub fn sorted(&self) -> Vec<StateRef> {
+        let mut v: Vec<(Urn, StateRef)> = self
+            .0
+            .iter()
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.into_iter().map(|(_, s)| s).collect()
+    }
+}
+
 /// State shared by the executor's tasks.
 pub struct ExecShared {
     config: ExecConfig,
     gate: Gate,
     pool: Semaphore,
     status: DashMap<Urn, watch::Sender<Status>>,
-    news: DashMap<Urn, StateRef>,
+    news: Arc<Written>,
     registry: ProviderRegistry,
     /// Provider instances by reference text (no parse per step).
     providers: DashMap<String, Arc<dyn Provider>>,
@@ -98,7 +118,7 @@ impl ExecShared {
             config,
             gate,
             status: DashMap::new(),
-            news: DashMap::new(),
+            news: Arc::new(Written::default()),
             registry,
             providers: DashMap::new(),
             persister,
@@ -126,14 +146,15 @@ impl ExecShared {
             .clone()
     }
 
-    /// The states written so far in this operation.
-    pub fn written(&self) -> Vec<StateRef> {
-        self.news.iter().map(|e| e.value().clone()).collect()
+    /// The states written (or read) so far in this operation, shared with
+    /// the migration coordinator, which reads them once it quiesced.
+    pub fn written(&self) -> Arc<Written> {
+        self.news.clone()
     }
 
     /// The state of `urn` written (or read) so far in this operation.
     pub fn written_state(&self, urn: &Urn) -> Option<State> {
-        self.news.get(urn).map(|s| lock(s.value()).clone())
+        self.news.0.get(urn).map(|s| lock(s.value()).clone())
     }
 
     /// Stops new work (a failure that fails the operation).
@@ -220,13 +241,11 @@ impl ExecShared {
 /// Messages to the executor.
 #[derive(Debug)]
 pub enum ExecMsg {
-    /// Run a chain; reply to the registration when it finished.
-    Chain {
-        /// The steps.
-        chain: Chain,
-        /// The registration waiting for it.
-        reply: Option<oneshot::Sender<Result<Registered, RegisterError>>>,
-    },
+    /// Run a chain; reply to the registration when it finished. Sent only
+    /// by [`submit`] and [`send_reserved`]: the chain's gate reservation
+    /// travels with it, taken before it entered the mailbox
+    /// ([`Gate::submit`]).
+    Chain(Reserved<Submitted>),
     /// Run deletes, group after group.
     Deletes(Vec<Vec<Step>>),
     /// Run refreshes in parallel.
@@ -240,6 +259,72 @@ pub enum ExecMsg {
         /// Answered when persisted.
         reply: oneshot::Sender<Result<(), RegisterError>>,
     },
+}
+
+/// Where a chain's registration waits for its outcome.
+pub type ChainReply = oneshot::Sender<Result<Registered, RegisterError>>;
+
+/// A chain and the registration waiting for it.
+#[derive(Debug)]
+pub struct Submitted {
+    /// The steps.
+    pub chain: Chain,
+    /// The registration waiting for it.
+    pub reply: Option<ChainReply>,
+}
+
+/// What [`submit`] did with a chain.
+#[derive(Debug)]
+pub enum Submission {
+    /// In the executor's mailbox, holding its gate reservation.
+    Sent,
+    /// A quiesce is pending, so no reservation may be taken: the chain
+    /// comes back, to be sent with [`send_reserved`] (in submission order)
+    /// once [`Gate::reserve`] grants one.
+    Gated(Chain, Option<ChainReply>),
+    /// The executor stopped; the reservation was released.
+    Stopped,
+}
+
+/// Submits a chain to the executor: takes its gate reservation *now*, then
+/// sends it with the message (`migrations.md` §7: a chain submitted before
+/// a migration quiesces finishes before the migration runs, even while it
+/// still waits in the executor's mailbox).
+///
+/// Never waits: with a quiesce pending the chain is handed back
+/// ([`Submission::Gated`]).
+pub fn submit(
+    executor: &ActorRef<ExecMsg>,
+    gate: &Gate,
+    chain: Chain,
+    reply: Option<ChainReply>,
+) -> Submission {
+    match gate.submit(Submitted { chain, reply }) {
+        Ok(reserved) => {
+            if executor.cast(ExecMsg::Chain(reserved)).is_ok() {
+                Submission::Sent
+            } else {
+                Submission::Stopped
+            }
+        }
+        Err(Submitted { chain, reply }) => Submission::Gated(chain, reply),
+    }
+}
+
+/// Sends a chain with the reservation taken for it; false when the
+/// executor stopped (the reservation is then released).
+pub fn send_reserved(
+    executor: &ActorRef<ExecMsg>,
+    chain: Chain,
+    reply: Option<ChainReply>,
+    reservation: Reservation,
+) -> bool {
+    executor
+        .cast(ExecMsg::Chain(Reserved::new(
+            Submitted { chain, reply },
+            reservation,
+        )))
+        .is_ok()
 }
 
 /// The StepExecutor actor.
@@ -275,13 +360,11 @@ impl Actor for ExecutorActor {
         let shared = state.shared.clone();
         let generator = state.generator.clone();
         match msg {
-            ExecMsg::Chain { chain, reply } => {
-                // The reservation is taken here, at submission, so a
-                // quiescer that asked later waits for this chain.
-                let reservation = match shared.gate.try_reserve() {
-                    Some(r) => r,
-                    None => shared.gate.reserve().await,
-                };
+            ExecMsg::Chain(reserved) => {
+                let (Submitted { chain, reply }, reservation) = reserved.start();
+                // The reservation was taken at submission (`submit`), so a
+                // quiescer that asked while this message waited in the
+                // mailbox waits for this chain.
                 for step in &chain.steps {
                     if step.new.is_some() {
                         shared
@@ -400,6 +483,7 @@ async fn set_outputs(
     }
     let state = shared
         .news
+        .0
         .get(&urn)
         .map(|s| s.clone())
         .ok_or(RegisterError::Stopped)?;
@@ -537,7 +621,7 @@ async fn write(
             mark_old_delete,
         }))
         .await?;
-    shared.news.insert(urn, new);
+    shared.news.0.insert(urn, new);
     Ok(Some(reg))
 }
 
@@ -569,7 +653,7 @@ async fn end_write(
     if let Some(point) = after {
         hook(hooks, point, &lock(&new), Some(&reg.outputs))?;
     }
-    shared.news.insert(urn, new);
+    shared.news.0.insert(urn, new);
     Ok(Some(reg))
 }
 
@@ -766,7 +850,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                     shared
                         .persist(Mutation::Apply(Change::Keep { old: o.clone() }))
                         .await?;
-                    shared.news.insert(new.urn, o.clone());
+                    shared.news.0.insert(new.urn, o.clone());
                     return Ok(Some(reg));
                 }
             }
@@ -963,5 +1047,99 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 .await?;
             Ok(None)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Waker};
+
+    use super::*;
+    use crate::provider::{SimCloud, SimConfig};
+
+    /// Stands in for the persister and the generator: takes every message.
+    struct Sink<M>(std::marker::PhantomData<fn() -> M>);
+
+    impl<M: ractor::Message> Actor for Sink<M> {
+        type Msg = M;
+        type State = ();
+        type Arguments = ();
+
+        async fn pre_start(
+            &self,
+            _myself: ActorRef<M>,
+            _args: (),
+        ) -> Result<(), ActorProcessingErr> {
+            Ok(())
+        }
+    }
+
+    async fn sink<M: ractor::Message>() -> ActorRef<M> {
+        Actor::spawn(None, Sink(std::marker::PhantomData), ())
+            .await
+            .expect("a sink actor starts")
+            .0
+    }
+
+    /// A chain submitted before a quiesce, still in the executor's mailbox
+    /// when the quiesce is asked for, holds the quiesce off until it ran
+    /// (`migrations.md` §7). On one thread nothing runs until this task
+    /// yields, so the chain is certainly still in the mailbox.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_chain_in_the_mailbox_holds_off_a_later_quiesce() {
+        let gate = Gate::new();
+        let shared = ExecShared::new(
+            ExecConfig {
+                parallel: 1,
+                continue_on_error: false,
+                preview: false,
+                detailed_diffs: false,
+            },
+            gate.clone(),
+            ProviderRegistry::simulated(SimCloud::new(SimConfig::default())),
+            sink::<PersistMsg>().await,
+            EventSink::default(),
+        );
+        let (executor, _) = Actor::spawn(None, ExecutorActor, (shared, sink::<GenMsg>().await))
+            .await
+            .expect("the executor starts");
+
+        let (tx, mut rx) = oneshot::channel();
+        let chain = Chain {
+            steps: Vec::new(),
+            waits_for: Vec::new(),
+        };
+        let submitted = submit(&executor, &gate, chain, Some(tx));
+        assert!(matches!(submitted, Submission::Sent), "{submitted:?}");
+
+        // The migration asks to quiesce before the executor saw the chain.
+        let mut quiesce = pin!(gate.quiesce());
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(
+            quiesce.as_mut().poll(&mut cx).is_pending(),
+            "a quiesce asked for after a chain's submission must wait for that chain"
+        );
+        assert_eq!(gate.counters().active, 1);
+        assert!(rx.try_recv().is_err(), "the chain has not run yet");
+
+        // A chain submitted now meets the pending quiesce and comes back.
+        let late = Chain {
+            steps: Vec::new(),
+            waits_for: Vec::new(),
+        };
+        assert!(matches!(
+            submit(&executor, &gate, late, None),
+            Submission::Gated(..)
+        ));
+
+        let quiesced = quiesce.await;
+        assert!(
+            rx.try_recv().is_ok(),
+            "the chain submitted first finished before the gate closed"
+        );
+        quiesced.resume();
+        executor.stop(None);
     }
 }

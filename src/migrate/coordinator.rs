@@ -24,6 +24,7 @@ use super::rules::MigrationError;
 use super::subtree::{find_root, Subtree};
 use super::transaction::{self, Slot};
 use crate::events::{EngineEvent, EventSink};
+use crate::exec::Written;
 use crate::model::snapshot::Snippet;
 use crate::model::{State, Urn};
 use crate::persist::actor::PersistMsg;
@@ -63,8 +64,6 @@ pub struct MigrationRequest {
     pub snippets: Vec<Snippet>,
     /// The deployment's extensions.
     pub extensions: serde_json::Value,
-    /// States written earlier in this operation (their references follow).
-    pub news: Vec<StateRef>,
 }
 
 /// What a migration did.
@@ -121,6 +120,9 @@ pub struct CoordArgs {
     pub persister: ActorRef<PersistMsg>,
     /// Where the migration event goes.
     pub events: EventSink,
+    /// The states this operation wrote: read once quiesced, when no chain
+    /// can still be writing one (§6.5 patches).
+    pub written: Arc<Written>,
 }
 
 /// The MigrationCoordinator actor.
@@ -290,8 +292,11 @@ async fn run(
             }
         }
     }
-    let new_patches: Vec<(StateRef, State)> = req
-        .news
+    // Read now, quiesced: a chain that finished during the drain wrote its
+    // state, and it needs the patches as much as any other.
+    let new_patches: Vec<(StateRef, State)> = env
+        .written
+        .sorted()
         .iter()
         .filter_map(|s| {
             let current = lock(s).clone();

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
-use crate::exec::{ExecMsg, ExecShared};
+use crate::exec::{ExecMsg, ExecShared, Submission};
 use crate::model::{PropertyMap, Urn};
 use crate::provider::{
     DiffConfigRequest, DiffKind, DiffResponse, ProviderError, ProviderRegistry, ResourceRequest,
@@ -37,6 +37,7 @@ use crate::migrate::coordinator::{CoordMsg, MigrationOutcome, MigrationRequest};
 use crate::migrate::{MigrationError, Rewrites};
 use crate::model::snapshot::Snippet;
 use crate::model::State;
+use crate::sync::gate::Reservation;
 use crate::sync::shim::ArcSwap;
 use crate::sync::StateList;
 
@@ -81,6 +82,8 @@ pub enum GenMsg {
     ProgramDone(Option<String>),
     /// A chain finished.
     ChainDone,
+    /// A gate reservation for the first chain that met a pending quiesce.
+    Reserved(Reservation),
     /// The end-of-program steps (deletes or refreshes) finished.
     DeletesDone,
 }
@@ -133,6 +136,9 @@ pub struct GenState {
     rewrites: Rewrites,
     /// Program events held while continuations drain before a migration.
     deferred: VecDeque<GenMsg>,
+    /// Chains that met a pending quiesce, in submission order (counted in
+    /// `chains`).
+    gated: VecDeque<(super::step::Chain, Option<RegisterReply>)>,
     draining: bool,
     reports: Vec<MigrationReport>,
     rules: Vec<String>,
@@ -219,12 +225,63 @@ pub struct GenArgs {
 }
 
 impl GenState {
+    /// Hands a chain to the executor with its gate reservation, taken
+    /// here (see [`crate::exec::submit`]). Chains meeting a pending quiesce
+    /// queue here, in order, behind one waiter for the gate.
     fn submit(&mut self, chain: super::step::Chain, reply: Option<RegisterReply>) {
-        if let Some(exec) = &self.executor {
-            self.chains += 1;
-            if exec.cast(ExecMsg::Chain { chain, reply }).is_err() {
-                self.chains -= 1;
-                self.errors.push("the executor stopped".into());
+        let Some(exec) = &self.executor else {
+            return;
+        };
+        self.chains += 1;
+        if !self.gated.is_empty() {
+            self.gated.push_back((chain, reply));
+            return;
+        }
+        match crate::exec::submit(exec, self.shared.gate(), chain, reply) {
+            Submission::Sent => {}
+            Submission::Gated(chain, reply) => {
+                self.gated.push_back((chain, reply));
+                self.wait_for_gate();
+            }
+            Submission::Stopped => self.executor_stopped(),
+        }
+    }
+
+    fn executor_stopped(&mut self) {
+        self.chains -= 1;
+        self.errors.push("the executor stopped".into());
+    }
+
+    /// Waits (off the actor) for a reservation for the first gated chain.
+    fn wait_for_gate(&self) {
+        let (Some(me), gate) = (self.me.clone(), self.shared.gate().clone()) else {
+            return;
+        };
+        tokio::spawn(async move {
+            let reservation = gate.reserve().await;
+            let _ = me.cast(GenMsg::Reserved(reservation));
+        });
+    }
+
+    /// A reservation came for the first gated chain: send it, then as many
+    /// of the rest as the gate admits.
+    fn reserved(&mut self, reservation: Reservation) {
+        let (Some(exec), Some((chain, reply))) = (self.executor.clone(), self.gated.pop_front())
+        else {
+            return;
+        };
+        if !crate::exec::send_reserved(&exec, chain, reply, reservation) {
+            self.executor_stopped();
+        }
+        while let Some((chain, reply)) = self.gated.pop_front() {
+            match crate::exec::submit(&exec, self.shared.gate(), chain, reply) {
+                Submission::Sent => {}
+                Submission::Gated(chain, reply) => {
+                    self.gated.push_front((chain, reply));
+                    self.wait_for_gate();
+                    return;
+                }
+                Submission::Stopped => self.executor_stopped(),
             }
         }
     }
@@ -330,7 +387,6 @@ impl GenState {
             pending_operations: self.migration.pending_operations,
             snippets: self.migration.snippets.clone(),
             extensions: self.migration.extensions.clone(),
-            news: self.shared.written(),
         };
         let answer = coordinator
             .call(|reply| CoordMsg::Migrate(Box::new(request), reply), None)
@@ -713,6 +769,7 @@ fn msg_name(m: &GenMsg) -> &'static str {
         GenMsg::Walked(..) => "walked",
         GenMsg::ProgramDone(_) => "program-done",
         GenMsg::ChainDone => "chain-done",
+        GenMsg::Reserved(_) => "reserved",
         GenMsg::DeletesDone => "deletes-done",
     }
 }
@@ -920,6 +977,7 @@ impl GenState {
                 self.program_done = true;
             }
             GenMsg::ChainDone => self.chains -= 1,
+            GenMsg::Reserved(r) => self.reserved(r),
             GenMsg::DeletesDone => self.finish(),
         }
     }
@@ -952,6 +1010,7 @@ impl Actor for GeneratorActor {
             migration: args.migration,
             rewrites: Rewrites::new(),
             deferred: VecDeque::new(),
+            gated: VecDeque::new(),
             draining: false,
             reports: Vec::new(),
             rules: Vec::new(),

@@ -39,7 +39,8 @@
 //! `no_drain` (the token is handed out with reservations still active),
 //! `double_quiesce` (two tokens at once), `lost_wakeup` (check and wait under
 //! separate lock acquisitions), `wake_one` (resume wakes one waiter of each
-//! kind), `no_register` (a pending future leaves no waker).
+//! kind), `no_register` (a pending future leaves no waker), `late_reserve`
+//! ([`Gate::submit`] leaves the reservation to the receiver).
 
 use std::fmt;
 use std::future::Future;
@@ -265,6 +266,36 @@ impl Gate {
         }
     }
 
+    /// Submits `value` (a step chain) under a reservation taken *now*, if
+    /// the gate admits one; otherwise hands `value` back. Whoever receives
+    /// the [`Reserved`] (the executor, through its mailbox) holds the
+    /// reservation from this moment on, so a quiesce asked for after this
+    /// call waits for `value`'s work even while it is still in transit.
+    /// Never blocks.
+    ///
+    /// # Errors
+    ///
+    /// Returns `value` when a quiescer is waiting or holds the gate.
+    pub fn submit<T>(&self, value: T) -> Result<Reserved<T>, T> {
+        if fault!("late_reserve") {
+            // FAULT: the reservation is taken only when the receiver starts
+            // the work (as the executor did when it handled its mailbox),
+            // so a quiesce asked for in between does not wait for it.
+            return if self.inner.lock().may_reserve() {
+                Ok(Reserved {
+                    value,
+                    hold: Hold::Late(self.clone()),
+                })
+            } else {
+                Err(value)
+            };
+        }
+        match self.try_reserve() {
+            Some(r) => Ok(Reserved::new(value, r)),
+            None => Err(value),
+        }
+    }
+
     /// Grants a reservation, blocking the calling thread while the gate is
     /// closed or a quiescer is waiting.
     pub fn reserve_blocking(&self) -> Reservation {
@@ -397,6 +428,57 @@ impl fmt::Debug for Reservation {
 impl Drop for Reservation {
     fn drop(&mut self) {
         self.inner.release();
+    }
+}
+
+/// What a [`Reserved`] holds.
+enum Hold {
+    /// The reservation taken at submission.
+    Taken(Reservation),
+    /// The `late_reserve` broken twin only: the reservation is still to be
+    /// taken.
+    Late(Gate),
+}
+
+/// A value submitted under a gate reservation ([`Gate::submit`]), e.g. a
+/// step chain in the executor's mailbox: the reservation travels with it.
+#[must_use = "dropping it releases its reservation"]
+pub struct Reserved<T> {
+    value: T,
+    hold: Hold,
+}
+
+impl<T> Reserved<T> {
+    /// Pairs `value` with a reservation already taken for it.
+    pub fn new(value: T, reservation: Reservation) -> Self {
+        Self {
+            value,
+            hold: Hold::Taken(reservation),
+        }
+    }
+
+    /// The value, and the reservation to hold until its work finished.
+    /// Never blocks (except in the `late_reserve` broken twin, which is
+    /// built only for loom).
+    pub fn start(self) -> (T, Reservation) {
+        let reservation = match self.hold {
+            Hold::Taken(r) => r,
+            Hold::Late(gate) => gate.reserve_blocking(),
+        };
+        (self.value, reservation)
+    }
+
+    /// The value, without starting it.
+    pub fn value(&self) -> &T {
+        &self.value
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for Reserved<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reserved")
+            .field("value", &self.value)
+            .finish_non_exhaustive()
     }
 }
 

@@ -44,4 +44,4 @@ pub mod gate;
 pub mod shim;
 
 pub use commit::{commit, CommitFields, Slot, StateList, Transaction};
-pub use gate::{Gate, GateCounters, QuiesceFuture, Quiesced, Reservation, ReserveFuture};
+pub use gate::{Gate, GateCounters, QuiesceFuture, Quiesced, Reservation, ReserveFuture, Reserved};
