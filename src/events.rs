@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::model::StepKind;
 use crate::model::Urn;
-use crate::plan::step::StepKind;
 
 /// One engine event.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -24,7 +24,7 @@ pub enum EngineEvent {
         /// (updates and replaces), and with `--diff` the changed values,
         /// secrets masked (`plan::diff`).
         #[serde(flatten)]
-        diff: Option<Box<crate::plan::diff::StepDiff>>,
+        diff: Option<Box<crate::model::step::StepDiff>>,
     },
     /// A step ended.
     StepFinished {

@@ -33,6 +33,7 @@ pub mod engine;
 pub mod events;
 pub mod exec;
 pub mod grpc;
+mod locks;
 pub mod migrate;
 pub mod model;
 pub mod persist;

@@ -15,6 +15,7 @@
 //! read, remembering the pairs it has seen so that an unchanged secret keeps
 //! its ciphertext (no churn in the state file).
 
+use crate::locks::MutexExt;
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -401,7 +402,7 @@ impl Crypter {
         // Encrypt, in one batch, what the cache does not know.
         let mut todo: Vec<String> = Vec::new();
         {
-            let cache = self.cache.lock().expect("cache");
+            let cache = self.cache.locked();
             for_each_secret(d, &mut |s| {
                 if let Secret::Plaintext(p) = s {
                     let text = p.encoded();
@@ -414,7 +415,7 @@ impl Crypter {
         }
         let refs: Vec<&str> = todo.iter().map(String::as_str).collect();
         let sealed = m.encrypt(&refs)?;
-        let mut cache = self.cache.lock().expect("cache");
+        let mut cache = self.cache.locked();
         for (p, c) in todo.into_iter().zip(sealed) {
             cache.insert(c, p);
         }
@@ -453,7 +454,7 @@ impl Crypter {
     ) -> Result<(), SecretsError> {
         let mut todo: Vec<String> = Vec::new();
         {
-            let cache = self.cache.lock().expect("cache");
+            let cache = self.cache.locked();
             each(&mut |s| {
                 if let Secret::Ciphertext(c) = s {
                     if !cache.by_ciphertext.contains_key(c) && !todo.contains(c) {
@@ -469,12 +470,12 @@ impl Crypter {
             };
             let refs: Vec<&str> = todo.iter().map(String::as_str).collect();
             let opened = m.decrypt(&refs)?;
-            let mut cache = self.cache.lock().expect("cache");
+            let mut cache = self.cache.locked();
             for (c, p) in todo.into_iter().zip(opened) {
                 cache.insert(c, p);
             }
         }
-        let cache = self.cache.lock().expect("cache");
+        let cache = self.cache.locked();
         each(&mut |s| {
             if let Secret::Ciphertext(c) = s {
                 let Some(text) = cache.by_ciphertext.get(c) else {
@@ -519,7 +520,7 @@ impl Crypter {
         let text = |v: &serde_json::Value| v["plaintext"].as_str().unwrap_or_default().to_owned();
         let mut todo: Vec<String> = Vec::new();
         {
-            let cache = self.cache.lock().expect("cache");
+            let cache = self.cache.locked();
             for v in &found {
                 let t = text(v);
                 if !cache.by_plaintext.contains_key(&t) && !todo.contains(&t) {
@@ -529,7 +530,7 @@ impl Crypter {
         }
         let refs: Vec<&str> = todo.iter().map(String::as_str).collect();
         let sealed = m.encrypt(&refs)?;
-        let mut cache = self.cache.lock().expect("cache");
+        let mut cache = self.cache.locked();
         for (p, c) in todo.into_iter().zip(sealed) {
             cache.insert(c, p);
         }

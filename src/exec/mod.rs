@@ -11,6 +11,7 @@
 //! operations are ever pending; waits for end records share group
 //! commits. Deletes run as antichains, each in parallel, in order.
 
+use crate::locks::MutexExt;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -77,6 +78,30 @@ impl Written {
     }
 }
 
+impl Written {
+    /// The state of `urn` written (or read) so far in this operation.
+    pub fn get(&self, urn: &Urn) -> Option<State> {
+        self.0.get(urn).map(|s| lock(s.value()).clone())
+    }
+}
+
+/// Set once a failure (or the end of the operation) stops new work; shared
+/// by the executor, its tasks and the generator.
+#[derive(Debug, Clone, Default)]
+pub struct StopFlag(Arc<AtomicBool>);
+
+impl StopFlag {
+    /// Stops new work.
+    pub fn set(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// True once new work is stopped.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
 /// State shared by the executor's tasks.
 pub struct ExecShared {
     config: ExecConfig,
@@ -89,7 +114,7 @@ pub struct ExecShared {
     providers: DashMap<String, Arc<dyn Provider>>,
     persister: ActorRef<PersistMsg>,
     events: EventSink,
-    stopped: AtomicBool,
+    stopped: StopFlag,
     failures: Mutex<Vec<StepFailure>>,
     counts: Mutex<BTreeMap<StepKind, usize>>,
     next_op: AtomicU64,
@@ -123,7 +148,7 @@ impl ExecShared {
             providers: DashMap::new(),
             persister,
             events,
-            stopped: AtomicBool::new(false),
+            stopped: StopFlag::default(),
             failures: Mutex::new(Vec::new()),
             counts: Mutex::new(BTreeMap::new()),
             next_op: AtomicU64::new(1),
@@ -132,18 +157,12 @@ impl ExecShared {
 
     /// Steps completed per kind.
     pub fn counts(&self) -> BTreeMap<StepKind, usize> {
-        self.counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.counts.locked().clone()
     }
 
     /// Failed steps.
     pub fn failures(&self) -> Vec<StepFailure> {
-        self.failures
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        self.failures.locked().clone()
     }
 
     /// The states written (or read) so far in this operation, shared with
@@ -152,19 +171,24 @@ impl ExecShared {
         self.news.clone()
     }
 
-    /// The state of `urn` written (or read) so far in this operation.
-    pub fn written_state(&self, urn: &Urn) -> Option<State> {
-        self.news.0.get(urn).map(|s| lock(s.value()).clone())
+    /// The flag that stops new work, shared with the generator.
+    pub fn stop_flag(&self) -> StopFlag {
+        self.stopped.clone()
     }
 
     /// Stops new work (a failure that fails the operation).
     pub fn stop(&self) {
-        self.stopped.store(true, Ordering::Release);
+        self.stopped.set();
     }
 
     /// True once a failure stopped new work.
     pub fn stopped(&self) -> bool {
-        self.stopped.load(Ordering::Acquire)
+        self.stopped.is_set()
+    }
+
+    /// How many steps failed so far.
+    pub fn failure_count(&self) -> usize {
+        self.failures.locked().len()
     }
 
     /// Sends a diagnostic about a resource to the event stream.
@@ -182,22 +206,14 @@ impl ExecShared {
     }
 
     fn fail(&self, f: StepFailure) {
-        self.failures
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(f);
+        self.failures.locked().push(f);
         if !self.config.continue_on_error {
-            self.stopped.store(true, Ordering::Release);
+            self.stopped.set();
         }
     }
 
     fn count(&self, kind: StepKind) {
-        *self
-            .counts
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .entry(kind)
-            .or_default() += 1;
+        *self.counts.locked().entry(kind).or_default() += 1;
     }
 
     fn set_status(&self, urn: &Urn, s: Status) {
@@ -374,10 +390,15 @@ impl Actor for ExecutorActor {
                 }
                 tokio::spawn(async move {
                     let r = Box::pin(run_chain(&shared, chain, reservation)).await;
+                    // The generator hears of the chain (and of every step
+                    // failure so far) before the program can hear of its
+                    // outcome and end.
+                    let _ = generator.cast(GenMsg::ChainDone {
+                        failures: shared.failure_count(),
+                    });
                     if let Some(reply) = reply {
                         let _ = reply.send(r);
                     }
-                    let _ = generator.cast(GenMsg::ChainDone);
                 });
             }
             ExecMsg::Deletes(groups) => {

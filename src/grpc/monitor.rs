@@ -10,6 +10,7 @@
 //! packages) are not advertised, so the SDK refuses them itself with its own
 //! message; their RPCs are answered `UNIMPLEMENTED`.
 
+use crate::locks::MutexExt;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
@@ -104,12 +105,7 @@ impl Monitor {
     /// # Errors
     /// The engine refused them (the operation stopped).
     pub async fn commit_stack_outputs(&self, failed: bool) -> Result<(), RegisterError> {
-        let held = self
-            .shared
-            .stack_outputs
-            .lock()
-            .ok()
-            .and_then(|mut o| o.take());
+        let held = self.shared.stack_outputs.locked().take();
         let Some((urn, outputs)) = held else {
             return Ok(());
         };
@@ -265,9 +261,7 @@ impl ResourceMonitor for Monitor {
         self.shared
             .check_secrets(format_args!("outputs of {urn}"), outputs.values(), false)?;
         if &urn == self.shared.ctx.root() {
-            if let Ok(mut held) = self.shared.stack_outputs.lock() {
-                *held = Some((urn, outputs));
-            }
+            *self.shared.stack_outputs.locked() = Some((urn, outputs));
             return Ok(Response::new(()));
         }
         self.shared
@@ -314,12 +308,7 @@ impl EngineService for Monitor {
         &self,
         _request: Request<pb::GetRootResourceRequest>,
     ) -> Result<Response<pb::GetRootResourceResponse>, Status> {
-        let urn = self
-            .shared
-            .root
-            .lock()
-            .map(|r| r.clone())
-            .unwrap_or_default();
+        let urn = self.shared.root.locked().clone();
         Ok(Response::new(pb::GetRootResourceResponse { urn }))
     }
 
@@ -328,9 +317,7 @@ impl EngineService for Monitor {
         request: Request<pb::SetRootResourceRequest>,
     ) -> Result<Response<pb::SetRootResourceResponse>, Status> {
         let urn = request.into_inner().urn;
-        if let Ok(mut r) = self.shared.root.lock() {
-            *r = urn;
-        }
+        *self.shared.root.locked() = urn;
         Ok(Response::new(pb::SetRootResourceResponse {}))
     }
 }

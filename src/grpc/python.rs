@@ -15,6 +15,7 @@
 //! carrying the end of its stderr (the traceback's tail). The interpreter is
 //! killed if the operation is dropped.
 
+use crate::locks::MutexExt;
 use std::collections::BTreeMap;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -244,12 +245,11 @@ async fn forward(
             }
         }
         if let Some(t) = &tail {
-            if let Ok(mut t) = t.lock() {
-                if t.len() == TAIL_LINES {
-                    t.pop_front();
-                }
-                t.push_back(line.clone());
+            let mut t = t.locked();
+            if t.len() == TAIL_LINES {
+                t.pop_front();
             }
+            t.push_back(line.clone());
         }
         events.send(EngineEvent::Diagnostic {
             severity: "info".into(),
@@ -328,10 +328,7 @@ async fn run(
     }
     let served = server.stop().await;
     let status = status.map_err(|e| format!("waiting for the Python program failed: {e}"))?;
-    let tail: Vec<String> = tail
-        .lock()
-        .map(|t| t.iter().cloned().collect())
-        .unwrap_or_default();
+    let tail: Vec<String> = tail.locked().iter().cloned().collect();
     match status.code() {
         Some(0) => {
             served.map_err(|e| format!("the resource monitor failed: {e}"))?;

@@ -12,6 +12,7 @@ pub mod property;
 pub mod property_path;
 pub mod snapshot;
 pub mod state;
+pub mod step;
 pub mod urn;
 
 pub use checkpoint::{CheckpointError, CheckpointFile};
@@ -20,4 +21,5 @@ pub use property::{PropertyMap, PropertyValue};
 pub use property_path::{PropertyPath, PropertyPathError};
 pub use snapshot::Deployment;
 pub use state::State;
+pub use step::{StateRef, StepKind};
 pub use urn::{ProviderRef, TypeToken, Urn, UrnError};

@@ -20,13 +20,15 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
-use crate::exec::{ExecMsg, ExecShared, Submission};
+use crate::events::EventSink;
+use crate::exec::{ExecMsg, StopFlag, Submission, Written};
 use crate::model::{PropertyMap, Urn};
 use crate::provider::{
     DiffConfigRequest, DiffKind, DiffResponse, ProviderError, ProviderRegistry, ResourceRequest,
 };
 use crate::source::goal::{Goal, ReadGoal, Registered};
 use crate::source::RegisterError;
+use crate::sync::gate::Gate;
 
 use super::dependents::{DependentReplacements, DependentWalk};
 use super::generator::{PlanError, Planner, Prepared, ProviderChange};
@@ -80,8 +82,12 @@ pub enum GenMsg {
     ),
     /// The program finished (with its error, if any).
     ProgramDone(Option<String>),
-    /// A chain finished.
-    ChainDone,
+    /// A chain finished; `failures` steps of the operation have failed
+    /// so far.
+    ChainDone {
+        /// Step failures recorded so far.
+        failures: usize,
+    },
     /// A gate reservation for the first chain that met a pending quiesce.
     Reserved(Reservation),
     /// The end-of-program steps (deletes or refreshes) finished.
@@ -122,7 +128,16 @@ pub struct GenState {
     planner: Planner,
     mode: Mode,
     registry: ProviderRegistry,
-    shared: Arc<ExecShared>,
+    /// The execution gate: chains are submitted under its reservations.
+    gate: Gate,
+    /// Stops new work (shared with the executor).
+    stop: StopFlag,
+    /// What this operation wrote or read (`getResource`).
+    written: Arc<Written>,
+    /// Diagnostics go here.
+    events: EventSink,
+    /// Step failures the executor reported so far.
+    step_failures: usize,
     executor: Option<ActorRef<ExecMsg>>,
     outstanding: usize,
     chains: usize,
@@ -214,8 +229,14 @@ pub struct GenArgs {
     pub mode: Mode,
     /// Provider instances.
     pub registry: ProviderRegistry,
-    /// The executor's shared state (to know whether work stopped).
-    pub shared: Arc<ExecShared>,
+    /// The execution gate.
+    pub gate: Gate,
+    /// The flag that stops new work, shared with the executor.
+    pub stop: StopFlag,
+    /// What this operation wrote or read, shared with the executor.
+    pub written: Arc<Written>,
+    /// The event stream.
+    pub events: EventSink,
     /// Told when everything finished.
     pub done: oneshot::Sender<GenOutcome>,
     /// A preview.
@@ -237,7 +258,7 @@ impl GenState {
             self.gated.push_back((chain, reply));
             return;
         }
-        match crate::exec::submit(exec, self.shared.gate(), chain, reply) {
+        match crate::exec::submit(exec, &self.gate, chain, reply) {
             Submission::Sent => {}
             Submission::Gated(chain, reply) => {
                 self.gated.push_back((chain, reply));
@@ -254,7 +275,7 @@ impl GenState {
 
     /// Waits (off the actor) for a reservation for the first gated chain.
     fn wait_for_gate(&self) {
-        let (Some(me), gate) = (self.me.clone(), self.shared.gate().clone()) else {
+        let (Some(me), gate) = (self.me.clone(), self.gate.clone()) else {
             return;
         };
         tokio::spawn(async move {
@@ -274,7 +295,7 @@ impl GenState {
             self.executor_stopped();
         }
         while let Some((chain, reply)) = self.gated.pop_front() {
-            match crate::exec::submit(&exec, self.shared.gate(), chain, reply) {
+            match crate::exec::submit(&exec, &self.gate, chain, reply) {
                 Submission::Sent => {}
                 Submission::Gated(chain, reply) => {
                     self.gated.push_front((chain, reply));
@@ -286,10 +307,19 @@ impl GenState {
         }
     }
 
+    /// Sends a diagnostic about a resource to the event stream.
+    fn diagnostic(&self, severity: &str, urn: &Urn, message: String) {
+        self.events.send(crate::events::EngineEvent::Diagnostic {
+            severity: severity.to_owned(),
+            urn: Some(urn.clone()),
+            message,
+        });
+    }
+
     fn plan_failed(&mut self, e: &PlanError) {
         self.errors.push(e.to_string());
         // A planning error fails the operation: no new work starts.
-        self.shared.stop();
+        self.stop.set();
     }
 
     fn maybe_finish(&mut self) {
@@ -303,7 +333,7 @@ impl GenState {
             return;
         }
         self.finishing = true;
-        let failed = !self.errors.is_empty() || self.shared.stopped();
+        let failed = !self.errors.is_empty() || self.stop.is_set();
         let steps = if failed {
             Ok(Vec::new())
         } else {
@@ -351,7 +381,7 @@ impl GenState {
     fn migration_failed(&mut self, e: MigrationError) -> RegisterError {
         self.errors.push(e.to_string());
         self.rules.push(e.rule.as_str().to_owned());
-        self.shared.stop();
+        self.stop.set();
         RegisterError::Migration(e)
     }
 
@@ -454,7 +484,7 @@ impl GenState {
         mut goal: Goal,
         reply: RegisterReply,
     ) {
-        if self.shared.stopped() {
+        if self.stop.is_set() {
             let _ = reply.send(Err(RegisterError::Stopped));
             return;
         }
@@ -493,7 +523,7 @@ impl GenState {
     }
 
     fn register(&mut self, myself: &ActorRef<GenMsg>, goal: &Goal, reply: RegisterReply) {
-        if self.shared.stopped() {
+        if self.stop.is_set() {
             let _ = reply.send(Err(RegisterError::Stopped));
             return;
         }
@@ -506,7 +536,7 @@ impl GenState {
             }
         };
         for path in std::mem::take(&mut prepared.ignore_warnings) {
-            self.shared.diagnostic(
+            self.diagnostic(
                 "warning",
                 &prepared.urn,
                 format!(
@@ -591,7 +621,7 @@ impl GenState {
             },
             Err(e) => {
                 self.errors.push(e.to_string());
-                self.shared.stop();
+                self.stop.set();
             }
         }
         // The registrations held back were prepared, so their decisions
@@ -649,7 +679,7 @@ impl GenState {
             Ok(d) => d,
             Err(e) => {
                 self.errors.push(e.to_string());
-                self.shared.stop();
+                self.stop.set();
                 let _ = reply.send(Err(RegisterError::Provider(e)));
                 return;
             }
@@ -687,7 +717,7 @@ impl GenState {
             Ok(dependents) => self.finish_decide(prepared, diff, dbr, Some(dependents), reply),
             Err(e) => {
                 self.errors.push(e.to_string());
-                self.shared.stop();
+                self.stop.set();
                 let _ = reply.send(Err(RegisterError::Provider(e)));
             }
         }
@@ -768,7 +798,7 @@ fn msg_name(m: &GenMsg) -> &'static str {
         GenMsg::ProviderChecked(..) => "provider-checked",
         GenMsg::Walked(..) => "walked",
         GenMsg::ProgramDone(_) => "program-done",
-        GenMsg::ChainDone => "chain-done",
+        GenMsg::ChainDone { .. } => "chain-done",
         GenMsg::Reserved(_) => "reserved",
         GenMsg::DeletesDone => "deletes-done",
     }
@@ -894,7 +924,7 @@ impl GenState {
             }
             GenMsg::Register(goal, reply) => self.register_goal(myself, *goal, reply).await,
             GenMsg::Read(mut goal, reply) => {
-                if self.shared.stopped() {
+                if self.stop.is_set() {
                     let _ = reply.send(Err(RegisterError::Stopped));
                     return;
                 }
@@ -946,8 +976,8 @@ impl GenState {
                 // `getResource`: what this deployment wrote or read, else
                 // the prior state.
                 let resource = |urn: &Urn| {
-                    self.shared
-                        .written_state(urn)
+                    self.written
+                        .get(urn)
                         .or_else(|| self.planner.prior_state(urn))
                 };
                 let _ = reply.send(
@@ -969,14 +999,17 @@ impl GenState {
             }
             GenMsg::ProgramDone(err) => {
                 if let Some(e) = err {
-                    if self.shared.failures().is_empty() && self.errors.is_empty() {
+                    if self.step_failures == 0 && self.errors.is_empty() {
                         self.errors.push(format!("the program failed: {e}"));
                     }
-                    self.shared.stop();
+                    self.stop.set();
                 }
                 self.program_done = true;
             }
-            GenMsg::ChainDone => self.chains -= 1,
+            GenMsg::ChainDone { failures } => {
+                self.chains -= 1;
+                self.step_failures = self.step_failures.max(failures);
+            }
             GenMsg::Reserved(r) => self.reserved(r),
             GenMsg::DeletesDone => self.finish(),
         }
@@ -997,7 +1030,11 @@ impl Actor for GeneratorActor {
             planner: args.planner,
             mode: args.mode,
             registry: args.registry,
-            shared: args.shared,
+            gate: args.gate,
+            stop: args.stop,
+            written: args.written,
+            events: args.events,
+            step_failures: 0,
             executor: None,
             outstanding: 0,
             chains: 0,

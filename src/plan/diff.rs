@@ -13,63 +13,12 @@
 
 use std::collections::BTreeSet;
 
-use serde::Serialize;
-
 use super::step::{lock, Step, StepKind};
 use crate::model::property::{Archive, Asset};
 use crate::model::{PropertyMap, PropertyValue};
 use crate::provider::DiffResponse;
 
-/// What a step changes, as events carry it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
-pub struct StepDiff {
-    /// Top-level input keys that changed.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub diffs: Vec<String>,
-    /// Top-level input keys whose change forces a replace.
-    #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub replaces: Vec<String>,
-    /// The changed values (asked for with `--diff`).
-    #[serde(rename = "detailedDiff", skip_serializing_if = "Vec::is_empty")]
-    pub detailed: Vec<PropertyChange>,
-}
-
-impl StepDiff {
-    /// True when it says nothing.
-    pub fn is_empty(&self) -> bool {
-        self.diffs.is_empty() && self.replaces.is_empty() && self.detailed.is_empty()
-    }
-}
-
-/// How a property changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ChangeKind {
-    /// New.
-    Add,
-    /// Gone.
-    Delete,
-    /// Another value.
-    Update,
-}
-
-/// One changed property (a leaf of the diff).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct PropertyChange {
-    /// The property path (`a.b[0]`).
-    pub path: String,
-    /// How it changed.
-    pub kind: ChangeKind,
-    /// It is under a key whose change forces a replace.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
-    pub replace: bool,
-    /// The old value, secrets masked.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub old: Option<serde_json::Value>,
-    /// The new value, secrets masked.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub new: Option<serde_json::Value>,
-}
+pub use crate::model::step::{ChangeKind, PropertyChange, StepDiff};
 
 /// The diff of a step about to run; `None` for steps that change no
 /// inputs (same, read, refresh, the delete half of a replace). `detailed`

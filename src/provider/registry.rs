@@ -4,6 +4,7 @@
 //! cached per reference, so every resource of one provider resource shares
 //! one instance.
 
+use crate::locks::MutexExt;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -63,10 +64,7 @@ impl ProviderRegistry {
         // The map key ignores the ID: during a preview a new provider's ID
         // is unknown, and one provider URN has one instance per operation.
         let key = reference.urn().as_str();
-        let mut map = self
-            .instances
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut map = self.instances.locked();
         if let Some(p) = map.get(key) {
             return p.clone();
         }

@@ -69,6 +69,7 @@
 //! program run twice on fresh clouds gets the same IDs whatever the order in
 //! which its resources are created.
 
+use crate::locks::MutexExt;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -329,7 +330,7 @@ pub struct SimCloud {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.locked()
 }
 
 /// The first object (by type) with this ID.

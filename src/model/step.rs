@@ -1,0 +1,134 @@
+//! What the engine says of steps, as data: their kinds, the property
+//! diffs step events carry, and the shared handle on a state that the
+//! generator, the executor, the persister and the migration commit pass
+//! around.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use serde::{Deserialize, Serialize};
+
+use super::State;
+use crate::locks::MutexExt;
+
+/// A state shared between the generator, the executor and the persister.
+/// Identity is by `Arc` pointer.
+pub type StateRef = Arc<Mutex<State>>;
+
+/// Locks a state, ignoring poisoning (a panicked holder is reported by the
+/// supervisor; the data itself is plain).
+pub fn lock(s: &StateRef) -> std::sync::MutexGuard<'_, State> {
+    s.locked()
+}
+
+/// A fresh shared state.
+pub fn share(s: State) -> StateRef {
+    Arc::new(Mutex::new(s))
+}
+
+/// The kinds of step (Pulumi's step types).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StepKind {
+    /// Unchanged: no provider call.
+    Same,
+    /// A new resource.
+    Create,
+    /// An in-place update.
+    Update,
+    /// The create half of a replace.
+    CreateReplacement,
+    /// The delete half of a replace.
+    DeleteReplaced,
+    /// A resource no longer in the program.
+    Delete,
+    /// An external resource read from the cloud.
+    Read,
+    /// State reconciled with the cloud.
+    Refresh,
+    /// An existing object adopted (`import`): read, never created.
+    Import,
+    /// A resource already deleted by a delete-before-replace, dropped from
+    /// state because the program no longer has it.
+    RemovePendingReplace,
+}
+
+impl StepKind {
+    /// The stable name (`same`, `create`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Same => "same",
+            Self::Create => "create",
+            Self::Update => "update",
+            Self::CreateReplacement => "create-replacement",
+            Self::DeleteReplaced => "delete-replaced",
+            Self::Delete => "delete",
+            Self::Read => "read",
+            Self::Refresh => "refresh",
+            Self::Import => "import",
+            Self::RemovePendingReplace => "remove-pending-replace",
+        }
+    }
+
+    /// True for steps that change the cloud.
+    pub fn is_mutation(self) -> bool {
+        !matches!(self, Self::Same | Self::Read | Self::Refresh | Self::Import)
+    }
+}
+
+impl fmt::Display for StepKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a step changes, as events carry it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct StepDiff {
+    /// Top-level input keys that changed.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub diffs: Vec<String>,
+    /// Top-level input keys whose change forces a replace.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub replaces: Vec<String>,
+    /// The changed values (asked for with `--diff`).
+    #[serde(rename = "detailedDiff", skip_serializing_if = "Vec::is_empty")]
+    pub detailed: Vec<PropertyChange>,
+}
+
+impl StepDiff {
+    /// True when it says nothing.
+    pub fn is_empty(&self) -> bool {
+        self.diffs.is_empty() && self.replaces.is_empty() && self.detailed.is_empty()
+    }
+}
+
+/// How a property changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChangeKind {
+    /// New.
+    Add,
+    /// Gone.
+    Delete,
+    /// Another value.
+    Update,
+}
+
+/// One changed property (a leaf of the diff).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PropertyChange {
+    /// The property path (`a.b[0]`).
+    pub path: String,
+    /// How it changed.
+    pub kind: ChangeKind,
+    /// It is under a key whose change forces a replace.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub replace: bool,
+    /// The old value, secrets masked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub old: Option<serde_json::Value>,
+    /// The new value, secrets masked.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub new: Option<serde_json::Value>,
+}
