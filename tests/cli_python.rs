@@ -20,66 +20,10 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
 
 use common::cli::*;
+use common::python::{program, python};
 use serde_json::Value;
-
-/// The SDK version the tests run against.
-const PULUMI: &str = "pulumi==3.272.0";
-
-/// An interpreter that can `import pulumi`: `KEEL_PYTHON`, or a virtual
-/// environment made once under the target directory.
-fn python() -> &'static str {
-    static PYTHON: OnceLock<String> = OnceLock::new();
-    PYTHON.get_or_init(|| {
-        if let Some(p) = std::env::var_os("KEEL_PYTHON") {
-            let p = p.to_string_lossy().into_owned();
-            assert!(
-                imports_pulumi(Path::new(&p)),
-                "KEEL_PYTHON={p} cannot `import pulumi`: install {PULUMI} into it"
-            );
-            return p;
-        }
-        let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("pulumi-3.272.0-venv");
-        let bin = venv.join("bin/python");
-        if !imports_pulumi(&bin) {
-            let made = Command::new("python3")
-                .args(["-m", "venv"])
-                .arg(&venv)
-                .status()
-                .expect("python3 is needed for the Python tests (or set KEEL_PYTHON)");
-            assert!(made.success(), "python3 -m venv {}", venv.display());
-            let installed = Command::new(&bin)
-                .args(["-m", "pip", "install", "--quiet", PULUMI])
-                .status()
-                .expect("pip");
-            assert!(installed.success(), "pip install {PULUMI}");
-            assert!(
-                imports_pulumi(&bin),
-                "{} still cannot import pulumi",
-                bin.display()
-            );
-        }
-        bin.display().to_string()
-    })
-}
-
-fn imports_pulumi(python: &Path) -> bool {
-    Command::new(python)
-        .args(["-c", "import pulumi"])
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// A test program directory.
-fn program(name: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/python")
-        .join(name)
-        .display()
-        .to_string()
-}
 
 /// A fixture written by Pulumi.
 fn fixture(name: &str) -> PathBuf {

@@ -396,18 +396,7 @@ mod tests {
         id: &'a str,
         inputs: &'a PropertyMap,
     ) -> ResourceRequest<'a> {
-        ResourceRequest {
-            urn,
-            ty,
-            id,
-            inputs,
-            old_inputs: None,
-            old_outputs: None,
-            ignore_changes: &[],
-            replace_on_changes: &[],
-            timeout: None,
-            preview: false,
-        }
+        ResourceRequest::new(urn, ty, id, inputs)
     }
 
     #[tokio::test]

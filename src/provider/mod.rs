@@ -121,6 +121,34 @@ pub struct ResourceRequest<'a> {
     pub preview: bool,
 }
 
+impl<'a> ResourceRequest<'a> {
+    /// A request about `urn` with nothing prior, no options, not a preview.
+    pub fn new(urn: &'a Urn, ty: &'a TypeToken, id: &'a str, inputs: &'a PropertyMap) -> Self {
+        Self {
+            urn,
+            ty,
+            id,
+            inputs,
+            old_inputs: None,
+            old_outputs: None,
+            ignore_changes: &[],
+            replace_on_changes: &[],
+            timeout: None,
+            preview: false,
+        }
+    }
+}
+
+/// The top-level keys whose values differ between `old` and `new` (present
+/// in one only, or different), except those `skip` names.
+pub fn changed_keys(old: &PropertyMap, new: &PropertyMap, skip: &[&str]) -> BTreeSet<String> {
+    old.keys()
+        .chain(new.keys())
+        .filter(|k| !skip.contains(&k.as_str()) && old.get(*k) != new.get(*k))
+        .cloned()
+        .collect()
+}
+
 /// A request to compare two configurations of a provider (Pulumi's
 /// `DiffConfig`). The engine drops the `__internal` key (the plugin's
 /// version and download URL, which keel records as Pulumi does) before
@@ -187,13 +215,7 @@ pub trait Provider: Send + Sync + 'static {
     /// # Errors
     /// [`ProviderError`] when the configurations cannot be compared.
     async fn diff_config(&self, req: DiffConfigRequest<'_>) -> Result<DiffResponse> {
-        let changed_keys: BTreeSet<String> = req
-            .old_inputs
-            .keys()
-            .chain(req.new_inputs.keys())
-            .filter(|k| req.old_inputs.get(*k) != req.new_inputs.get(*k))
-            .cloned()
-            .collect();
+        let changed_keys = changed_keys(req.old_inputs, req.new_inputs, &[]);
         Ok(DiffResponse {
             kind: if changed_keys.is_empty() {
                 DiffKind::Same

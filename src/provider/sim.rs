@@ -1100,13 +1100,7 @@ impl Provider for SimProvider {
     /// other difference (a region, an account) is a replace.
     async fn diff_config(&self, req: DiffConfigRequest<'_>) -> Result<DiffResponse> {
         self.cloud.counters.diffs.fetch_add(1, Ordering::SeqCst);
-        let changed_keys: BTreeSet<String> = req
-            .old_inputs
-            .keys()
-            .chain(req.new_inputs.keys())
-            .filter(|k| k.as_str() != "version" && req.old_inputs.get(*k) != req.new_inputs.get(*k))
-            .cloned()
-            .collect();
+        let changed_keys = super::changed_keys(req.old_inputs, req.new_inputs, &["version"]);
         Ok(DiffResponse {
             kind: if changed_keys.is_empty() {
                 DiffKind::Same
@@ -1392,18 +1386,7 @@ mod tests {
         id: &'a str,
         inputs: &'a PropertyMap,
     ) -> ResourceRequest<'a> {
-        ResourceRequest {
-            urn,
-            ty,
-            id,
-            inputs,
-            old_inputs: None,
-            old_outputs: None,
-            ignore_changes: &[],
-            replace_on_changes: &[],
-            timeout: None,
-            preview: false,
-        }
+        ResourceRequest::new(urn, ty, id, inputs)
     }
 
     #[tokio::test]
