@@ -1230,8 +1230,7 @@ mod props {
             prop_assert_eq!(compose(&o.all_to_final).unwrap(), o.all_to_final.clone());
             prop_assert_eq!(o.added, renamed.iter().map(|&i| last(i)).collect::<Vec<_>>());
             prop_assert_eq!(o.result.len(), n + 1);
-            for i in 0..n {
-                let s = &o.result[1 + i];
+            for (i, s) in o.result[1..].iter().enumerate() {
                 prop_assert_eq!(&s.urn, &last(i));
                 prop_assert_eq!(&s.id, &format!("id-{i}"));
                 // A reference to a renamed child names its last URN.

@@ -869,7 +869,7 @@ mod props {
                 }
                 1 => {
                     let old = if act.flag { live } else { None };
-                    let mark_old_delete = old.is_some() && act.val % 2 == 0;
+                    let mark_old_delete = old.is_some() && act.val.is_multiple_of(2);
                     let new = crate::plan::step::share(state(&format!("n{step}"), act.val));
                     if let (Some(o), false) = (&old, mark_old_delete) {
                         self.forget(o);
