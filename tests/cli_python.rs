@@ -287,9 +287,10 @@ struct FixtureCase {
 fn check(case: &FixtureCase) {
     let mut k = keel();
     k.passphrase = case.passphrase.map(str::to_owned);
-    let mut file: Value =
-        serde_json::from_slice(&std::fs::read(fixture(case.file)).expect("fixture"))
-            .expect("fixture JSON");
+    let fixture_path = fixture(case.file);
+    let bytes = std::fs::read(&fixture_path)
+        .unwrap_or_else(|e| panic!("cannot read the fixture {}: {e}", fixture_path.display()));
+    let mut file: Value = serde_json::from_slice(&bytes).expect("fixture JSON");
     if let Some(edit) = case.edit {
         edit(&mut file);
     }

@@ -98,8 +98,9 @@ fn service_secrets_round_trip_through_import_and_export() {
         ("aws-ts-lambda-efs__stack.json", "dev", false),
     ] {
         let path = fixtures.join(name);
-        let original: Value =
-            serde_json::from_slice(&std::fs::read(&path).unwrap()).expect("fixture JSON");
+        let bytes = std::fs::read(&path)
+            .unwrap_or_else(|e| panic!("cannot read the fixture {}: {e}", path.display()));
+        let original: Value = serde_json::from_slice(&bytes).expect("fixture JSON");
         assert_eq!(
             original["deployment"]["secrets_providers"]["type"], "service",
             "{name}"
@@ -384,6 +385,7 @@ fn importing_plaintext_secrets_needs_a_passphrase_and_writes_no_plaintext() {
     // Exported by Pulumi with --show-secrets: plaintext secrets.
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../shared/fixtures/pulumi/aws-django-voting-app__export.txt");
+    assert!(path.is_file(), "the fixture {} is missing", path.display());
     let p = path.to_str().unwrap();
     let stack = "aws-django-voting-app";
     let k = Keel::new();

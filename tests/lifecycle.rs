@@ -409,12 +409,23 @@ async fn the_parallel_bound_holds_and_independent_resources_run_concurrently() {
             },
             |c| c.parallel = parallel,
         );
+        // No create proceeds until `parallel` are in flight at once (a
+        // create fails, failing the update, if that never happens), so the
+        // update succeeding shows the concurrency whatever the machine's
+        // speed; the latency gives a bound overrun time to show.
+        h.cloud
+            .set_rendezvous(parallel as u64, Duration::from_secs(120));
         let prog: Vec<Res> = (0..48).map(|i| bucket(&format!("b{i}"), &[])).collect();
-        h.up(prog).await.unwrap();
-        assert_eq!(
-            h.cloud.counters().max_in_flight,
-            parallel as u64,
-            "parallel = {parallel}"
+        h.up(prog)
+            .await
+            .unwrap_or_else(|e| panic!("parallel = {parallel}: {e}"));
+        let c = h.cloud.counters();
+        assert_eq!(c.creates, 48, "parallel = {parallel}");
+        // Never more than `parallel` in flight.
+        assert!(
+            c.max_in_flight <= parallel as u64,
+            "parallel = {parallel}: {} in flight at once",
+            c.max_in_flight
         );
     }
 }

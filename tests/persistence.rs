@@ -1,6 +1,6 @@
 //! Crash-safe persistence: journal and full-checkpoint round trips through
 //! the real engine, torn tails and corruption, injected write failures,
-//! the stack lock, and `kill -9` at 20 seeded moments.
+//! the stack lock, and `kill -9` at seeded points of a run's progress.
 
 mod common;
 
@@ -694,14 +694,27 @@ impl Crash {
             _ => REPLACED,
         }
     }
+
+    /// The physical operations of the update killed: a create per
+    /// resource, or a create and a delete per replacement. Each that ends
+    /// appends one record to the cloud's file.
+    fn operations(self) -> u64 {
+        match self {
+            Self::Creates => CRASH_RESOURCES as u64,
+            _ => 2 * REPLACED as u64,
+        }
+    }
 }
 
 /// The child side of the crash tests: runs one update and is killed.
+/// Ignored: only [`kill_rounds`] runs it (with `--ignored`), in a child
+/// process.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "the child process of the kill_9 tests, which run it"]
 async fn crash_child() {
-    let Some(dir) = std::env::var_os("KEEL_CRASH_DIR").map(PathBuf::from) else {
-        return;
-    };
+    let dir = std::env::var_os("KEEL_CRASH_DIR")
+        .map(PathBuf::from)
+        .expect("KEEL_CRASH_DIR names the crash test's directory");
     let env = |k: &str| std::env::var(k).unwrap();
     let crash = Crash::parse(&env("KEEL_CRASH"));
     let kind: PersistenceKind = env("KEEL_CRASH_PERSISTENCE").parse().unwrap();
@@ -709,55 +722,78 @@ async fn crash_child() {
     let backend = Backend::new(&dir);
     let cloud = SimCloud::load(&dir.join("cloud.json"), crash.config()).unwrap();
     cloud.autosave_to(dir.join("cloud.json"));
+    // The run's last operation never ends: the child is killed mid-run.
+    cloud.hold_from(crash.operations() - 1);
     std::fs::write(dir.join("started"), b"").unwrap();
     let _ = up_with(&backend, &cloud, crash.program("y"), kind, parallel).await;
     std::fs::write(dir.join("finished"), b"").unwrap();
 }
 
-fn wait_for(path: &Path, limit: Duration) {
-    // Polls at 1 ms for at most `limit` (a guard against a child that
-    // never starts, not a measurement).
-    for _ in 0..limit.as_millis() {
-        if path.exists() {
-            return;
+/// How long a child may take to reach a kill point (a guard against a
+/// child that hangs, not a measurement).
+const KILL_POINT_LIMIT: Duration = Duration::from_secs(300);
+
+/// Polls every millisecond until `ready` holds, failing with `what` if the
+/// child exits first or [`KILL_POINT_LIMIT`] passes.
+fn wait_until(child: &mut std::process::Child, what: &str, mut ready: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !ready() {
+        if let Some(status) = child.try_wait().unwrap() {
+            panic!("the child exited ({status}) before {what}");
         }
+        assert!(
+            start.elapsed() < KILL_POINT_LIMIT,
+            "no {what} within {KILL_POINT_LIMIT:?}"
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
-    panic!("{} never appeared", path.display());
 }
 
-/// Kills a child running `crash` at `rounds` seeded moments within
-/// `window`, then checks what it left: the stack loads and passes
-/// integrity, every cloud object is in the state or pending, at most
-/// `parallel` operations are pending, and the next update (same program)
-/// succeeds with exactly one object per resource and nothing unowned.
-/// Returns how many kills landed mid-run.
-async fn kill_rounds(
-    crash: Crash,
-    kind: PersistenceKind,
-    parallel: usize,
-    rounds: usize,
-    window: Duration,
-) -> usize {
+/// The complete records in the simulated cloud's file (its lines after the
+/// header; 0 when it does not exist).
+fn cloud_records(path: &Path) -> u64 {
+    let Ok(bytes) = std::fs::read(path) else {
+        return 0;
+    };
+    let lines = bytes.iter().filter(|&&b| b == b'\n').count() as u64;
+    lines.saturating_sub(1)
+}
+
+/// Kills a child running `crash` in each of `rounds` rounds, at a seeded
+/// point of its progress: once the cloud's file shows that `k` of its
+/// operations ended (`k` from 0 to all but the last, which the child holds
+/// in flight forever), so every kill lands mid-run. Then checks what it
+/// left: the stack loads and passes integrity, every cloud object is in
+/// the state or pending, at most `parallel` operations are pending, and the
+/// next update (same program) succeeds with exactly one object per
+/// resource and nothing unowned.
+async fn kill_rounds(crash: Crash, kind: PersistenceKind, parallel: usize, rounds: usize) {
     let exe = std::env::current_exe().unwrap();
     let mut rng: u64 = 0x5eed_1234_abcd_0001;
-    let mut killed_mid_run = 0;
     for round in 0..rounds {
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
-        let delay = Duration::from_micros(rng % window.as_micros() as u64);
+        let progress = rng % crash.operations();
         let dir = tempfile::tempdir().unwrap();
         let backend = Backend::new(dir.path());
+        let cloud_file = dir.path().join("cloud.json");
         if crash != Crash::Creates {
             let cloud = SimCloud::new(crash.config());
-            cloud.autosave_to(dir.path().join("cloud.json"));
+            cloud.autosave_to(&cloud_file);
             up(&backend, &cloud, crash.program("x"), kind, None)
                 .await
                 .unwrap();
         }
+        let before = cloud_records(&cloud_file);
         let mut child = std::process::Command::new(&exe)
-            .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                "crash_child",
+                "--exact",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env("KEEL_CRASH_DIR", dir.path())
             .env("KEEL_CRASH", format!("{crash:?}"))
             .env(
@@ -772,14 +808,20 @@ async fn kill_rounds(
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        wait_for(&dir.path().join("started"), Duration::from_secs(60));
-        std::thread::sleep(delay);
+        let started = dir.path().join("started");
+        wait_until(&mut child, "it started", || started.exists());
+        wait_until(&mut child, &format!("{progress} operations ended"), || {
+            cloud_records(&cloud_file) >= before + progress
+        });
         child.kill().unwrap(); // SIGKILL
         child.wait().unwrap();
-        if !dir.path().join("finished").exists() {
-            killed_mid_run += 1;
-        }
-        let at = format!("{crash:?} {kind:?} round {round} (killed after {delay:?})");
+        let at = format!(
+            "{crash:?} {kind:?} round {round} (killed once {progress} operations had ended)"
+        );
+        assert!(
+            !dir.path().join("finished").exists(),
+            "{at}: the run finished though its last operation is held"
+        );
 
         let loaded = backend
             .load(STACK)
@@ -818,53 +860,31 @@ async fn kill_rounds(
         assert!(state.pending_operations.is_empty(), "{at}");
         nothing_forgotten(&state, &cloud);
     }
-    killed_mid_run
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_at_any_instant_forgets_nothing() {
-    let mid = kill_rounds(
-        Crash::Creates,
-        PersistenceKind::Journal,
-        8,
-        20,
-        Duration::from_millis(160),
-    )
-    .await;
-    assert!(
-        mid >= 5,
-        "only {mid} of 20 kills landed mid-run: widen the window"
-    );
+    kill_rounds(Crash::Creates, PersistenceKind::Journal, 8, 20).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_leaves_at_most_parallel_operations_pending() {
     for kind in [PersistenceKind::Journal, PersistenceKind::Checkpoint] {
-        let mid = kill_rounds(Crash::Creates, kind, 2, 6, Duration::from_millis(200)).await;
-        assert!(mid >= 3, "{kind:?}: only {mid} of 6 kills landed mid-run");
+        kill_rounds(Crash::Creates, kind, 2, 6).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_create_before_delete_replacements_leaks_no_object() {
     for kind in [PersistenceKind::Journal, PersistenceKind::Checkpoint] {
-        let mid = kill_rounds(Crash::Replace, kind, 8, 10, Duration::from_millis(150)).await;
-        assert!(mid >= 5, "{kind:?}: only {mid} of 10 kills landed mid-run");
+        kill_rounds(Crash::Replace, kind, 8, 10).await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_delete_before_replace_leaves_a_stack_the_next_update_saves() {
     for kind in [PersistenceKind::Checkpoint, PersistenceKind::Journal] {
-        let mid = kill_rounds(
-            Crash::DeleteBeforeReplace,
-            kind,
-            8,
-            10,
-            Duration::from_millis(150),
-        )
-        .await;
-        assert!(mid >= 5, "{kind:?}: only {mid} of 10 kills landed mid-run");
+        kill_rounds(Crash::DeleteBeforeReplace, kind, 8, 10).await;
     }
 }
 

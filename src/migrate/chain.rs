@@ -1069,3 +1069,174 @@ mod tests {
         assert!(c.finish().unwrap().noop);
     }
 }
+
+/// Property tests: [`compose`] follows every mapping to its end or names a
+/// loop, and a chain of renaming callbacks composes its successor maps step
+/// by step into each original's last URN, rewriting stale references.
+#[cfg(test)]
+mod props {
+    use std::collections::BTreeSet;
+
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    const NODES: usize = 8;
+
+    fn node(i: usize) -> Urn {
+        Urn::parse(&format!("urn:pulumi:s::p::a:b:T::n{i}")).unwrap()
+    }
+
+    /// Follows `map` from `k` one mapping at a time: its end, or `None`
+    /// when a node comes back.
+    fn follow(map: &SuccessorMap, k: &Urn) -> Option<Urn> {
+        let mut seen = BTreeSet::from([k.clone()]);
+        let mut cur = map.get(k)?.clone();
+        while let Some(next) = map.get(&cur) {
+            if !seen.insert(cur.clone()) {
+                return None;
+            }
+            cur = next.clone();
+        }
+        Some(cur)
+    }
+
+    /// A map whose keys map to later nodes only: no loop.
+    fn acyclic() -> impl Strategy<Value = SuccessorMap> {
+        proptest::collection::vec(proptest::option::of(1..=NODES), NODES).prop_map(|targets| {
+            targets
+                .into_iter()
+                .enumerate()
+                .filter_map(|(k, t)| t.map(|t| (node(k), node((k + t).min(NODES)))))
+                .filter(|(k, v)| k != v)
+                .collect()
+        })
+    }
+
+    /// Any map over the nodes, self-mappings and loops included.
+    fn any_map() -> impl Strategy<Value = SuccessorMap> {
+        proptest::collection::vec(proptest::option::of(0..NODES), NODES).prop_map(|targets| {
+            targets
+                .into_iter()
+                .enumerate()
+                .filter_map(|(k, t)| t.map(|t| (node(k), node(t))))
+                .collect()
+        })
+    }
+
+    const ROOT: &str = "urn:pulumi:s::p::m:m:Comp::c";
+
+    fn child_urn(name: &str) -> String {
+        format!("urn:pulumi:s::p::m:m:Comp$a:b:T::{name}")
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn compose_follows_every_mapping_to_its_end(map in acyclic()) {
+            let out = compose(&map).unwrap();
+            prop_assert_eq!(out.keys().collect::<Vec<_>>(), map.keys().collect::<Vec<_>>());
+            for (k, end) in &out {
+                prop_assert_eq!(Some(end.clone()), follow(&map, k), "{}", k);
+                // Ends are final: composing again changes nothing.
+                prop_assert!(!map.contains_key(end), "{} ends at a key {}", k, end);
+            }
+            prop_assert_eq!(compose(&out).unwrap(), out);
+        }
+
+        #[test]
+        fn compose_names_a_loop_exactly_when_there_is_one(map in any_map()) {
+            let looping = map.keys().any(|k| follow(&map, k).is_none());
+            match compose(&map) {
+                Ok(out) => {
+                    prop_assert!(!looping);
+                    for (k, end) in &out {
+                        prop_assert_eq!(Some(end.clone()), follow(&map, k));
+                    }
+                }
+                Err(cycle) => {
+                    prop_assert!(looping);
+                    // `a -> ... -> a`, every step a mapping of `map` (a
+                    // self-mapping is the loop `[a, a]`).
+                    prop_assert!(cycle.len() >= 2);
+                    prop_assert_eq!(cycle.first(), cycle.last());
+                    for w in cycle.windows(2) {
+                        prop_assert_eq!(map.get(&w[0]), Some(&w[1]));
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn a_chain_composes_its_callbacks_renames_step_by_step(
+            n in 1usize..5,
+            depends in proptest::collection::vec(any::<bool>(), 5),
+            steps in proptest::collection::vec(proptest::collection::vec(any::<bool>(), 5), 1..5),
+        ) {
+            // Child `i` (id `id-i`) depends on child `i - 1` when asked.
+            let children: Vec<Value> = (0..n)
+                .map(|i| {
+                    let mut c = json!({"urn": child_urn(&format!("c{i}")), "custom": true,
+                        "id": format!("id-{i}"), "type": "a:b:T", "parent": ROOT});
+                    if i > 0 && depends[i] {
+                        c["dependencies"] = json!([child_urn(&format!("c{}", i - 1))]);
+                    }
+                    c
+                })
+                .collect();
+            let root = json!({"urn": ROOT, "custom": false, "type": "m:m:Comp"});
+            let subtree: Vec<State> = std::iter::once(root)
+                .chain(children)
+                .map(|v| serde_json::from_value(v).unwrap())
+                .collect();
+            let mut chain = Chain::new(Urn::parse(ROOT).unwrap(), subtree);
+            // The model: every name each child has had, in order.
+            let mut names: Vec<Vec<String>> = (0..n).map(|i| vec![format!("c{i}")]).collect();
+            for (s, renames) in steps.iter().enumerate() {
+                // The callback renames some children and leaves the others'
+                // references as they were in its input.
+                let mut result = chain.input_json()["oldState"].as_array().unwrap().clone();
+                let mut successors = BTreeMap::new();
+                for i in (0..n).filter(|&i| renames[i]) {
+                    let old = child_urn(names[i].last().unwrap());
+                    let name = format!("c{i}s{s}");
+                    result[1 + i]["urn"] = json!(child_urn(&name));
+                    successors.insert(old, child_urn(&name));
+                    names[i].push(name);
+                }
+                chain
+                    .apply(s + 1, steps.len(), CallbackOutput::Changed {
+                        new_state: Value::Array(result),
+                        successors,
+                    })
+                    .unwrap();
+            }
+            let o = chain.finish().unwrap();
+            let urn = |name: &str| Urn::parse(&child_urn(name)).unwrap();
+            let last = |i: usize| urn(names[i].last().unwrap());
+            let renamed: Vec<usize> = (0..n).filter(|&i| names[i].len() > 1).collect();
+            prop_assert_eq!(o.noop, renamed.is_empty());
+            let original_to_final: SuccessorMap =
+                renamed.iter().map(|&i| (urn(&names[i][0]), last(i))).collect();
+            prop_assert_eq!(&o.original_to_final, &original_to_final);
+            let all_to_final: SuccessorMap = renamed
+                .iter()
+                .flat_map(|&i| names[i][..names[i].len() - 1].iter().map(move |m| (m, i)))
+                .map(|(m, i)| (urn(m), last(i)))
+                .collect();
+            prop_assert_eq!(&o.all_to_final, &all_to_final);
+            prop_assert_eq!(compose(&o.all_to_final).unwrap(), o.all_to_final.clone());
+            prop_assert_eq!(o.added, renamed.iter().map(|&i| last(i)).collect::<Vec<_>>());
+            prop_assert_eq!(o.result.len(), n + 1);
+            for (i, s) in o.result[1..].iter().enumerate() {
+                prop_assert_eq!(&s.urn, &last(i));
+                prop_assert_eq!(&s.id, &format!("id-{i}"));
+                // A reference to a renamed child names its last URN.
+                let deps = if i > 0 && depends[i] { vec![last(i - 1)] } else { Vec::new() };
+                prop_assert_eq!(&s.dependencies, &deps, "child {}", i);
+            }
+        }
+    }
+}

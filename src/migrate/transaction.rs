@@ -886,3 +886,168 @@ mod tests {
         }
     }
 }
+
+/// Property tests of [`sort`]: over any acyclic reference graph listed in
+/// any order, the result is a permutation that puts every reference target
+/// (provider, parent, dependencies, property dependencies, `deletedWith`)
+/// before its source, passes [`verify`] and the model's integrity check,
+/// is deterministic and leaves an already sorted list unchanged; a loop is
+/// refused.
+#[cfg(test)]
+mod props {
+    use proptest::prelude::*;
+    use proptest::sample::Index;
+    use serde_json::json;
+
+    use super::*;
+    use crate::model::integrity::verify_resources;
+
+    const PROV: &str = "urn:pulumi:dev::app::pulumi:providers:pkgA::default";
+
+    fn urn(i: usize) -> String {
+        if i == 0 {
+            PROV.to_owned()
+        } else {
+            format!("urn:pulumi:dev::app::a:b:T::r{i}")
+        }
+    }
+
+    /// The references of resource `i` (`1..`), to resources before it.
+    #[derive(Clone, Debug)]
+    struct Refs {
+        provider: bool,
+        parent: Option<Index>,
+        dependencies: Vec<Index>,
+        property: Vec<Index>,
+        deleted_with: Option<Index>,
+    }
+
+    fn refs() -> impl Strategy<Value = Refs> {
+        (
+            any::<bool>(),
+            proptest::option::of(any::<Index>()),
+            proptest::collection::vec(any::<Index>(), 0..3),
+            proptest::collection::vec(any::<Index>(), 0..2),
+            proptest::option::weighted(0.2, any::<Index>()),
+        )
+            .prop_map(
+                |(provider, parent, dependencies, property, deleted_with)| Refs {
+                    provider,
+                    parent,
+                    dependencies,
+                    property,
+                    deleted_with,
+                },
+            )
+    }
+
+    /// Resources in an order where every reference points earlier: a
+    /// provider, then resources `1..n` referring to earlier non-provider
+    /// resources (and to the provider by their `provider` field).
+    fn states(refs: &[Refs]) -> Vec<State> {
+        let mut out = vec![serde_json::from_value(json!({"urn": PROV, "custom": true,
+            "id": "pid", "type": "pulumi:providers:pkgA"}))
+        .unwrap()];
+        for (k, r) in refs.iter().enumerate() {
+            let i = k + 1;
+            // An earlier resource other than the provider, if there is one.
+            let earlier = |x: &Index| (i > 1).then(|| urn(1 + x.index(i - 1)));
+            let mut v = json!({"urn": urn(i), "custom": true, "id": format!("id{i}"),
+                "type": "a:b:T"});
+            if r.provider {
+                v["provider"] = json!(format!("{PROV}::pid"));
+            }
+            if let Some(p) = r.parent.as_ref().and_then(earlier) {
+                v["parent"] = json!(p);
+            }
+            let deps: Vec<String> = r.dependencies.iter().filter_map(earlier).collect();
+            if !deps.is_empty() {
+                v["dependencies"] = json!(deps);
+            }
+            let prop: Vec<String> = r.property.iter().filter_map(earlier).collect();
+            if !prop.is_empty() {
+                v["propertyDependencies"] = json!({"x": prop});
+            }
+            if let Some(d) = r.deleted_with.as_ref().and_then(earlier) {
+                v["deletedWith"] = json!(d);
+            }
+            out.push(serde_json::from_value::<State>(v).unwrap());
+        }
+        out
+    }
+
+    /// The URNs `s` refers to, its provider's included.
+    fn targets(s: &State) -> Vec<String> {
+        let provider = s.provider.rsplit_once("::").map(|(u, _)| u.to_owned());
+        provider
+            .into_iter()
+            .chain(s.references().map(|(_, u)| u.as_str().to_owned()))
+            .collect()
+    }
+
+    /// Resources and a shuffle of their positions.
+    fn graph() -> impl Strategy<Value = (Vec<Refs>, Vec<usize>)> {
+        (1usize..12).prop_flat_map(|n| {
+            (
+                proptest::collection::vec(refs(), n - 1),
+                Just((0..n).collect::<Vec<_>>()).prop_shuffle(),
+            )
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(128))]
+
+        #[test]
+        fn the_sort_puts_every_target_before_its_source((refs, shuffle) in graph()) {
+            let ordered = states(&refs);
+            let list: Vec<&State> = shuffle.iter().map(|&i| &ordered[i]).collect();
+            let order = sort(&list).unwrap();
+            // A permutation of the input.
+            let mut seen = order.clone();
+            seen.sort_unstable();
+            prop_assert_eq!(seen, (0..list.len()).collect::<Vec<_>>());
+            // Every target before its source.
+            let sorted: Vec<&State> = order.iter().map(|&i| list[i]).collect();
+            for (p, s) in sorted.iter().enumerate() {
+                for t in targets(s) {
+                    let at = sorted.iter().position(|x| x.urn.as_str() == t);
+                    prop_assert!(at.is_some_and(|a| a < p), "{} refers to {} after it", s.urn, t);
+                }
+            }
+            verify(&sorted).unwrap();
+            let owned: Vec<State> = sorted.iter().map(|s| (*s).clone()).collect();
+            prop_assert!(verify_resources(&owned).is_ok());
+            prop_assert_eq!(sort_verified(&list).unwrap(), order.clone());
+            // Deterministic, and a sorted list comes out unchanged.
+            prop_assert_eq!(sort(&list).unwrap(), order);
+            prop_assert_eq!(sort(&sorted).unwrap(), (0..sorted.len()).collect::<Vec<_>>());
+            let generated: Vec<&State> = ordered.iter().collect();
+            prop_assert_eq!(sort(&generated).unwrap(), (0..ordered.len()).collect::<Vec<_>>());
+        }
+
+        #[test]
+        fn a_loop_is_refused(
+            (refs, shuffle) in graph(),
+            from in any::<Index>(),
+            to in any::<Index>(),
+        ) {
+            let mut ordered = states(&refs);
+            prop_assume!(ordered.len() > 1);
+            // Resource `a` (not the provider) comes to depend on `b` at or
+            // after it, which `b` itself, or through a dependency on `a`,
+            // refers back to.
+            let a = 1 + from.index(ordered.len() - 1);
+            let b = a + to.index(ordered.len() - a);
+            let urn_a = ordered[a].urn.clone();
+            let urn_b = ordered[b].urn.clone();
+            ordered[a].dependencies.push(urn_b);
+            if !ordered[b].dependencies.contains(&urn_a) {
+                ordered[b].dependencies.push(urn_a);
+            }
+            let list: Vec<&State> = shuffle.iter().map(|&i| &ordered[i]).collect();
+            let e = sort(&list).unwrap_err();
+            prop_assert!(e.contains("cycle"), "{}", e);
+        }
+    }
+}

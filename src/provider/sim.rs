@@ -64,6 +64,14 @@
 //! create, update and delete change nothing, sleep not at all and are not
 //! counted (a preview read is a real read).
 //!
+//! Two gates let tests observe concurrency and crashes without depending on
+//! timing: a *rendezvous* ([`SimCloud::set_rendezvous`]) holds every
+//! physical operation until some number of them have been in flight at
+//! once (failing the operation, with the largest number seen, after a
+//! generous timeout), and a *hold* ([`SimCloud::hold_from`]) keeps every
+//! operation started from a given ordinal on in flight forever, so a
+//! process killed while one is held was killed mid-run by construction.
+//!
 //! IDs are `{name}-{8 hex}`, the hex being an FNV-1a hash of the URN and a
 //! per-URN generation counter: a replacement gets a new ID, and the same
 //! program run twice on fresh clouds gets the same IDs whatever the order in
@@ -307,6 +315,32 @@ struct Counters {
     failures: AtomicU64,
     in_flight: AtomicU64,
     max_in_flight: AtomicU64,
+    /// Physical operations started, whatever their end (the next one's
+    /// ordinal).
+    started: AtomicU64,
+}
+
+/// The test gates on physical operations (see the module doc).
+#[derive(Debug)]
+struct Gates {
+    /// Operations whose ordinal is at least this never end (`u64::MAX`:
+    /// none).
+    hold_from: AtomicU64,
+    /// How many operations must be in flight at once before any proceeds
+    /// (0: no rendezvous), and how long an operation waits for that.
+    rendezvous: Mutex<(u64, Duration)>,
+    /// Whether the rendezvous was reached (it stays open once it was).
+    reached: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for Gates {
+    fn default() -> Self {
+        Self {
+            hold_from: AtomicU64::new(u64::MAX),
+            rendezvous: Mutex::new((0, Duration::ZERO)),
+            reached: tokio::sync::watch::Sender::new(false),
+        }
+    }
 }
 
 /// The simulated cloud, shared as `Arc<SimCloud>` by all its providers.
@@ -327,6 +361,8 @@ pub struct SimCloud {
     schemas: Mutex<BTreeMap<String, SchemaDef>>,
     /// Schema migrations performed, in order.
     migrations: Mutex<Vec<SimMigration>>,
+    /// The test gates.
+    gates: Gates,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -407,21 +443,59 @@ struct OpGuard<'a> {
     kind: SimCallKind,
     urn: String,
     id: String,
+    /// The operation's ordinal among the physical operations started.
+    ordinal: u64,
 }
 
 impl<'a> OpGuard<'a> {
     fn start(cloud: &'a SimCloud, kind: SimCallKind, urn: &Urn, id: &str) -> Self {
         let c = &cloud.counters;
+        let ordinal = c.started.fetch_add(1, Ordering::SeqCst);
         let now = c.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
         c.max_in_flight.fetch_max(now, Ordering::SeqCst);
+        let target = lock(&cloud.gates.rendezvous).0;
+        if target > 0 && now >= target {
+            cloud.gates.reached.send_replace(true);
+        }
         let guard = Self {
             cloud,
             kind,
             urn: urn.as_str().to_owned(),
             id: id.to_owned(),
+            ordinal,
         };
         cloud.record(kind, SimCallPhase::Start, &guard.urn, &guard.id);
         guard
+    }
+
+    /// Passes the test gates: never returns for a held operation; waits for
+    /// the rendezvous, if one is set, failing when it is not reached in
+    /// time.
+    async fn gates(&self, operation: &'static str, urn: &Urn) -> Result<()> {
+        let gates = &self.cloud.gates;
+        if self.ordinal >= gates.hold_from.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        let (target, timeout) = *lock(&gates.rendezvous);
+        if target == 0 {
+            return Ok(());
+        }
+        let mut reached = gates.reached.subscribe();
+        let opened = tokio::time::timeout(timeout, reached.wait_for(|r| *r))
+            .await
+            .is_ok_and(|r| r.is_ok());
+        if opened {
+            return Ok(());
+        }
+        Err(ProviderError::Failed {
+            operation,
+            urn: urn.clone(),
+            message: format!(
+                "the rendezvous of {target} operations in flight at once was not \
+                 reached within {timeout:?} (at most {} were)",
+                self.cloud.counters.max_in_flight.load(Ordering::SeqCst)
+            ),
+        })
     }
 }
 
@@ -457,7 +531,31 @@ impl SimCloud {
             counters: Counters::default(),
             file: Mutex::new(None),
             secrets: Mutex::new(None),
+            gates: Gates::default(),
         }
+    }
+
+    /// Sets a rendezvous for the physical operations started from now on:
+    /// each waits, after it starts, until `operations` have been in flight
+    /// at once (then the rendezvous stays open), and fails naming the
+    /// largest number seen if that does not happen within `timeout`. A
+    /// test shows that an engine runs `operations` at once this way,
+    /// whatever the machine's speed. `0` removes the rendezvous.
+    pub fn set_rendezvous(&self, operations: u64, timeout: Duration) {
+        *lock(&self.gates.rendezvous) = (operations, timeout);
+        let now = self.counters.in_flight.load(Ordering::SeqCst);
+        self.gates
+            .reached
+            .send_replace(operations > 0 && now >= operations);
+    }
+
+    /// Holds every physical operation whose ordinal (its position among
+    /// those this cloud started, from 0) is at least `ordinal`: it stays in
+    /// flight, never reaching the cloud, until its future is dropped. A
+    /// crash test that holds the last operation of a run kills the process
+    /// mid-run whenever it kills it.
+    pub fn hold_from(&self, ordinal: u64) {
+        self.gates.hold_from.store(ordinal, Ordering::SeqCst);
     }
 
     /// Keeps the cloud in the file at `path` from now on: every change
@@ -1130,6 +1228,7 @@ impl Provider for SimProvider {
         }
         cloud.counters.creates.fetch_add(1, Ordering::SeqCst);
         let mut guard = OpGuard::start(cloud, SimCallKind::Create, req.urn, "");
+        guard.gates("create", req.urn).await?;
         cloud.sleep_within("create", req.urn, req.timeout).await?;
         cloud.inject("create", req.urn)?;
         let obj = cloud
@@ -1164,6 +1263,7 @@ impl Provider for SimProvider {
         let cloud = &*self.cloud;
         cloud.counters.reads.fetch_add(1, Ordering::SeqCst);
         let guard = OpGuard::start(cloud, SimCallKind::Read, req.urn, req.id);
+        guard.gates("read", req.urn).await?;
         cloud.sleep().await;
         cloud
             .refresh_from_file()
@@ -1216,6 +1316,7 @@ impl Provider for SimProvider {
         }
         cloud.counters.updates.fetch_add(1, Ordering::SeqCst);
         let guard = OpGuard::start(cloud, SimCallKind::Update, req.urn, req.id);
+        guard.gates("update", req.urn).await?;
         cloud.sleep_within("update", req.urn, req.timeout).await?;
         cloud.inject("update", req.urn)?;
         let updated = cloud
@@ -1264,6 +1365,7 @@ impl Provider for SimProvider {
         }
         cloud.counters.deletes.fetch_add(1, Ordering::SeqCst);
         let guard = OpGuard::start(cloud, SimCallKind::Delete, req.urn, req.id);
+        guard.gates("delete", req.urn).await?;
         cloud.sleep_within("delete", req.urn, req.timeout).await?;
         cloud.inject("delete", req.urn)?;
         cloud
@@ -1721,10 +1823,10 @@ mod tests {
 
     #[tokio::test]
     async fn max_in_flight_counts_concurrent_creates() {
-        let cloud = SimCloud::new(SimConfig {
-            latency: Duration::from_millis(100),
-            ..SimConfig::default()
-        });
+        let cloud = SimCloud::new(SimConfig::default());
+        // No create ends before all eight are in flight, whatever the
+        // scheduling.
+        cloud.set_rendezvous(8, Duration::from_secs(60));
         let tasks: Vec<_> = (0..8)
             .map(|i| {
                 let p = cloud.provider("aws");
@@ -1743,6 +1845,50 @@ mod tests {
         assert_eq!(cloud.objects().len(), 8);
         cloud.reset_max_in_flight();
         assert_eq!(cloud.counters().max_in_flight, 0);
+    }
+
+    #[tokio::test]
+    async fn an_unreached_rendezvous_fails_the_operation_naming_the_largest_number_seen() {
+        let cloud = SimCloud::new(SimConfig::default());
+        // Only one create ever runs: two are never in flight at once.
+        cloud.set_rendezvous(2, Duration::from_millis(10));
+        let p = cloud.provider("aws");
+        let (u, t, inputs) = (urn("alone"), ty(), PropertyMap::new());
+        let e = p.create(req(&u, &t, "", &inputs)).await.unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("rendezvous of 2") && text.contains("at most 1"),
+            "{text}"
+        );
+        assert!(cloud.objects().is_empty());
+        assert_eq!(cloud.counters().in_flight, 0);
+        // Without the rendezvous the same create succeeds.
+        cloud.set_rendezvous(0, Duration::ZERO);
+        p.create(req(&u, &t, "", &inputs)).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn held_operations_stay_in_flight_until_dropped() {
+        use futures::FutureExt;
+        let cloud = SimCloud::new(SimConfig::default());
+        cloud.hold_from(1);
+        let p = cloud.provider("aws");
+        let t = ty();
+        let inputs = PropertyMap::new();
+        let (first, second) = (urn("first"), urn("second"));
+        // Ordinal 0 is not held: with no latency it ends at its first poll.
+        let made = p.create(req(&first, &t, "", &inputs)).now_or_never();
+        assert!(matches!(made, Some(Ok(_))), "{made:?}");
+        // Ordinal 1 is held: polled, it is in flight and never reaches the
+        // cloud.
+        let mut held = Box::pin(p.create(req(&second, &t, "", &inputs)));
+        assert!((&mut held).now_or_never().is_none());
+        assert!((&mut held).now_or_never().is_none());
+        assert_eq!(cloud.counters().in_flight, 1);
+        assert_eq!(cloud.objects().len(), 1);
+        drop(held);
+        assert_eq!(cloud.counters().in_flight, 0);
+        assert_eq!(cloud.objects().len(), 1);
     }
 
     #[tokio::test]
