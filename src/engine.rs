@@ -362,7 +362,7 @@ impl Engine {
             .iter()
             .map(|&i| {
                 let s = olds[i].clone();
-                let contents = Box::new(crate::plan::step::lock(&s).clone());
+                let contents = Box::new(crate::model::step::lock(&s).clone());
                 (s, contents)
             })
             .collect();

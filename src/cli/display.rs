@@ -26,9 +26,9 @@ use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use crate::events::{EngineEvent, Summary};
 use crate::model::property::Secret;
+use crate::model::step::StepKind;
 use crate::model::{PropertyMap, PropertyValue, Urn};
 use crate::plan::diff::{ChangeKind, StepDiff};
-use crate::plan::step::StepKind;
 
 /// How events are shown.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -23,11 +23,12 @@ use tokio::sync::{oneshot, watch, Semaphore};
 
 use crate::events::{EngineEvent, EventSink, StepFailure};
 use crate::model::snapshot::OperationType;
+use crate::model::step::{lock, share, StateRef, StepKind};
 use crate::model::{PropertyMap, ProviderRef, State, Urn};
 use crate::persist::actor::PersistMsg;
 use crate::persist::{Change, Mutation, PersistError};
 use crate::plan::actor::GenMsg;
-use crate::plan::step::{lock, share, Chain, StateRef, Step, StepKind};
+use crate::plan::step::{Chain, Step};
 use crate::provider::{schema, Provider, ProviderError, ProviderRegistry, ResourceRequest};
 use crate::source::goal::Registered;
 use crate::source::hooks::{HookArgs, HookPoint, ResourceHooks};

@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 
 use super::{Change, Mutation, OpId, SnapshotBuilder};
 use crate::model::snapshot::OperationType;
+use crate::model::step::share;
 use crate::model::{PropertyMap, State};
-use crate::plan::step::share;
 
 /// Bytes of a record's header (length and CRC).
 pub const HEADER: usize = 8;
@@ -394,7 +394,7 @@ pub fn decode(bytes: &[u8]) -> Result<Decoded, JournalError> {
 
 impl SnapshotBuilder {
     /// Names a state for the journal.
-    pub fn locate(&self, s: &crate::plan::step::StateRef) -> Option<Ref> {
+    pub fn locate(&self, s: &crate::model::step::StateRef) -> Option<Ref> {
         let k = std::sync::Arc::as_ptr(s) as usize;
         self.new_pos
             .get(&k)
@@ -403,7 +403,7 @@ impl SnapshotBuilder {
     }
 
     /// The state a journal reference names.
-    pub fn resolve(&self, r: Ref) -> Option<crate::plan::step::StateRef> {
+    pub fn resolve(&self, r: Ref) -> Option<crate::model::step::StateRef> {
         match r {
             Ref::Base(i) => self.olds.get(i).cloned(),
             Ref::New(i) => self.news.get(i).cloned(),
@@ -422,7 +422,7 @@ impl SnapshotBuilder {
                     None => None,
                 },
                 mark_old_delete: *mark_old_delete,
-                state: Box::new(crate::plan::step::lock(new).clone()),
+                state: Box::new(crate::model::step::lock(new).clone()),
             },
             // Encoded after it was applied: the kept state now also sits
             // among the written ones; the record names where it came from.
@@ -739,8 +739,8 @@ mod props {
     use serde_json::{json, Value};
 
     use super::*;
+    use crate::model::step::{lock, StateRef};
     use crate::model::Deployment;
-    use crate::plan::step::{lock, StateRef};
 
     /// One step of the generated run, interpreted against the live states.
     #[derive(Clone, Debug)]
@@ -870,7 +870,7 @@ mod props {
                 1 => {
                     let old = if act.flag { live } else { None };
                     let mark_old_delete = old.is_some() && act.val.is_multiple_of(2);
-                    let new = crate::plan::step::share(state(&format!("n{step}"), act.val));
+                    let new = crate::model::step::share(state(&format!("n{step}"), act.val));
                     if let (Some(o), false) = (&old, mark_old_delete) {
                         self.forget(o);
                     }

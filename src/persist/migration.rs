@@ -20,8 +20,8 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::{key, SnapshotBuilder};
+use crate::model::step::{lock, share, StateRef};
 use crate::model::{Deployment, State};
-use crate::plan::step::{lock, share, StateRef};
 
 /// One entry of a migration's new prior list.
 #[derive(Debug, Clone)]

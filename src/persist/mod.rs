@@ -15,8 +15,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::model::snapshot::{OperationType, PendingOperation};
+use crate::model::step::{lock, StateRef};
 use crate::model::{Deployment, IntegrityError, PropertyMap, State};
-use crate::plan::step::{lock, StateRef};
 
 /// Identifies one provider operation within an engine run.
 pub type OpId = u64;
@@ -172,7 +172,7 @@ impl SnapshotBuilder {
     pub fn share_resources(d: &mut Deployment) -> Vec<StateRef> {
         std::mem::take(&mut d.resources)
             .into_iter()
-            .map(crate::plan::step::share)
+            .map(crate::model::step::share)
             .collect()
     }
 

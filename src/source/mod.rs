@@ -284,7 +284,7 @@ impl Context {
         self.inner.prior.as_ref().map_or_else(Vec::new, |p| {
             p.load_full()
                 .iter()
-                .map(|s| crate::plan::step::lock(s).clone())
+                .map(|s| crate::model::step::lock(s).clone())
                 .collect()
         })
     }
@@ -294,7 +294,7 @@ impl Context {
     pub fn prior_outputs(&self, urn: &Urn) -> Option<PropertyMap> {
         let prior = self.inner.prior.as_ref()?.load_full();
         prior.iter().find_map(|s| {
-            let s = crate::plan::step::lock(s);
+            let s = crate::model::step::lock(s);
             (s.urn == *urn && !s.delete).then(|| s.outputs.clone())
         })
     }
