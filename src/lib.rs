@@ -23,6 +23,49 @@
 //!   Pulumi's SDKs (Python) run on keel through the same [`source`] API.
 //! - [`migrate`], [`secrets`], [`cli`]: component migrations, secrets at
 //!   rest, the `keel` command.
+//!
+//! # Example
+//!
+//! One bucket on the simulated cloud: the first update creates it, the
+//! second finds nothing to do.
+//!
+//! ```
+//! use keel::engine::{Engine, EngineConfig};
+//! use keel::model::{Deployment, StepKind, TypeToken};
+//! use keel::persist::MemoryPersister;
+//! use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
+//! use keel::source::goal::Goal;
+//! use keel::source::Context;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let runtime = tokio::runtime::Runtime::new()?;
+//! runtime.block_on(async {
+//!     let cloud = SimCloud::new(SimConfig::default());
+//!     let engine = Engine::new(
+//!         EngineConfig::default(),
+//!         ProviderRegistry::simulated(cloud.clone()),
+//!     );
+//!     let program = |ctx: Context| async move {
+//!         let bucket = TypeToken::parse("aws:s3/bucket:Bucket")?;
+//!         ctx.register(Goal::custom(bucket, "logs", Default::default()))
+//!             .await?;
+//!         Ok(())
+//!     };
+//!     let first = engine
+//!         .update(Deployment::default(), program, Box::new(MemoryPersister::new()))
+//!         .await?;
+//!     // The stack, the default `aws` provider and the bucket.
+//!     assert_eq!(first.summary.steps.get(&StepKind::Create), Some(&3));
+//!     let second = engine
+//!         .update(first.snapshot, program, Box::new(MemoryPersister::new()))
+//!         .await?;
+//!     assert_eq!(second.summary.steps.get(&StepKind::Create), None);
+//!     assert_eq!(second.summary.steps.get(&StepKind::Same), Some(&3));
+//!     assert_eq!(cloud.objects().len(), 1);
+//!     Ok(())
+//! })
+//! # }
+//! ```
 
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
