@@ -194,7 +194,6 @@ fn reaches(edges: &BTreeSet<(String, String)>, to: &str, from: &str) -> bool {
 const KNOWN_CYCLIC_EDGES: &[(&str, &str)] = &[
     ("exec", "plan"),
     ("exec", "source"),
-    ("migrate", "exec"),
     ("migrate", "source"),
     ("plan", "exec"),
     ("plan", "migrate"),

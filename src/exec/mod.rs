@@ -23,6 +23,7 @@ use tokio::sync::{oneshot, watch, Semaphore};
 
 use crate::events::{EngineEvent, EventSink, StepFailure};
 use crate::model::snapshot::OperationType;
+pub use crate::model::step::Written;
 use crate::model::step::{lock, share, StateRef, StepKind};
 use crate::model::{PropertyMap, ProviderRef, State, Urn};
 use crate::persist::actor::PersistMsg;
@@ -57,33 +58,6 @@ pub struct ExecConfig {
     pub preview: bool,
     /// Step events carry the changed values, not only the keys (`--diff`).
     pub detailed_diffs: bool,
-}
-
-/// The states this operation wrote (or read), by URN: the executor
-/// inserts, the migration coordinator reads them after quiescing (its §6.5
-/// patches), when no chain can be writing.
-#[derive(Debug, Default)]
-pub struct Written(DashMap<Urn, StateRef>);
-
-impl Written {
-    /// The states, in URN order (deterministic: the order of a journal's
-    /// `newStatePatches`).
-    pub fn sorted(&self) -> Vec<StateRef> {
-        let mut v: Vec<(Urn, StateRef)> = self
-            .0
-            .iter()
-            .map(|e| (e.key().clone(), e.value().clone()))
-            .collect();
-        v.sort_by(|a, b| a.0.cmp(&b.0));
-        v.into_iter().map(|(_, s)| s).collect()
-    }
-}
-
-impl Written {
-    /// The state of `urn` written (or read) so far in this operation.
-    pub fn get(&self, urn: &Urn) -> Option<State> {
-        self.0.get(urn).map(|s| lock(s.value()).clone())
-    }
 }
 
 /// Set once a failure (or the end of the operation) stops new work; shared

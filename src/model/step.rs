@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use super::State;
+use dashmap::DashMap;
+
+use super::{State, Urn};
 use crate::locks::MutexExt;
 
 /// A state shared between the generator, the executor and the persister.
@@ -131,4 +133,31 @@ pub struct PropertyChange {
     /// The new value, secrets masked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub new: Option<serde_json::Value>,
+}
+
+/// The states this operation wrote (or read), by URN: the executor
+/// inserts, the migration coordinator reads them after quiescing (its §6.5
+/// patches), when no chain can be writing.
+#[derive(Debug, Default)]
+pub struct Written(pub(crate) DashMap<Urn, StateRef>);
+
+impl Written {
+    /// The states, in URN order (deterministic: the order of a journal's
+    /// `newStatePatches`).
+    pub fn sorted(&self) -> Vec<StateRef> {
+        let mut v: Vec<(Urn, StateRef)> = self
+            .0
+            .iter()
+            .map(|e| (e.key().clone(), e.value().clone()))
+            .collect();
+        v.sort_by(|a, b| a.0.cmp(&b.0));
+        v.into_iter().map(|(_, s)| s).collect()
+    }
+}
+
+impl Written {
+    /// The state of `urn` written (or read) so far in this operation.
+    pub fn get(&self, urn: &Urn) -> Option<State> {
+        self.0.get(urn).map(|s| lock(s.value()).clone())
+    }
 }

@@ -21,7 +21,8 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
 use crate::events::EventSink;
-use crate::exec::{ExecMsg, StopFlag, Submission, Written};
+use crate::exec::{ExecMsg, StopFlag, Submission};
+use crate::model::step::Written;
 use crate::model::{PropertyMap, Urn};
 use crate::provider::{
     DiffConfigRequest, DiffKind, DiffResponse, ProviderError, ProviderRegistry, ResourceRequest,
