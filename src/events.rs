@@ -85,9 +85,10 @@ pub struct Summary {
     pub failures: Vec<StepFailure>,
     /// Errors not tied to a step (planning, program, persistence).
     pub errors: Vec<String>,
-    /// Rule ids of rejected component migrations (`migrations.md`).
+    /// The rules of rejected component migrations (`migrations.md`),
+    /// written as their ids.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub rules: Vec<String>,
+    pub rules: Vec<crate::model::rule::Rule>,
     /// Wall time in milliseconds.
     #[serde(rename = "durationMs")]
     pub duration_ms: f64,

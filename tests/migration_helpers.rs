@@ -297,7 +297,7 @@ async fn a_helper_error_fails_the_update_with_callback_failed() {
         bucket("monitor", &[("name", "m")]).dep("db").dep("cache"),
     ];
     let o = failed(h.up(v2).await);
-    assert_eq!(o.summary.rules, vec!["callback-failed".to_owned()]);
+    assert_eq!(o.summary.rules, vec![keel::migrate::Rule::CallbackFailed]);
     let text = o.summary.errors.join("\n");
     assert!(
         text.contains("`move` helper") && text.contains("nowhere"),

@@ -176,7 +176,10 @@ async fn a_create_the_provider_cannot_look_up_stays_pending_until_refresh() {
         ]
     };
     let o = failed(h.up(program()).await);
-    assert_eq!(o.summary.rules, vec!["pending-operations".to_owned()]);
+    assert_eq!(
+        o.summary.rules,
+        vec![keel::migrate::Rule::PendingOperations]
+    );
     assert_eq!(
         h.state.pending_operations.len(),
         1,

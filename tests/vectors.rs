@@ -541,7 +541,7 @@ fn check(name: &str, v: &Value) -> Vec<String> {
 
     match obj(expect, "rule").and_then(Value::as_str) {
         Some(rule) => {
-            if !outcome.summary.rules.iter().any(|r| r == rule) {
+            if !outcome.summary.rules.iter().any(|r| r.as_str() == rule) {
                 fails.push(format!(
                     "expected rule `{rule}`, got rules {:?} (errors {:?}, failures {:?})",
                     outcome.summary.rules, outcome.summary.errors, outcome.summary.failures

@@ -10,6 +10,7 @@ pub mod integrity;
 mod keys;
 pub mod property;
 pub mod property_path;
+pub mod rule;
 pub mod snapshot;
 pub mod state;
 pub mod step;

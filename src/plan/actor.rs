@@ -116,7 +116,7 @@ pub struct GenOutcome {
     /// What each registration's migration did.
     pub migrations: Vec<MigrationReport>,
     /// Rule ids of rejected migrations.
-    pub rules: Vec<String>,
+    pub rules: Vec<crate::model::rule::Rule>,
 }
 
 /// The StepGenerator actor.
@@ -157,7 +157,7 @@ pub struct GenState {
     gated: VecDeque<(super::step::Chain, Option<RegisterReply>)>,
     draining: bool,
     reports: Vec<MigrationReport>,
-    rules: Vec<String>,
+    rules: Vec<crate::model::rule::Rule>,
     /// Default providers being decided (their provider compares
     /// configurations) -> what waits for their chain.
     held: HashMap<Urn, Vec<Held>>,
@@ -381,7 +381,7 @@ impl GenState {
 
     fn migration_failed(&mut self, e: MigrationError) -> RegisterError {
         self.errors.push(e.to_string());
-        self.rules.push(e.rule.as_str().to_owned());
+        self.rules.push(e.rule);
         self.stop.set();
         RegisterError::Migration(e)
     }
