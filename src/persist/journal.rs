@@ -209,7 +209,50 @@ pub enum JournalError {
         /// Where its record starts.
         offset: u64,
         /// Why.
-        reason: String,
+        reason: ReplayError,
+    },
+}
+
+/// Why a journal entry (or a migration's record) does not apply to the
+/// state replayed so far, or cannot be recorded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayError {
+    /// The entry names a state that does not exist.
+    #[error("it names {0:?}, which does not exist")]
+    UnknownState(Ref),
+    /// A migration's layout names a base position twice or out of range.
+    #[error("layout names base index {index} twice or out of range ({len} base states)")]
+    BaseIndex {
+        /// The position.
+        index: usize,
+        /// The base states there are.
+        len: usize,
+    },
+    /// A migration's layout names one of its states twice or out of range.
+    #[error("layout names state index {index} twice or out of range ({len} states)")]
+    StateIndex {
+        /// The position.
+        index: usize,
+        /// The record's states.
+        len: usize,
+    },
+    /// A migration's state is not in its layout.
+    #[error("state index {0} is not in the layout")]
+    StateNotLaidOut(usize),
+    /// A base patch names a position the layout does not keep.
+    #[error("a base patch names index {0}, which the layout does not keep")]
+    BasePatch(usize),
+    /// A new-state patch names an operation that wrote nothing.
+    #[error("a new-state patch names operation {0}, which was not written")]
+    NewPatch(usize),
+    /// Recording a migration: a patched state is not where it must be
+    /// (the base, or the states this operation wrote). A bug.
+    #[error("a patched state ({urn}) is not {place}")]
+    PatchedState {
+        /// The state's URN.
+        urn: String,
+        /// Where it should have been.
+        place: &'static str,
     },
 }
 
@@ -499,12 +542,10 @@ impl SnapshotBuilder {
     /// Replays one entry (the inverse of [`SnapshotBuilder::entry_for`]).
     ///
     /// # Errors
-    /// A message when the entry names a state that does not exist.
-    pub fn replay(&mut self, entry: &Entry) -> Result<(), String> {
-        let find = |b: &Self, r: Ref| {
-            b.resolve(r)
-                .ok_or_else(|| format!("it names {r:?}, which does not exist"))
-        };
+    /// [`ReplayError`] when the entry names a state that does not exist or
+    /// is a malformed migration record.
+    pub fn replay(&mut self, entry: &Entry) -> Result<(), ReplayError> {
+        let find = |b: &Self, r: Ref| b.resolve(r).ok_or(ReplayError::UnknownState(r));
         let m = match entry {
             Entry::Begin { op, ty, state, .. } => Mutation::Begin {
                 op: *op,
@@ -551,7 +592,7 @@ impl SnapshotBuilder {
                 let states = states
                     .iter()
                     .map(|u| Ok((find(self, u.target)?, u.state.clone())))
-                    .collect::<Result<_, String>>()?;
+                    .collect::<Result<_, ReplayError>>()?;
                 end_or_apply(*op, Change::Upgrade { states })
             }
             Entry::Outputs {

@@ -47,7 +47,7 @@ impl Default for JournalOptions {
 enum WriterMsg {
     Append(Vec<u8>, Ack),
     /// Replies once everything before it is durable.
-    Flush(Sender<std::result::Result<(), String>>),
+    Flush(Sender<std::result::Result<(), WriteFailure>>),
     /// Continue in another file (after a compaction).
     Swap(File),
 }
@@ -77,6 +77,31 @@ impl std::fmt::Debug for JournalPersister {
     }
 }
 
+/// The writer's failed write, kept (every later append fails with it
+/// until a compaction swaps the file): the OS error's kind and text, since
+/// [`std::io::Error`] cannot be cloned for each waiting append.
+#[derive(Debug, Clone)]
+struct WriteFailure {
+    kind: std::io::ErrorKind,
+    message: String,
+}
+
+impl WriteFailure {
+    fn of(e: &std::io::Error) -> Self {
+        Self {
+            kind: e.kind(),
+            message: e.to_string(),
+        }
+    }
+
+    fn to_persist(&self, path: &std::path::Path) -> PersistError {
+        PersistError::Io {
+            path: path.to_owned(),
+            source: std::io::Error::new(self.kind, self.message.clone()),
+        }
+    }
+}
+
 fn io_err(path: &std::path::Path, message: impl Into<String>) -> PersistError {
     PersistError::Io {
         path: path.to_owned(),
@@ -95,7 +120,7 @@ fn writer_loop(
     counters: Arc<IoCounters>,
     options: JournalOptions,
 ) {
-    let mut failed: Option<String> = None;
+    let mut failed: Option<WriteFailure> = None;
     let mut pending: Option<WriterMsg> = None;
     loop {
         let first = match pending.take() {
@@ -147,15 +172,15 @@ fn writer_loop(
                             Ok(())
                         }
                         Err(e) => {
-                            let msg = e.to_string();
-                            failed = Some(msg.clone());
-                            Err(msg)
+                            let f = WriteFailure::of(&e);
+                            failed = Some(f.clone());
+                            Err(f)
                         }
                     }
                 }
             };
             for (_, ack) in batch {
-                ack(result.clone().map_err(|m| io_err(&path, m)));
+                ack(result.clone().map_err(|f| f.to_persist(&path)));
             }
         }
         match control {
@@ -248,7 +273,7 @@ impl JournalPersister {
         self.send(WriterMsg::Flush(tx))?;
         rx.recv()
             .map_err(|_| io_err(&self.paths.journal, "the journal writer stopped"))?
-            .map_err(|m| io_err(&self.paths.journal, m))
+            .map_err(|f| f.to_persist(&self.paths.journal))
     }
 
     /// Writes the current deployment as the new base and starts a fresh

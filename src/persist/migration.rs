@@ -19,6 +19,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::journal::ReplayError;
 use super::{key, SnapshotBuilder};
 use crate::model::step::{lock, share, StateRef};
 use crate::model::{Deployment, State};
@@ -105,9 +106,9 @@ impl SnapshotBuilder {
     /// the layout unchanged.
     ///
     /// # Errors
-    /// A message when the migration names a state this builder does not
-    /// know (a bug).
-    pub fn migration_record(&self, m: &MigrationMutation) -> Result<MigrationRecord, String> {
+    /// [`ReplayError::PatchedState`] when the migration names a state this
+    /// builder does not know (a bug).
+    pub fn migration_record(&self, m: &MigrationMutation) -> Result<MigrationRecord, ReplayError> {
         let mut layout: Vec<LayoutItem> = (0..self.split).map(LayoutItem::Base).collect();
         let mut states = Vec::new();
         for item in &m.list {
@@ -137,7 +138,10 @@ impl SnapshotBuilder {
                         index,
                         state: Box::new(state.clone()),
                     })
-                    .ok_or_else(|| format!("a patched state ({}) is not in the base", state.urn))
+                    .ok_or_else(|| ReplayError::PatchedState {
+                        urn: state.urn.to_string(),
+                        place: "in the base",
+                    })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let new_state_patches = m
@@ -150,11 +154,9 @@ impl SnapshotBuilder {
                         operation_id,
                         state: Box::new(state.clone()),
                     })
-                    .ok_or_else(|| {
-                        format!(
-                            "a patched state ({}) was not written in this operation",
-                            state.urn
-                        )
+                    .ok_or_else(|| ReplayError::PatchedState {
+                        urn: state.urn.to_string(),
+                        place: "written in this operation",
                     })
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -246,52 +248,46 @@ impl SnapshotBuilder {
     /// malformed one changes nothing.
     ///
     /// # Errors
-    /// A message naming what is malformed.
-    pub fn replay_migration(&mut self, r: &MigrationRecord) -> Result<(), String> {
+    /// [`ReplayError`] naming what is malformed.
+    pub fn replay_migration(&mut self, r: &MigrationRecord) -> Result<(), ReplayError> {
         let mut seen_base = vec![false; self.olds.len()];
         let mut seen_state = vec![false; r.states.len()];
         for item in &r.layout {
             match *item {
                 LayoutItem::Base(i) => {
                     if i >= self.olds.len() || std::mem::replace(&mut seen_base[i], true) {
-                        return Err(format!(
-                            "layout names base index {i} twice or out of range ({} base states)",
-                            self.olds.len()
-                        ));
+                        return Err(ReplayError::BaseIndex {
+                            index: i,
+                            len: self.olds.len(),
+                        });
                     }
                 }
                 LayoutItem::State(j) => {
                     if j >= r.states.len() || std::mem::replace(&mut seen_state[j], true) {
-                        return Err(format!(
-                            "layout names state index {j} twice or out of range ({} states)",
-                            r.states.len()
-                        ));
+                        return Err(ReplayError::StateIndex {
+                            index: j,
+                            len: r.states.len(),
+                        });
                     }
                 }
             }
         }
         if let Some(j) = seen_state.iter().position(|s| !s) {
-            return Err(format!("state index {j} is not in the layout"));
+            return Err(ReplayError::StateNotLaidOut(j));
         }
         if let Some(p) = r
             .base_state_patches
             .iter()
             .find(|p| p.index >= self.olds.len() || !seen_base[p.index])
         {
-            return Err(format!(
-                "a base patch names index {}, which the layout does not keep",
-                p.index
-            ));
+            return Err(ReplayError::BasePatch(p.index));
         }
         if let Some(p) = r
             .new_state_patches
             .iter()
             .find(|p| p.operation_id >= self.news.len())
         {
-            return Err(format!(
-                "a new-state patch names operation {}, which was not written",
-                p.operation_id
-            ));
+            return Err(ReplayError::NewPatch(p.operation_id));
         }
         // Valid: apply.
         for p in &r.base_state_patches {
