@@ -707,14 +707,10 @@ impl Crash {
 }
 
 /// The child side of the crash tests: runs one update and is killed.
-/// Ignored: only [`kill_rounds`] runs it (with `--ignored`), in a child
-/// process.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "the child process of the kill_9 tests, which run it"]
-async fn crash_child() {
-    let dir = std::env::var_os("KEEL_CRASH_DIR")
-        .map(PathBuf::from)
-        .expect("KEEL_CRASH_DIR names the crash test's directory");
+/// [`kill_rounds`] starts the calling kill test again in a child process
+/// with `KEEL_CRASH_DIR` set; that run of the test is this child (see
+/// [`as_crash_child`]).
+async fn crash_child(dir: PathBuf) {
     let env = |k: &str| std::env::var(k).unwrap();
     let crash = Crash::parse(&env("KEEL_CRASH"));
     let kind: PersistenceKind = env("KEEL_CRASH_PERSISTENCE").parse().unwrap();
@@ -727,6 +723,19 @@ async fn crash_child() {
     std::fs::write(dir.join("started"), b"").unwrap();
     let _ = up_with(&backend, &cloud, crash.program("y"), kind, parallel).await;
     std::fs::write(dir.join("finished"), b"").unwrap();
+}
+
+/// When this process is a kill test's child (`KEEL_CRASH_DIR` set), runs
+/// the child's update (never returning normally: it is killed) and
+/// returns true.
+async fn as_crash_child() -> bool {
+    match std::env::var_os("KEEL_CRASH_DIR") {
+        Some(dir) => {
+            crash_child(PathBuf::from(dir)).await;
+            true
+        }
+        None => false,
+    }
 }
 
 /// How long a child may take to reach a kill point (a guard against a
@@ -767,7 +776,13 @@ fn cloud_records(path: &Path) -> u64 {
 /// the state or pending, at most `parallel` operations are pending, and the
 /// next update (same program) succeeds with exactly one object per
 /// resource and nothing unowned.
-async fn kill_rounds(crash: Crash, kind: PersistenceKind, parallel: usize, rounds: usize) {
+async fn kill_rounds(
+    test: &str,
+    crash: Crash,
+    kind: PersistenceKind,
+    parallel: usize,
+    rounds: usize,
+) {
     let exe = std::env::current_exe().unwrap();
     let mut rng: u64 = 0x5eed_1234_abcd_0001;
     for round in 0..rounds {
@@ -787,13 +802,7 @@ async fn kill_rounds(crash: Crash, kind: PersistenceKind, parallel: usize, round
         }
         let before = cloud_records(&cloud_file);
         let mut child = std::process::Command::new(&exe)
-            .args([
-                "crash_child",
-                "--exact",
-                "--ignored",
-                "--nocapture",
-                "--test-threads=1",
-            ])
+            .args([test, "--exact", "--nocapture", "--test-threads=1"])
             .env("KEEL_CRASH_DIR", dir.path())
             .env("KEEL_CRASH", format!("{crash:?}"))
             .env(
@@ -864,27 +873,67 @@ async fn kill_rounds(crash: Crash, kind: PersistenceKind, parallel: usize, round
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_at_any_instant_forgets_nothing() {
-    kill_rounds(Crash::Creates, PersistenceKind::Journal, 8, 20).await;
+    if as_crash_child().await {
+        return;
+    }
+    kill_rounds(
+        "kill_9_at_any_instant_forgets_nothing",
+        Crash::Creates,
+        PersistenceKind::Journal,
+        8,
+        20,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_leaves_at_most_parallel_operations_pending() {
+    if as_crash_child().await {
+        return;
+    }
     for kind in [PersistenceKind::Journal, PersistenceKind::Checkpoint] {
-        kill_rounds(Crash::Creates, kind, 2, 6).await;
+        kill_rounds(
+            "kill_9_leaves_at_most_parallel_operations_pending",
+            Crash::Creates,
+            kind,
+            2,
+            6,
+        )
+        .await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_create_before_delete_replacements_leaks_no_object() {
+    if as_crash_child().await {
+        return;
+    }
     for kind in [PersistenceKind::Journal, PersistenceKind::Checkpoint] {
-        kill_rounds(Crash::Replace, kind, 8, 10).await;
+        kill_rounds(
+            "kill_9_during_create_before_delete_replacements_leaks_no_object",
+            Crash::Replace,
+            kind,
+            8,
+            10,
+        )
+        .await;
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_during_delete_before_replace_leaves_a_stack_the_next_update_saves() {
+    if as_crash_child().await {
+        return;
+    }
     for kind in [PersistenceKind::Checkpoint, PersistenceKind::Journal] {
-        kill_rounds(Crash::DeleteBeforeReplace, kind, 8, 10).await;
+        kill_rounds(
+            "kill_9_during_delete_before_replace_leaves_a_stack_the_next_update_saves",
+            Crash::DeleteBeforeReplace,
+            kind,
+            8,
+            10,
+        )
+        .await;
     }
 }
 
