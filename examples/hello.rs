@@ -8,7 +8,7 @@ use keel::model::{Deployment, TypeToken};
 use keel::persist::MemoryPersister;
 use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
 use keel::source::goal::Goal;
-use keel::source::Context;
+use keel::Context;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

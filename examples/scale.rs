@@ -32,7 +32,7 @@ use keel::source::goal::{Goal, ResourceOptions};
 use keel::source::migration::{
     MigrationCallback, StateMigrationArgs, StateMigrationResult, StateMigrations,
 };
-use keel::source::{Context, ProgramError};
+use keel::{Context, ProgramError};
 
 #[derive(Parser, Debug, Clone)]
 #[command(about = "keel's scale harness: one synthetic program through the real engine")]

@@ -13,20 +13,22 @@ use std::time::Instant;
 use ractor::{Actor, ActorProcessingErr, ActorRef, SupervisionEvent};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::actors::coordinator::{CoordArgs, CoordinatorActor};
+use crate::actors::executor::{ExecConfig, ExecShared, ExecutorActor};
+use crate::actors::generator::{GenArgs, GeneratorActor, MigrationEnv, Mode};
+use crate::actors::persister::PersisterActor;
+use crate::actors::protocol::{GenMsg, MigrationReport, PersistMsg};
+use crate::actors::source::SourceActor;
+use crate::actors::{Context, NullSource, Program};
 use crate::events::{EngineEvent, EventSink, Summary};
-use crate::exec::{ExecConfig, ExecShared, ExecutorActor};
-use crate::migrate::coordinator::{CoordArgs, CoordinatorActor};
 use crate::model::snapshot::{Manifest, OperationType};
 use crate::model::urn::STACK_TYPE;
 use crate::model::{Deployment, TypeToken, Urn};
-use crate::persist::actor::{PersistMsg, PersisterActor};
 use crate::persist::{MemoryPersister, PersistError, Persister, SnapshotBuilder};
-use crate::plan::actor::{GenArgs, GenMsg, GeneratorActor, MigrationEnv, MigrationReport, Mode};
 use crate::plan::generator::{PlanOptions, Planner, UpdateOptions};
 use crate::provider::ProviderError;
 use crate::provider::ProviderRegistry;
 use crate::source::goal::Goal;
-use crate::source::{Context, NullSource, Program, SourceActor};
 use crate::sync::gate::Gate;
 use crate::sync::shim::ArcSwap;
 

@@ -12,17 +12,25 @@
 //! - [`sync`]: the concurrency core (execution gate, commit) on a std/loom
 //!   shim, model-checked by `loom-tests/`.
 //! - [`provider`]: the provider trait, the registry and the simulated cloud.
-//! - [`source`]: the program API and the Source actor.
-//! - [`plan`]: steps, the deterministic planner and the StepGenerator actor.
-//! - [`exec`]: the StepExecutor actor (bounded parallel chains).
-//! - [`persist`]: mutations, the snapshot builder, persisters and the
-//!   Persister actor.
+//! - [`source`]: what a program asks of the engine, as data (goals,
+//!   options, hooks, migration callbacks).
+//! - [`plan`]: steps and the deterministic planner.
+//! - [`migrate`]: the deterministic core of component migrations.
+//! - [`persist`]: mutations, the snapshot builder, the journal format and
+//!   persisters.
+//! - [`actors`]: the actors of one operation (source, step generator, step
+//!   executor, migration coordinator, persister), the messages they
+//!   exchange, and the program API ([`Context`], [`Program`]).
 //! - [`engine`]: wires the actors for one operation; [`events`]: the event
 //!   stream.
 //! - [`grpc`]: Pulumi's resource-monitor protocol, so programs written with
-//!   Pulumi's SDKs (Python) run on keel through the same [`source`] API.
-//! - [`migrate`], [`secrets`], [`cli`]: component migrations, secrets at
-//!   rest, the `keel` command.
+//!   Pulumi's SDKs (Python) run on keel through the same [`Context`].
+//! - [`secrets`], [`config`], [`cli`]: secrets at rest, stack config, the
+//!   `keel` command.
+//!
+//! The types an embedder needs are re-exported here: [`Engine`],
+//! [`EngineConfig`], [`Outcome`], [`Context`], [`Program`], [`Goal`],
+//! [`Provider`], [`ProviderRegistry`], [`Persister`] and the errors.
 //!
 //! # Example
 //!
@@ -30,12 +38,9 @@
 //! second finds nothing to do.
 //!
 //! ```
-//! use keel::engine::{Engine, EngineConfig};
-//! use keel::model::{Deployment, StepKind, TypeToken};
-//! use keel::persist::MemoryPersister;
-//! use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
-//! use keel::source::goal::Goal;
-//! use keel::source::Context;
+//! use keel::provider::{SimCloud, SimConfig};
+//! use keel::{Context, Deployment, Engine, EngineConfig, Goal, MemoryPersister};
+//! use keel::{ProviderRegistry, StepKind, TypeToken};
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let runtime = tokio::runtime::Runtime::new()?;
@@ -70,11 +75,11 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod actors;
 pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod events;
-pub mod exec;
 pub mod grpc;
 mod locks;
 pub mod migrate;
@@ -85,3 +90,15 @@ pub mod provider;
 pub mod secrets;
 pub mod source;
 pub mod sync;
+
+// The embedding surface: what a program embedding keel needs, at the root.
+pub use actors::{Context, NullSource, Program, RegisterError};
+pub use engine::{Engine, EngineConfig, EngineError, Outcome};
+pub use events::{EngineEvent, Summary};
+pub use migrate::MigrationError;
+pub use model::{Deployment, PropertyMap, PropertyValue, State, StepKind, TypeToken, Urn};
+pub use persist::{MemoryPersister, PersistError, Persister};
+pub use plan::generator::PlanError;
+pub use provider::{Provider, ProviderError, ProviderRegistry};
+pub use source::goal::{Goal, ReadGoal, Registered, ResourceOptions};
+pub use source::ProgramError;

@@ -1,8 +1,9 @@
 //! ARCHITECTURE.md stays true: its code map names exactly the files under
 //! `src/`, and its rule table names every migration rule id with files that
-//! really raise it.
+//! really raise it, and its layer table holds every import between
+//! top-level modules.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use keel::migrate::Rule;
@@ -167,62 +168,99 @@ fn module_edges() -> BTreeSet<(String, String)> {
     edges
 }
 
-/// Whether `to` reaches `from` along `edges` (so `from -> to` is on a cycle).
-fn reaches(edges: &BTreeSet<(String, String)>, to: &str, from: &str) -> bool {
-    let mut seen = BTreeSet::new();
-    let mut stack = vec![to.to_owned()];
-    while let Some(m) = stack.pop() {
-        if m == from {
-            return true;
+/// The layer of each top-level module, from the `layer N  a b c` lines
+/// of the fenced block after `### Module layers` in ARCHITECTURE.md.
+fn layers(doc: &str) -> BTreeMap<String, usize> {
+    let after = doc
+        .split_once("### Module layers")
+        .expect("ARCHITECTURE.md has a `### Module layers` section")
+        .1;
+    let block = after
+        .split_once("```\n")
+        .and_then(|(_, b)| b.split_once("```"))
+        .expect("the layer table is a fenced block")
+        .0;
+    let mut out = BTreeMap::new();
+    for line in block.lines() {
+        let mut words = line.split_whitespace();
+        if words.next() != Some("layer") {
+            continue;
         }
-        if seen.insert(m.clone()) {
-            stack.extend(
-                edges
-                    .iter()
-                    .filter(|(a, _)| *a == m)
-                    .map(|(_, b)| b.clone()),
+        let n: usize = words
+            .next()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("`{line}`: a layer line is `layer N module...`"));
+        for m in words {
+            assert!(
+                out.insert(m.to_owned(), n).is_none(),
+                "`{m}` is on two layers"
             );
         }
     }
-    false
+    out
 }
 
-/// The import cycles between top-level modules that exist today; issue 17
-/// (item 4) removes them. Any other edge on a cycle fails the test, so no
-/// new cycle appears meanwhile; an entry that is no longer on a cycle must
-/// be removed from this list.
-const KNOWN_CYCLIC_EDGES: &[(&str, &str)] = &[
-    ("exec", "plan"),
-    ("exec", "source"),
-    ("migrate", "source"),
-    ("plan", "exec"),
-    ("plan", "migrate"),
-    ("plan", "source"),
-    ("source", "migrate"),
-    ("source", "plan"),
-];
-
+/// The top-level modules form the DAG ARCHITECTURE.md draws: every import
+/// between them goes to a lower layer, so no cycle can start.
 #[test]
-fn no_new_import_cycle_between_modules() {
+fn imports_between_modules_go_down_the_layers() {
+    let layers = layers(&architecture());
     let edges = module_edges();
-    let cyclic: BTreeSet<(String, String)> = edges
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut modules = BTreeSet::new();
+    let mut files = BTreeSet::new();
+    source_files(&root.join("src"), root, &mut files);
+    for f in &files {
+        let m = module_of(f);
+        if m != "lib" && m != "bin" {
+            modules.insert(m);
+        }
+    }
+    let unlayered: Vec<_> = modules
         .iter()
-        .filter(|(a, b)| reaches(&edges, b, a))
-        .cloned()
+        .filter(|m| !layers.contains_key(*m))
         .collect();
-    let known: BTreeSet<(String, String)> = KNOWN_CYCLIC_EDGES
-        .iter()
-        .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
-        .collect();
-    let new: Vec<_> = cyclic.difference(&known).collect();
-    let gone: Vec<_> = known.difference(&cyclic).collect();
     assert!(
-        new.is_empty(),
-        "new import cycles between modules (break them): {new:?}"
+        unlayered.is_empty(),
+        "modules missing from ARCHITECTURE.md's layer table: {unlayered:?}"
     );
+    let stale: Vec<_> = layers.keys().filter(|m| !modules.contains(*m)).collect();
     assert!(
-        gone.is_empty(),
-        "these edges are no longer on a cycle: remove them from KNOWN_CYCLIC_EDGES: {gone:?}"
+        stale.is_empty(),
+        "the layer table names modules that do not exist: {stale:?}"
+    );
+    let mut wrong = Vec::new();
+    for (from, to) in &edges {
+        if to.starts_with(|c: char| c.is_ascii_uppercase()) {
+            wrong.push(format!(
+                "{from} names the root re-export `crate::{to}`: use its module's path"
+            ));
+            continue;
+        }
+        let (Some(a), Some(b)) = (layers.get(from), layers.get(to)) else {
+            continue;
+        };
+        if b >= a {
+            wrong.push(format!(
+                "{from} (layer {a}) imports {to} (layer {b}): imports must go to a lower layer"
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// The checker above sees an edge that goes up: a guard against a checker
+/// that would pass anything.
+#[test]
+fn the_layer_check_sees_an_upward_import() {
+    let layers = layers(&architecture());
+    assert!(layers["model"] < layers["plan"]);
+    assert!(layers["plan"] < layers["actors"]);
+    assert!(layers["actors"] < layers["engine"]);
+    let edges = module_edges();
+    assert!(
+        edges.contains(&("actors".to_owned(), "plan".to_owned())),
+        "the edge scan finds the actors' imports of the planner"
     );
 }
 

@@ -396,7 +396,7 @@ async fn a_saved_plan_runs_when_followed_and_stops_a_deviating_program() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_get_stack_builtin_answers_and_unknown_functions_fail() {
     let h = Harness::new(SimConfig::default());
-    let program = |ctx: keel::source::Context| async move {
+    let program = |ctx: keel::Context| async move {
         let out = ctx
             .invoke("pulumi:pulumi:getStack", Default::default())
             .await?;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use keel::provider::SimConfig;
 use keel::source::goal::Goal;
-use keel::source::{Context, ProgramError};
+use keel::{Context, ProgramError};
 
 /// Sets its flag when dropped: the program's future was dropped.
 struct Dropped(Arc<AtomicBool>);

@@ -22,7 +22,7 @@ use keel::model::property::{SIG_KEY, SIG_RESOURCE_REFERENCE, SIG_SECRET, UNKNOWN
 use keel::model::PropertyValue;
 use keel::persist::MemoryPersister;
 use keel::provider::SimConfig;
-use keel::source::{Context, ProgramError};
+use keel::{Context, ProgramError};
 use prost_types::value::Kind;
 use serde_json::{json, Value as Json};
 

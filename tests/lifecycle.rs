@@ -245,13 +245,13 @@ async fn aliases_rename_and_reparent_without_replacing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_urns_and_claimed_aliases_are_errors() {
     let h = Harness::new(SimConfig::default());
-    let twice = |ctx: keel::source::Context| async move {
+    let twice = |ctx: keel::Context| async move {
         let goal = keel::source::goal::Goal::custom(ty(BUCKET), "a", Default::default());
         ctx.register(goal.clone()).await?;
         // The second registration of `a` is refused: the program sees the error.
         let second = ctx.register(goal).await;
         assert!(
-            matches!(second, Err(keel::source::RegisterError::Plan(_))),
+            matches!(second, Err(keel::RegisterError::Plan(_))),
             "{second:?}"
         );
         second?;
@@ -525,7 +525,7 @@ async fn read_resources_are_never_created_or_deleted() {
         outputs: props(&[("cidr", "10.0.0.0/16")]),
     });
     let engine = h.engine.clone();
-    let read = |ctx: keel::source::Context| async move {
+    let read = |ctx: keel::Context| async move {
         ctx.read(keel::source::goal::ReadGoal {
             ty: ty("aws:ec2/vpc:Vpc"),
             name: "vpc".into(),
@@ -661,7 +661,7 @@ async fn an_interrupted_delete_resolved_by_the_next_operation_drops_references_t
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dependent_registered_while_its_dbr_delete_runs_is_created_anew() {
     use keel::source::goal::{Goal, ResourceOptions};
-    use keel::source::{Context, ProgramError};
+    use keel::{Context, ProgramError};
     let mut config = replace_on_name();
     config.latency = Duration::from_millis(200);
     let mut h = Harness::new(config);
@@ -883,9 +883,7 @@ type ProvidedRes = (
 /// registration, as an SDK does.
 fn with_providers(
     resources: Vec<ProvidedRes>,
-) -> impl Fn(
-    keel::source::Context,
-) -> futures::future::BoxFuture<'static, Result<(), keel::source::ProgramError>>
+) -> impl Fn(keel::Context) -> futures::future::BoxFuture<'static, Result<(), keel::ProgramError>>
        + Send
        + Sync
        + 'static {
@@ -918,7 +916,7 @@ fn with_providers(
     }
 }
 
-async fn run(h: &mut Harness, program: impl keel::source::Program) -> keel::engine::Outcome {
+async fn run(h: &mut Harness, program: impl keel::Program) -> keel::engine::Outcome {
     let o = h
         .engine
         .update(

@@ -596,7 +596,7 @@ async fn later_values_naming_a_predecessor_follow_the_successor() {
     use keel::model::property::{OutputValue, ResourceReference};
     use keel::model::PropertyValue;
     use keel::source::goal::Goal;
-    use keel::source::{Context, ProgramError};
+    use keel::{Context, ProgramError};
 
     let mut h = Harness::new(SimConfig::default());
     h.up(vec![
@@ -679,7 +679,7 @@ async fn a_state_written_during_the_drain_follows_the_rename() {
     use keel::model::property::ResourceReference;
     use keel::model::PropertyValue;
     use keel::source::goal::Goal;
-    use keel::source::{Context, ProgramError};
+    use keel::{Context, ProgramError};
 
     let mut h = Harness::new(SimConfig {
         latency: Duration::from_millis(800),

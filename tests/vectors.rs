@@ -21,7 +21,7 @@ use keel::plan::generator::UpdateOptions;
 use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
 use keel::source::goal::{Alias, Goal, ReadGoal, ResourceOptions};
 use keel::source::migration::{MigrationCallback, StateMigrationResult, StateMigrations};
-use keel::source::{Context, ProgramError};
+use keel::{Context, ProgramError};
 use serde_json::{json, Value};
 
 /// The shared vectors (`$KEEL_VECTORS`, default `../shared/vectors`) and

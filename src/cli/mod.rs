@@ -4,7 +4,7 @@
 //! - [`args`]: the grammar (clap derive);
 //! - [`program`]: program files (YAML or JSON), decoded and validated
 //!   before anything runs; [`template`]: their `${...}` interpolation;
-//!   [`run`]: a validated file as a [`crate::source::Program`];
+//!   [`run`]: a validated file as a [`crate::actors::Program`];
 //! - [`display`]: the progress display, plain lines and JSON events;
 //!   [`show`]: `state show` and `cloud list`;
 //! - [`commands`]: the commands themselves.

@@ -27,13 +27,14 @@ use super::program::{
     StateMigration,
 };
 use super::template::Env;
+use crate::actors::{Context, Program, ProgramFuture};
 use crate::migrate::helpers;
 use crate::model::urn::UNKNOWN_ID;
 use crate::model::{PropertyMap, ProviderRef, Urn};
 use crate::source::command::CommandCallback;
 use crate::source::goal::{Alias, AliasParent, AliasSpec, Goal, Registered, ResourceOptions};
 use crate::source::migration::{MigrationCallback, StateMigrations, DEFAULT_TIMEOUT};
-use crate::source::{Context, Program, ProgramError, ProgramFuture};
+use crate::source::ProgramError;
 
 /// Why a program file's resource was not registered.
 #[derive(Debug, Clone, thiserror::Error)]

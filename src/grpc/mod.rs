@@ -3,7 +3,7 @@
 //! A Pulumi language SDK (the `pulumi` Python package) talks to its engine
 //! over two gRPC services, `ResourceMonitor` and `Engine`. This module
 //! serves the subset those SDKs use and feeds every request into the same
-//! [`crate::source::Context`] the embedded API uses, so registrations from
+//! [`crate::actors::Context`] the embedded API uses, so registrations from
 //! Python go through the very actors, planner, migration coordinator and
 //! persister as every other program:
 //!
@@ -15,7 +15,7 @@
 //! - [`callbacks`]: state-migration callbacks that call back into the SDK's
 //!   `Callbacks` service;
 //! - [`monitor`]: the two services and the server's lifetime;
-//! - [`python`]: a Python program directory as a [`crate::source::Program`]
+//! - [`python`]: a Python program directory as a [`crate::actors::Program`]
 //!   (starts the interpreter with keel's runner).
 
 pub mod callbacks;

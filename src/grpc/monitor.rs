@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 use tonic::{Request, Response, Status};
 
+use crate::actors::{Context, RegisterError};
 use crate::events::{EngineEvent, EventSink};
 use crate::model::Urn;
-use crate::source::{Context, RegisterError};
 
 use super::callbacks::{CallbackClients, MAX_MESSAGE_BYTES};
 use super::convert::{self, Accepts};

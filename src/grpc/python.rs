@@ -24,8 +24,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
+use crate::actors::{Context, Program, ProgramFuture};
 use crate::events::{EngineEvent, EventSink};
-use crate::source::{Context, Program, ProgramError, ProgramFuture};
+use crate::source::ProgramError;
 
 use super::monitor::{DeploymentInfo, Monitor, MonitorServer};
 

@@ -23,7 +23,6 @@
 
 pub mod chain;
 pub mod check;
-pub mod coordinator;
 mod fasthash;
 pub mod helpers;
 pub mod record;

@@ -1,9 +1,9 @@
 //! Persistence: the mutations the executor reports, the snapshot builder
 //! that folds them into the current deployment (deterministic, no I/O), the
-//! [`Persister`] trait, the in-memory implementation, and the Persister
-//! actor that is the single writer of state (`architecture.md` §6).
+//! [`Persister`] trait and the in-memory implementation. The Persister
+//! actor (`actors::persister`) is the single writer of state
+//! (`architecture.md` §6).
 
-pub mod actor;
 pub mod backend;
 pub mod checkpoint_file;
 pub mod fs;

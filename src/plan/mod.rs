@@ -1,9 +1,9 @@
 //! Planning: steps, the deterministic planner (step generation with no I/O),
 //! the engine's diff rules (`ignoreChanges`, `replaceOnChanges`), default
 //! provider naming, the delete-before-replace dependents walk,
-//! dependency-graph helpers, and the StepGenerator actor around them.
+//! dependency-graph helpers. No actors: the StepGenerator actor
+//! (`actors::generator`) drives it.
 
-pub mod actor;
 pub mod dependents;
 pub mod diff;
 pub mod diffs;

@@ -15,7 +15,7 @@ use keel::model::{Deployment, PropertyMap, PropertyValue, TypeToken, Urn};
 use keel::persist::MemoryPersister;
 use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
 use keel::source::goal::{Alias, AliasParent, AliasSpec, Goal, ResourceOptions};
-use keel::source::{Context, ProgramError};
+use keel::{Context, ProgramError};
 
 pub const BUCKET: &str = "aws:s3/bucket:Bucket";
 pub const COMP: &str = "my:app:Component";

@@ -16,23 +16,21 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Instant;
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use super::chain::{CallbackOutput, Chain, ChainOutcome};
-use super::check::{self, Context, OperationOptions};
-use super::rules::MigrationError;
-use super::subtree::{find_root, Subtree};
-use super::transaction::{self, Slot};
+use super::protocol::{CoordMsg, MigrationOutcome, MigrationRequest, PersistMsg, SourceMsg};
 use crate::events::{EngineEvent, EventSink};
-use crate::model::snapshot::Snippet;
+use crate::migrate::chain::{CallbackOutput, Chain, ChainOutcome};
+use crate::migrate::check::{self, Context};
+use crate::migrate::rules::MigrationError;
+use crate::migrate::subtree::{find_root, Subtree};
+use crate::migrate::transaction::{self, Slot};
 use crate::model::step::Written;
 use crate::model::step::{lock, share, StateRef};
 use crate::model::{State, Urn};
-use crate::persist::actor::PersistMsg;
 use crate::persist::migration::{ListItem, MigrationMutation};
 use crate::persist::{Mutation, PersistError};
-use crate::source::migration::{StateMigrationArgs, StateMigrations};
-use crate::source::SourceMsg;
+use crate::source::migration::StateMigrationArgs;
 use crate::sync::gate::Gate;
 use crate::sync::shim::ArcSwap;
 use crate::sync::{commit, CommitFields, Slot as CommitSlot, StateList, Transaction};
@@ -41,70 +39,6 @@ impl CommitFields for State {
     fn copy_commit_fields_from(&mut self, prepared: &Self) {
         transaction::copy_commit_fields(prepared, self);
     }
-}
-
-/// One registration's migration request.
-#[derive(Debug)]
-pub struct MigrationRequest {
-    /// The registration's URN.
-    pub registration: Urn,
-    /// Its aliases' URNs, in order (normalized by earlier migrations).
-    pub aliases: Vec<Urn>,
-    /// The callbacks.
-    pub migrations: StateMigrations,
-    /// Prior URNs claimed through an alias earlier in this deployment.
-    pub claimed: HashSet<Urn>,
-    /// URNs registered earlier in this deployment.
-    pub registered: HashSet<Urn>,
-    /// The operation's restrictions.
-    pub options: OperationOptions,
-    /// Whether the prior snapshot has pending operations.
-    pub pending_operations: bool,
-    /// The persisted snippets.
-    pub snippets: Vec<Snippet>,
-    /// The deployment's extensions.
-    pub extensions: serde_json::Value,
-}
-
-/// What a migration did.
-#[derive(Debug)]
-pub enum MigrationOutcome {
-    /// No prior root: nothing ran.
-    NoRoot,
-    /// The callbacks changed nothing.
-    Noop {
-        /// How many callbacks ran.
-        callbacks_called: usize,
-    },
-    /// The migration was committed.
-    Committed {
-        /// The chain's outcome (successor maps and identities).
-        outcome: Box<ChainOutcome>,
-        /// The prior root's URN.
-        root: Urn,
-        /// URNs in the result but not in the prior subtree.
-        added: Vec<Urn>,
-        /// How many callbacks ran.
-        callbacks_called: usize,
-        /// Time spent waiting for the pipeline to drain.
-        quiesce_ms: f64,
-        /// Time from quiesce to resume.
-        migrate_ms: f64,
-    },
-    /// The migration was rejected; nothing changed.
-    Rejected {
-        /// Why.
-        error: MigrationError,
-        /// How many callbacks ran.
-        callbacks_called: usize,
-    },
-}
-
-/// Messages to the coordinator.
-#[derive(Debug)]
-pub enum CoordMsg {
-    /// Run a registration's migration.
-    Migrate(Box<MigrationRequest>, RpcReplyPort<MigrationOutcome>),
 }
 
 /// What the coordinator works with.

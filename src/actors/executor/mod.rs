@@ -21,19 +21,18 @@ use dashmap::DashMap;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::{oneshot, watch, Semaphore};
 
+use super::program::RegisterError;
+use super::protocol::{ExecMsg, GenMsg, PersistMsg, RegisterReply, Submission, Submitted};
 use crate::events::{EngineEvent, EventSink, StepFailure};
 use crate::model::snapshot::OperationType;
 pub use crate::model::step::Written;
 use crate::model::step::{lock, share, StateRef, StepKind};
 use crate::model::{PropertyMap, ProviderRef, State, Urn};
-use crate::persist::actor::PersistMsg;
 use crate::persist::{Change, Mutation, PersistError};
-use crate::plan::actor::GenMsg;
 use crate::plan::step::{Chain, Step};
 use crate::provider::{schema, Provider, ProviderError, ProviderRegistry, ResourceRequest};
 use crate::source::goal::Registered;
 use crate::source::hooks::{HookArgs, HookPoint, ResourceHooks};
-use crate::source::RegisterError;
 use crate::sync::gate::{Gate, Reservation, Reserved};
 
 /// Where a resource's chain stands in this operation.
@@ -229,54 +228,6 @@ impl ExecShared {
     }
 }
 
-/// Messages to the executor.
-#[derive(Debug)]
-pub enum ExecMsg {
-    /// Run a chain; reply to the registration when it finished. Sent only
-    /// by [`submit`] and [`send_reserved`]: the chain's gate reservation
-    /// travels with it, taken before it entered the mailbox
-    /// ([`Gate::submit`]).
-    Chain(Reserved<Submitted>),
-    /// Run deletes, group after group.
-    Deletes(Vec<Vec<Step>>),
-    /// Run refreshes in parallel.
-    Refreshes(Vec<Step>),
-    /// Set a registered resource's outputs once its chain finished.
-    Outputs {
-        /// The resource.
-        urn: Urn,
-        /// The outputs.
-        outputs: PropertyMap,
-        /// Answered when persisted.
-        reply: oneshot::Sender<Result<(), RegisterError>>,
-    },
-}
-
-/// Where a chain's registration waits for its outcome.
-pub type ChainReply = oneshot::Sender<Result<Registered, RegisterError>>;
-
-/// A chain and the registration waiting for it.
-#[derive(Debug)]
-pub struct Submitted {
-    /// The steps.
-    pub chain: Chain,
-    /// The registration waiting for it.
-    pub reply: Option<ChainReply>,
-}
-
-/// What [`submit`] did with a chain.
-#[derive(Debug)]
-pub enum Submission {
-    /// In the executor's mailbox, holding its gate reservation.
-    Sent,
-    /// A quiesce is pending, so no reservation may be taken: the chain
-    /// comes back, to be sent with [`send_reserved`] (in submission order)
-    /// once [`Gate::reserve`] grants one.
-    Gated(Chain, Option<ChainReply>),
-    /// The executor stopped; the reservation was released.
-    Stopped,
-}
-
 /// Submits a chain to the executor: takes its gate reservation *now*, then
 /// sends it with the message (`migrations.md` §7: a chain submitted before
 /// a migration quiesces finishes before the migration runs, even while it
@@ -288,7 +239,7 @@ pub fn submit(
     executor: &ActorRef<ExecMsg>,
     gate: &Gate,
     chain: Chain,
-    reply: Option<ChainReply>,
+    reply: Option<RegisterReply>,
 ) -> Submission {
     match gate.submit(Submitted { chain, reply }) {
         Ok(reserved) => {
@@ -307,7 +258,7 @@ pub fn submit(
 pub fn send_reserved(
     executor: &ActorRef<ExecMsg>,
     chain: Chain,
-    reply: Option<ChainReply>,
+    reply: Option<RegisterReply>,
     reservation: Reservation,
 ) -> bool {
     executor

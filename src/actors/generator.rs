@@ -20,80 +20,32 @@ use std::sync::Arc;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
+use super::executor::StopFlag;
+use super::program::RegisterError;
+use super::protocol::{
+    CoordMsg, ExecMsg, GenMsg, MigrationOutcome, MigrationReport, MigrationRequest, RegisterReply,
+    Submission,
+};
 use crate::events::EventSink;
-use crate::exec::{ExecMsg, StopFlag, Submission};
 use crate::model::step::Written;
-use crate::model::{PropertyMap, Urn};
+use crate::model::Urn;
 use crate::provider::{
     DiffConfigRequest, DiffKind, DiffResponse, ProviderError, ProviderRegistry, ResourceRequest,
 };
-use crate::source::goal::{Goal, ReadGoal, Registered};
-use crate::source::RegisterError;
+use crate::source::goal::Goal;
 use crate::sync::gate::Gate;
 
-use super::dependents::{DependentReplacements, DependentWalk};
-use super::generator::{PlanError, Planner, Prepared, ProviderChange};
-use super::providers::config_of;
-use super::step::{lock, StateRef};
 use crate::migrate::check::OperationOptions;
-use crate::migrate::coordinator::{CoordMsg, MigrationOutcome, MigrationRequest};
 use crate::migrate::{MigrationError, Rewrites};
 use crate::model::snapshot::Snippet;
+use crate::model::step::{lock, StateRef};
 use crate::model::State;
+use crate::plan::dependents::{DependentReplacements, DependentWalk};
+use crate::plan::generator::{PlanError, Planner, Prepared, ProviderChange};
+use crate::plan::providers::config_of;
 use crate::sync::gate::Reservation;
 use crate::sync::shim::ArcSwap;
 use crate::sync::StateList;
-
-/// The reply port of a registration.
-pub type RegisterReply = oneshot::Sender<Result<Registered, RegisterError>>;
-
-/// Messages to the generator.
-#[derive(Debug)]
-pub enum GenMsg {
-    /// The executor to send chains to, and the migration coordinator.
-    Wire(ActorRef<ExecMsg>, ActorRef<CoordMsg>),
-    /// A `RegisterResource`.
-    Register(Box<Goal>, RegisterReply),
-    /// A `ReadResource`.
-    Read(Box<ReadGoal>, RegisterReply),
-    /// A `RegisterResourceOutputs`.
-    Outputs(Urn, PropertyMap, oneshot::Sender<Result<(), RegisterError>>),
-    /// An `Invoke`.
-    Invoke(
-        String,
-        PropertyMap,
-        oneshot::Sender<Result<PropertyMap, RegisterError>>,
-    ),
-    /// A provider check/diff came back.
-    Checked(
-        Box<Prepared>,
-        Result<Option<DiffResponse>, ProviderError>,
-        Option<bool>,
-        RegisterReply,
-    ),
-    /// A default provider's configuration comparison came back.
-    ProviderChecked(Box<Prepared>, Result<Option<DiffResponse>, ProviderError>),
-    /// A delete-before-replace's dependents walk finished.
-    Walked(
-        Box<Prepared>,
-        Option<DiffResponse>,
-        Option<bool>,
-        Result<DependentReplacements, ProviderError>,
-        RegisterReply,
-    ),
-    /// The program finished (with its error, if any).
-    ProgramDone(Option<String>),
-    /// A chain finished; `failures` steps of the operation have failed
-    /// so far.
-    ChainDone {
-        /// Step failures recorded so far.
-        failures: usize,
-    },
-    /// A gate reservation for the first chain that met a pending quiesce.
-    Reserved(Reservation),
-    /// The end-of-program steps (deletes or refreshes) finished.
-    DeletesDone,
-}
 
 /// What kind of operation is planned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,7 +64,7 @@ pub struct GenOutcome {
     /// Planning errors (each fails the operation).
     pub errors: Vec<String>,
     /// The plan recorded by a preview with `generate_plan`.
-    pub plan: Option<super::saved::SavedPlan>,
+    pub plan: Option<crate::plan::saved::SavedPlan>,
     /// What each registration's migration did.
     pub migrations: Vec<MigrationReport>,
     /// Rule ids of rejected migrations.
@@ -154,7 +106,7 @@ pub struct GenState {
     deferred: VecDeque<GenMsg>,
     /// Chains that met a pending quiesce, in submission order (counted in
     /// `chains`).
-    gated: VecDeque<(super::step::Chain, Option<RegisterReply>)>,
+    gated: VecDeque<(crate::plan::step::Chain, Option<RegisterReply>)>,
     draining: bool,
     reports: Vec<MigrationReport>,
     rules: Vec<crate::model::rule::Rule>,
@@ -176,7 +128,7 @@ enum Held {
         RegisterReply,
     ),
     /// A read's chain.
-    Submit(super::step::Chain, RegisterReply),
+    Submit(crate::plan::step::Chain, RegisterReply),
 }
 
 /// What the generator needs to run migrations.
@@ -194,31 +146,6 @@ pub struct MigrationEnv {
     pub extensions: serde_json::Value,
     /// Keep the committed prior states in reports.
     pub report_states: bool,
-}
-
-/// What one registration's migration did (for callers and tests).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct MigrationReport {
-    /// The registration.
-    pub registration: Urn,
-    /// How many callbacks ran.
-    pub callbacks_called: usize,
-    /// Whether a migration was committed.
-    pub committed: bool,
-    /// The rule id, when it was rejected.
-    pub rule: Option<String>,
-    /// The committed successor map (original -> final).
-    pub successors: std::collections::BTreeMap<Urn, Urn>,
-    /// URNs added by the migration.
-    pub added: Vec<Urn>,
-    /// The prior list right after the commit.
-    pub prior: Vec<Urn>,
-    /// The prior states right after the commit (when asked for).
-    pub prior_states: Option<Vec<State>>,
-    /// Milliseconds waiting for the pipeline to drain.
-    pub quiesce_ms: f64,
-    /// Milliseconds from quiesce to resume.
-    pub migrate_ms: f64,
 }
 
 /// The generator's start-up arguments.
@@ -248,9 +175,9 @@ pub struct GenArgs {
 
 impl GenState {
     /// Hands a chain to the executor with its gate reservation, taken
-    /// here (see [`crate::exec::submit`]). Chains meeting a pending quiesce
+    /// here (see [`super::executor::submit`]). Chains meeting a pending quiesce
     /// queue here, in order, behind one waiter for the gate.
-    fn submit(&mut self, chain: super::step::Chain, reply: Option<RegisterReply>) {
+    fn submit(&mut self, chain: crate::plan::step::Chain, reply: Option<RegisterReply>) {
         let Some(exec) = &self.executor else {
             return;
         };
@@ -259,7 +186,7 @@ impl GenState {
             self.gated.push_back((chain, reply));
             return;
         }
-        match crate::exec::submit(exec, &self.gate, chain, reply) {
+        match super::executor::submit(exec, &self.gate, chain, reply) {
             Submission::Sent => {}
             Submission::Gated(chain, reply) => {
                 self.gated.push_back((chain, reply));
@@ -292,11 +219,11 @@ impl GenState {
         else {
             return;
         };
-        if !crate::exec::send_reserved(&exec, chain, reply, reservation) {
+        if !super::executor::send_reserved(&exec, chain, reply, reservation) {
             self.executor_stopped();
         }
         while let Some((chain, reply)) = self.gated.pop_front() {
-            match crate::exec::submit(&exec, &self.gate, chain, reply) {
+            match super::executor::submit(&exec, &self.gate, chain, reply) {
                 Submission::Sent => {}
                 Submission::Gated(chain, reply) => {
                     self.gated.push_front((chain, reply));
@@ -834,7 +761,7 @@ async fn check_and_diff(
         return Ok(None);
     };
     let provider = registry.get(&reference);
-    let old = p.old.as_ref().map(|o| super::step::lock(o).clone());
+    let old = p.old.as_ref().map(|o| lock(o).clone());
     let checked = {
         let req = ResourceRequest {
             urn: &p.new.urn,

@@ -3,23 +3,10 @@
 //! once the mutation is durable. Blocking persisters run on the runtime's
 //! blocking capacity (`block_in_place`), never stalling other tasks.
 
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
 
-use super::{Mutation, PersistError, Persister, SnapshotBuilder};
-use crate::model::Deployment;
-
-/// Messages to the Persister actor.
-#[derive(Debug)]
-pub enum PersistMsg {
-    /// Make a mutation durable; the reply comes once it is.
-    Mutate(Mutation, RpcReplyPort<Result<(), PersistError>>),
-    /// The current deployment (in memory).
-    Snapshot(RpcReplyPort<Deployment>),
-    /// The operation ended: persist and return the final deployment.
-    Finish(RpcReplyPort<Result<Deployment, PersistError>>),
-    /// Bytes written and fsyncs issued.
-    Io(RpcReplyPort<(u64, u64)>),
-}
+use super::protocol::PersistMsg;
+use crate::persist::{PersistError, Persister, SnapshotBuilder};
 
 /// The Persister actor.
 #[derive(Debug, Default)]
@@ -65,12 +52,12 @@ impl Actor for PersisterActor {
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
         match msg {
-            PersistMsg::Mutate(m @ super::Mutation::Migration(_), reply) => {
+            PersistMsg::Mutate(m @ crate::persist::Mutation::Migration(_), reply) => {
                 // A migration is written first and applied only once durable:
                 // a failed write leaves the state exactly as it was.
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 let PersisterState { builder, persister } = state;
-                let ack: super::Ack = Box::new(move |r| {
+                let ack: crate::persist::Ack = Box::new(move |r| {
                     let _ = tx.send(r);
                 });
                 blocking(|| persister.persist(&m, builder, ack));
@@ -87,7 +74,7 @@ impl Actor for PersisterActor {
             PersistMsg::Mutate(m, reply) => {
                 state.builder.apply(&m);
                 let PersisterState { builder, persister } = state;
-                let ack: super::Ack = Box::new(move |r| {
+                let ack: crate::persist::Ack = Box::new(move |r| {
                     let _ = reply.send(r);
                 });
                 blocking(|| persister.persist(&m, builder, ack));
