@@ -1,0 +1,214 @@
+//! The state the executor's tasks share: configuration, the pool of
+//! provider-call permits, chain statuses, the written states, the provider
+//! cache, step counts and failures, and the stop flag.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use dashmap::DashMap;
+use ractor::ActorRef;
+use tokio::sync::{oneshot, watch, Semaphore};
+
+use super::step::StepError;
+use crate::actors::protocol::PersistMsg;
+use crate::events::{EngineEvent, EventSink, StepFailure};
+use crate::locks::MutexExt;
+use crate::model::step::{StepKind, Written};
+use crate::model::{ProviderRef, State, Urn};
+use crate::persist::{Mutation, PersistError};
+use crate::provider::{Provider, ProviderRegistry};
+use crate::sync::gate::Gate;
+
+/// Where a resource's chain stands in this operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Submitted, not finished.
+    Pending,
+    /// Finished.
+    Done,
+    /// Failed or skipped.
+    Failed,
+}
+
+/// The executor's configuration.
+#[derive(Debug, Clone)]
+pub struct ExecConfig {
+    /// Chains running at once (1 = serial).
+    pub parallel: usize,
+    /// Keep going after a failure (skipping dependents of failed steps).
+    pub continue_on_error: bool,
+    /// A preview: providers compute, change nothing.
+    pub preview: bool,
+    /// Step events carry the changed values, not only the keys (`--diff`).
+    pub detailed_diffs: bool,
+}
+
+/// Set once a failure (or the end of the operation) stops new work; shared
+/// by the executor, its tasks and the generator.
+#[derive(Debug, Clone, Default)]
+pub struct StopFlag(Arc<AtomicBool>);
+
+impl StopFlag {
+    /// Stops new work.
+    pub fn set(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// True once new work is stopped.
+    pub fn is_set(&self) -> bool {
+        self.0.load(Ordering::Acquire)
+    }
+}
+
+/// State shared by the executor's tasks.
+pub struct ExecShared {
+    pub(super) config: ExecConfig,
+    pub(super) gate: Gate,
+    pub(super) pool: Semaphore,
+    pub(super) status: DashMap<Urn, watch::Sender<Status>>,
+    pub(super) news: Arc<Written>,
+    pub(super) registry: ProviderRegistry,
+    /// Provider instances by reference text (no parse per step).
+    pub(super) providers: DashMap<String, Arc<dyn Provider>>,
+    pub(super) persister: ActorRef<PersistMsg>,
+    pub(super) events: EventSink,
+    pub(super) stopped: StopFlag,
+    pub(super) failures: Mutex<Vec<StepFailure>>,
+    pub(super) counts: Mutex<BTreeMap<StepKind, usize>>,
+    pub(super) next_op: AtomicU64,
+}
+
+impl std::fmt::Debug for ExecShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecShared")
+            .field("config", &self.config)
+            .field("stopped", &self.stopped)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ExecShared {
+    /// Shared executor state.
+    pub fn new(
+        config: ExecConfig,
+        gate: Gate,
+        registry: ProviderRegistry,
+        persister: ActorRef<PersistMsg>,
+        events: EventSink,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            pool: Semaphore::new(config.parallel.max(1)),
+            config,
+            gate,
+            status: DashMap::new(),
+            news: Arc::new(Written::default()),
+            registry,
+            providers: DashMap::new(),
+            persister,
+            events,
+            stopped: StopFlag::default(),
+            failures: Mutex::new(Vec::new()),
+            counts: Mutex::new(BTreeMap::new()),
+            next_op: AtomicU64::new(1),
+        })
+    }
+
+    /// Steps completed per kind.
+    pub fn counts(&self) -> BTreeMap<StepKind, usize> {
+        self.counts.locked().clone()
+    }
+
+    /// Failed steps.
+    pub fn failures(&self) -> Vec<StepFailure> {
+        self.failures.locked().clone()
+    }
+
+    /// The states written (or read) so far in this operation, shared with
+    /// the migration coordinator, which reads them once it quiesced.
+    pub fn written(&self) -> Arc<Written> {
+        self.news.clone()
+    }
+
+    /// The flag that stops new work, shared with the generator.
+    pub fn stop_flag(&self) -> StopFlag {
+        self.stopped.clone()
+    }
+
+    /// Stops new work (a failure that fails the operation).
+    pub fn stop(&self) {
+        self.stopped.set();
+    }
+
+    /// True once a failure stopped new work.
+    pub fn stopped(&self) -> bool {
+        self.stopped.is_set()
+    }
+
+    /// How many steps failed so far.
+    pub fn failure_count(&self) -> usize {
+        self.failures.locked().len()
+    }
+
+    /// Sends a diagnostic about a resource to the event stream.
+    pub fn diagnostic(&self, severity: &str, urn: &Urn, message: String) {
+        self.events.send(EngineEvent::Diagnostic {
+            severity: severity.to_owned(),
+            urn: Some(urn.clone()),
+            message,
+        });
+    }
+
+    /// The execution gate.
+    pub fn gate(&self) -> &Gate {
+        &self.gate
+    }
+
+    pub(super) fn fail(&self, f: StepFailure) {
+        self.failures.locked().push(f);
+        if !self.config.continue_on_error {
+            self.stopped.set();
+        }
+    }
+
+    pub(super) fn count(&self, kind: StepKind) {
+        *self.counts.locked().entry(kind).or_default() += 1;
+    }
+
+    pub(super) fn set_status(&self, urn: &Urn, s: Status) {
+        if let Some(tx) = self.status.get(urn) {
+            tx.send_replace(s);
+        }
+    }
+
+    /// Hands a mutation to the persister; the receiver answers once it is
+    /// durable. Mutations are made durable in the order they are queued.
+    pub(super) fn queue(&self, m: Mutation) -> oneshot::Receiver<Result<(), PersistError>> {
+        let (tx, rx) = oneshot::channel();
+        // A stopped persister drops the sender: the receiver reports it.
+        let _ = self.persister.cast(PersistMsg::Mutate(m, tx.into()));
+        rx
+    }
+
+    pub(super) async fn persist(&self, m: Mutation) -> Result<(), PersistError> {
+        let r = self
+            .persister
+            .call(|reply| PersistMsg::Mutate(m, reply), None)
+            .await;
+        match r {
+            Ok(ractor::rpc::CallResult::Success(r)) => r,
+            Ok(other) => Err(PersistError::Stopped(format!("{other:?}"))),
+            Err(e) => Err(PersistError::Stopped(e.to_string())),
+        }
+    }
+
+    pub(super) fn provider_for(&self, s: &State) -> Result<Arc<dyn Provider>, StepError> {
+        if let Some(p) = self.providers.get(&s.provider) {
+            return Ok(p.clone());
+        }
+        let r = ProviderRef::parse(&s.provider).map_err(|e| StepError::Other(e.to_string()))?;
+        let p = self.registry.get(&r);
+        self.providers.insert(s.provider.clone(), p.clone());
+        Ok(p)
+    }
+}

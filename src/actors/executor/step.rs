@@ -1,0 +1,557 @@
+//! One chain's steps: each step's provider call bracketed by its durable
+//! `begin` and end records, hooks, retries and the states it writes.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::shared::{ExecShared, Status};
+use crate::actors::program::RegisterError;
+use crate::events::{EngineEvent, StepFailure};
+use crate::model::snapshot::OperationType;
+use crate::model::step::{lock, share, StateRef, StepKind};
+use crate::model::{PropertyMap, ProviderRef, State, Urn};
+use crate::persist::{Change, Mutation, PersistError};
+use crate::plan::step::Step;
+use crate::provider::{schema, ProviderError, ResourceRequest};
+use crate::source::goal::Registered;
+use crate::source::hooks::{HookArgs, HookPoint, ResourceHooks};
+use crate::sync::gate::Reservation;
+
+/// Runs steps in order under one reservation (provider calls take pool
+/// permits).
+pub(super) async fn run_steps(
+    shared: &ExecShared,
+    steps: Vec<Step>,
+    reservation: Reservation,
+) -> Result<Registered, RegisterError> {
+    let _reservation = reservation;
+    let urns: Vec<Urn> = steps.iter().map(|s| s.urn.clone()).collect();
+    let mark = |s: Status| {
+        for u in &urns {
+            shared.set_status(u, s);
+        }
+    };
+    if shared.stopped() {
+        mark(Status::Failed);
+        return Err(RegisterError::Stopped);
+    }
+    let mut last = None;
+    for step in steps {
+        let (kind, urn) = (step.kind, step.urn.clone());
+        let diff = if shared.events.is_active() {
+            crate::plan::diff::step_diff(&step, shared.config.detailed_diffs).map(Box::new)
+        } else {
+            None
+        };
+        shared.events.send(EngineEvent::StepStarted {
+            kind,
+            urn: urn.clone(),
+            diff,
+        });
+        let started = Instant::now();
+        let span = tracing::info_span!("step", kind = kind.as_str(), urn = %urn);
+        // Boxed: a step's future holds whole states across awaits; keeping it
+        // off the chain's future keeps spawned tasks small (cheap to move).
+        let r = tracing::Instrument::instrument(Box::pin(execute(shared, step)), span).await;
+        let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+        match r {
+            Ok(reg) => {
+                shared.count(kind);
+                shared.events.send(EngineEvent::StepFinished {
+                    kind,
+                    urn: urn.clone(),
+                    duration_ms,
+                    error: None,
+                });
+                if let Some(reg) = reg {
+                    shared.set_status(&urn, Status::Done);
+                    last = Some(reg);
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                shared.events.send(EngineEvent::StepFinished {
+                    kind,
+                    urn: urn.clone(),
+                    duration_ms,
+                    error: Some(message.clone()),
+                });
+                let failure = StepFailure { urn, kind, message };
+                shared.fail(failure.clone());
+                mark(Status::Failed);
+                return Err(RegisterError::Step(failure));
+            }
+        }
+    }
+    mark(Status::Done);
+    last.ok_or(RegisterError::Stopped)
+}
+
+/// Why a step failed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StepError {
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    #[error(transparent)]
+    Persist(#[from] PersistError),
+    #[error("{0}")]
+    Other(String),
+}
+
+fn now() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+fn registered(s: &State) -> Registered {
+    Registered {
+        urn: s.urn.clone(),
+        id: s.id.clone(),
+        outputs: s.outputs.clone(),
+    }
+}
+
+/// Writes `new` (superseding `old`) with no provider call.
+async fn write(
+    shared: &ExecShared,
+    old: Option<StateRef>,
+    new: State,
+    mark_old_delete: bool,
+) -> Result<Option<Registered>, StepError> {
+    let reg = registered(&new);
+    let urn = new.urn.clone();
+    let new = share(new);
+    shared
+        .persist(Mutation::Apply(Change::Write {
+            old,
+            new: new.clone(),
+            mark_old_delete,
+        }))
+        .await?;
+    shared.news.0.insert(urn, new);
+    Ok(Some(reg))
+}
+
+/// Ends a provider operation by writing `new` (superseding `old`, or
+/// keeping it marked for deletion), runs the after hook once that is
+/// durable, and records the state as written this operation.
+async fn end_write(
+    shared: &ExecShared,
+    op: Begun<'_>,
+    old: Option<StateRef>,
+    new: State,
+    mark_old_delete: bool,
+    hooks: Option<&ResourceHooks>,
+    after: Option<HookPoint>,
+) -> Result<Option<Registered>, StepError> {
+    let reg = registered(&new);
+    let urn = new.urn.clone();
+    let new = share(new);
+    end(
+        shared,
+        op,
+        Change::Write {
+            old,
+            new: new.clone(),
+            mark_old_delete,
+        },
+    )
+    .await?;
+    if let Some(point) = after {
+        hook(hooks, point, &lock(&new), Some(&reg.outputs))?;
+    }
+    shared.news.0.insert(urn, new);
+    Ok(Some(reg))
+}
+
+/// A provider operation begun: its id, and the pool permit it holds until
+/// its end record is queued behind its begin record.
+struct Begun<'a> {
+    op: u64,
+    _permit: tokio::sync::SemaphorePermit<'a>,
+}
+
+/// Brackets a provider call with `begin` and its end mutation.
+async fn bracket<'a, T>(
+    shared: &'a ExecShared,
+    kind: OperationType,
+    state: &State,
+    call: impl std::future::Future<Output = Result<T, ProviderError>>,
+) -> Result<(T, Begun<'a>), StepError> {
+    // The begin record is written only once the step holds a pool permit,
+    // just before the provider call, and the permit is released only once
+    // the end record is queued (records are durable in queue order): a
+    // crash leaves at most `parallel` operations pending, not every chain
+    // waiting for a slot. Waits for end records share group commits.
+    let Ok(permit) = shared.pool.acquire().await else {
+        return Err(StepError::Other("the executor stopped".into()));
+    };
+    let begun = Begun {
+        op: shared.next_op.fetch_add(1, Ordering::Relaxed),
+        _permit: permit,
+    };
+    if !shared.config.preview {
+        shared
+            .persist(Mutation::Begin {
+                op: begun.op,
+                kind,
+                state: Box::new(state.clone()),
+            })
+            .await?;
+    }
+    match call.await {
+        Ok(v) => Ok((v, begun)),
+        Err(e) => {
+            fail(shared, begun).await?;
+            Err(e.into())
+        }
+    }
+}
+
+/// Records that a begun operation failed (nothing changed).
+async fn fail(shared: &ExecShared, begun: Begun<'_>) -> Result<(), PersistError> {
+    if shared.config.preview {
+        return Ok(());
+    }
+    let durable = shared.queue(Mutation::Failed { op: begun.op });
+    drop(begun);
+    durable
+        .await
+        .unwrap_or_else(|_| Err(PersistError::Stopped("the persister stopped".into())))
+}
+
+async fn end(shared: &ExecShared, begun: Begun<'_>, change: Change) -> Result<(), StepError> {
+    let m = if shared.config.preview {
+        Mutation::Apply(change)
+    } else {
+        Mutation::End {
+            op: begun.op,
+            change,
+        }
+    };
+    let durable = shared.queue(m);
+    drop(begun);
+    durable
+        .await
+        .unwrap_or_else(|_| Err(PersistError::Stopped("the persister stopped".into())))?;
+    Ok(())
+}
+
+fn request<'a>(
+    s: &'a State,
+    old: Option<&'a State>,
+    preview: bool,
+    timeout: f64,
+) -> ResourceRequest<'a> {
+    ResourceRequest {
+        urn: &s.urn,
+        ty: &s.ty,
+        id: &s.id,
+        inputs: &s.inputs,
+        old_inputs: old.map(|o| &o.inputs),
+        old_outputs: old.map(|o| &o.outputs),
+        ignore_changes: &s.ignore_changes,
+        replace_on_changes: &s.replace_on_changes,
+        timeout: (timeout > 0.0).then(|| std::time::Duration::from_secs_f64(timeout)),
+        preview,
+    }
+}
+
+/// Runs a point's hooks.
+fn hook(
+    hooks: Option<&ResourceHooks>,
+    point: HookPoint,
+    s: &State,
+    outputs: Option<&PropertyMap>,
+) -> Result<(), StepError> {
+    let Some(h) = hooks else { return Ok(()) };
+    h.run(&HookArgs {
+        point,
+        urn: &s.urn,
+        ty: &s.ty,
+        inputs: &s.inputs,
+        outputs,
+        error: None,
+        attempt: 0,
+    })
+    .map_err(StepError::Other)
+}
+
+/// Asks the error hooks whether to retry a failed operation.
+fn retry(
+    hooks: Option<&ResourceHooks>,
+    point: HookPoint,
+    s: &State,
+    e: &StepError,
+    attempt: u32,
+) -> bool {
+    let Some(h) = hooks else { return false };
+    // Only provider failures are retried: a persistence failure is final.
+    if !matches!(e, StepError::Provider(_)) {
+        return false;
+    }
+    let message = e.to_string();
+    h.retry(&HookArgs {
+        point,
+        urn: &s.urn,
+        ty: &s.ty,
+        inputs: &s.inputs,
+        outputs: None,
+        error: Some(&message),
+        attempt,
+    })
+}
+
+/// Describes how a program's inputs differ from an object to import
+/// (`None`: they match).
+fn import_mismatch(goal: &State, obj: &crate::provider::ObjectState) -> Option<String> {
+    let diffs: Vec<String> = goal
+        .inputs
+        .iter()
+        .filter(|(k, v)| obj.inputs.get(*k) != Some(*v))
+        .map(|(k, v)| match obj.inputs.get(k) {
+            Some(found) => format!(
+                "`{k}` is {} in the cloud, {} in the program",
+                found.to_json(),
+                v.to_json()
+            ),
+            None => format!(
+                "`{k}` is absent in the cloud, {} in the program",
+                v.to_json()
+            ),
+        })
+        .collect();
+    (!diffs.is_empty()).then(|| diffs.join("; "))
+}
+
+/// Executes one step. Returns what the registration learns (for steps
+/// that write a state).
+async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, StepError> {
+    let preview = shared.config.preview;
+    let old_ref = step.old.clone();
+    // A same step compares under the lock; every other step needs a copy.
+    let old = (step.kind != StepKind::Same)
+        .then(|| old_ref.as_ref().map(|o| lock(o).clone()))
+        .flatten();
+    match step.kind {
+        StepKind::Same if step.skipped => {
+            // Outside the targets and new: the program learns its goal;
+            // nothing is created or written.
+            let new = step
+                .new
+                .ok_or_else(|| StepError::Other("same step without a goal".into()))?;
+            Ok(Some(registered(&new)))
+        }
+        StepKind::Same => {
+            let new = step
+                .new
+                .ok_or_else(|| StepError::Other("same step without a goal".into()))?;
+            let mut new = new;
+            new.mark_secret_outputs();
+            // Nothing to change: keep the prior state object as it is (no
+            // copy, a tiny journal record, its JSON written back verbatim).
+            if let Some(o) = &old_ref {
+                let unchanged = lock(o).same_fields(&new);
+                if unchanged {
+                    let reg = registered(&new);
+                    shared
+                        .persist(Mutation::Apply(Change::Keep { old: o.clone() }))
+                        .await?;
+                    shared.news.0.insert(new.urn, o.clone());
+                    return Ok(Some(reg));
+                }
+            }
+            write(shared, old_ref, new, false).await
+        }
+        StepKind::Create | StepKind::CreateReplacement | StepKind::Update => {
+            let mut new = step
+                .new
+                .ok_or_else(|| StepError::Other("step without a goal".into()))?;
+            // Create-before-delete keeps the old half, marked for deletion;
+            // a resource already deleted by delete-before-replace is superseded.
+            let mark_old_delete = step.kind == StepKind::CreateReplacement
+                && old.as_ref().is_some_and(|o| !o.pending_replacement);
+            if !new.custom || new.ty.is_provider() {
+                if new.ty.is_provider() {
+                    let r = ProviderRef::new(new.urn.clone(), new.id.clone())
+                        .map_err(|e| StepError::Other(e.to_string()))?;
+                    shared.registry.get(&r).configure(&new.inputs).await?;
+                }
+                return write(shared, old_ref, new, mark_old_delete).await;
+            }
+            let provider = shared.provider_for(&new)?;
+            let stamp = now();
+            let hooks = step.hooks.as_deref().filter(|_| !preview);
+            if step.kind == StepKind::Update {
+                let prior_outputs = old.as_ref().map(|o| &o.outputs);
+                hook(hooks, HookPoint::BeforeUpdate, &new, prior_outputs)?;
+                let mut attempt = 0;
+                let (obj, op) = loop {
+                    attempt += 1;
+                    let req = request(&new, old.as_ref(), preview, new.custom_timeouts.update.0);
+                    match bracket(shared, OperationType::Updating, &new, provider.update(req)).await
+                    {
+                        Ok(v) => break v,
+                        Err(e) if retry(hooks, HookPoint::BeforeUpdate, &new, &e, attempt) => {
+                            continue
+                        }
+                        Err(e) => return Err(e),
+                    }
+                };
+                new.outputs = obj.outputs;
+                new.mark_secret_outputs();
+                new.modified = stamp;
+                schema::stamp(&*provider, &mut new);
+                // After hooks run once the result is durable.
+                return end_write(
+                    shared,
+                    op,
+                    old_ref,
+                    new,
+                    false,
+                    hooks,
+                    Some(HookPoint::AfterUpdate),
+                )
+                .await;
+            }
+            hook(hooks, HookPoint::BeforeCreate, &new, None)?;
+            let mut attempt = 0;
+            let (obj, op) = loop {
+                attempt += 1;
+                let req = request(&new, None, preview, new.custom_timeouts.create.0);
+                match bracket(shared, OperationType::Creating, &new, provider.create(req)).await {
+                    Ok(v) => break v,
+                    Err(e) if retry(hooks, HookPoint::BeforeCreate, &new, &e, attempt) => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            new.id = obj.id;
+            new.outputs = obj.outputs;
+            new.mark_secret_outputs();
+            schema::stamp(&*provider, &mut new);
+            if !preview {
+                new.created = stamp.clone();
+                new.modified = stamp;
+            }
+            end_write(
+                shared,
+                op,
+                old_ref,
+                new,
+                mark_old_delete,
+                hooks,
+                Some(HookPoint::AfterCreate),
+            )
+            .await
+        }
+        StepKind::Delete | StepKind::DeleteReplaced | StepKind::RemovePendingReplace => {
+            let old_ref =
+                old_ref.ok_or_else(|| StepError::Other("delete without a prior state".into()))?;
+            let old = old.unwrap_or_default();
+            let change = if step.keep_pending {
+                Change::MarkPendingReplacement { old: old_ref }
+            } else {
+                Change::Remove { old: old_ref }
+            };
+            if step.skip_provider || preview {
+                shared.persist(Mutation::Apply(change)).await?;
+                return Ok(None);
+            }
+            let provider = shared.provider_for(&old)?;
+            let hooks = step.hooks.as_deref();
+            hook(hooks, HookPoint::BeforeDelete, &old, Some(&old.outputs))?;
+            let mut attempt = 0;
+            let ((), op) = loop {
+                attempt += 1;
+                let req = request(&old, Some(&old), preview, old.custom_timeouts.delete.0);
+                match bracket(shared, OperationType::Deleting, &old, provider.delete(req)).await {
+                    Ok(v) => break v,
+                    Err(e) if retry(hooks, HookPoint::BeforeDelete, &old, &e, attempt) => continue,
+                    Err(e) => return Err(e),
+                }
+            };
+            end(shared, op, change).await?;
+            hook(hooks, HookPoint::AfterDelete, &old, None)?;
+            Ok(None)
+        }
+        StepKind::Import => {
+            let mut new = step
+                .new
+                .ok_or_else(|| StepError::Other("import without a goal".into()))?;
+            let provider = shared.provider_for(&new)?;
+            let (obj, op) = {
+                let req = request(&new, None, preview, 0.0);
+                bracket(shared, OperationType::Importing, &new, provider.read(req)).await?
+            };
+            let mismatch = obj.as_ref().map(|o| import_mismatch(&new, o));
+            let obj = match (obj, mismatch) {
+                (Some(o), Some(None)) => o,
+                (found, mismatch) => {
+                    fail(shared, op).await?;
+                    return Err(match (found, mismatch) {
+                        (None, _) => ProviderError::NotFound {
+                            urn: new.urn.clone(),
+                            id: new.id.clone(),
+                        }
+                        .into(),
+                        (_, Some(Some(diff))) => StepError::Other(format!(
+                            "cannot import {} (id `{}`): the program's inputs differ from the object in the cloud: {diff}; change the program to match, or drop `import`",
+                            new.urn, new.id
+                        )),
+                        _ => StepError::Other("import failed".into()),
+                    });
+                }
+            };
+            new.id = obj.id;
+            new.outputs = obj.outputs;
+            new.mark_secret_outputs();
+            schema::stamp(&*provider, &mut new);
+            end_write(shared, op, old_ref, new, false, None, None).await
+        }
+        StepKind::Read => {
+            let mut new = step
+                .new
+                .ok_or_else(|| StepError::Other("read without a goal".into()))?;
+            let provider = shared.provider_for(&new)?;
+            let (obj, op) = {
+                let req = request(&new, None, preview, 0.0);
+                bracket(shared, OperationType::Reading, &new, provider.read(req)).await?
+            };
+            let Some(obj) = obj else {
+                let _ = fail(shared, op).await;
+                return Err(ProviderError::NotFound {
+                    urn: new.urn.clone(),
+                    id: new.id.clone(),
+                }
+                .into());
+            };
+            new.inputs = obj.inputs;
+            new.outputs = obj.outputs;
+            new.mark_secret_outputs();
+            schema::stamp(&*provider, &mut new);
+            end_write(shared, op, old_ref, new, false, None, None).await
+        }
+        StepKind::Refresh => {
+            let old_ref =
+                old_ref.ok_or_else(|| StepError::Other("refresh without a prior state".into()))?;
+            let old = old.unwrap_or_default();
+            let provider = shared.provider_for(&old)?;
+            let req = request(&old, Some(&old), preview, 0.0);
+            let read = match shared.pool.acquire().await {
+                Ok(_permit) => provider.read(req).await?,
+                Err(_) => return Err(StepError::Other("the executor stopped".into())),
+            };
+            let new = read.map(|obj| {
+                let mut s = old.clone();
+                s.outputs = obj.outputs;
+                s.inputs = obj.inputs;
+                s.mark_secret_outputs();
+                schema::stamp(&*provider, &mut s);
+                Box::new(s)
+            });
+            shared
+                .persist(Mutation::Apply(Change::Refresh { old: old_ref, new }))
+                .await?;
+            Ok(None)
+        }
+    }
+}
