@@ -11,7 +11,8 @@
 //!   data and deterministic code; everything else depends on it.
 //! - [`sync`]: the concurrency core (execution gate, commit) on a std/loom
 //!   shim, model-checked by `loom-tests/`.
-//! - [`provider`]: the provider trait, the registry and the simulated cloud.
+//! - [`provider`]: the provider trait, the registry, the built-in `pulumi`
+//!   provider and (feature `sim`) the simulated cloud.
 //! - [`source`]: the program API and the Source actor.
 //! - [`plan`]: steps, the deterministic planner and the StepGenerator actor.
 //! - [`exec`]: the StepExecutor actor (bounded parallel chains).
@@ -19,17 +20,34 @@
 //!   Persister actor.
 //! - [`engine`]: wires the actors for one operation; [`events`]: the event
 //!   stream.
-//! - [`grpc`]: Pulumi's resource-monitor protocol, so programs written with
-//!   Pulumi's SDKs (Python) run on keel through the same [`source`] API.
-//! - [`migrate`], [`secrets`], [`cli`]: component migrations, secrets at
-//!   rest, the `keel` command.
+//! - [`migrate`], [`secrets`], [`config`]: component migrations, secrets at
+//!   rest, stack config files.
+//! - `grpc` (feature `grpc`): Pulumi's resource-monitor protocol, so
+//!   programs written with Pulumi's SDKs (Python) run on keel through the
+//!   same [`source`] API.
+//! - `cli` (feature `cli`): the `keel` command.
+//!
+//! # Cargo features
+//!
+//! All on by default; `default-features = false` leaves the engine alone
+//! (no clap, indicatif, tonic or prost):
+//! - `sim`: the simulated cloud (`provider::sim`, `SimCloud`,
+//!   `ProviderRegistry::simulated`).
+//! - `grpc`: the gRPC front end (`grpc`), compiled from `proto/` at build
+//!   time.
+//! - `cli`: the `keel` command (`cli`, the `keel` binary); implies `grpc`
+//!   and `sim`.
 //!
 //! # Example
 //!
-//! One bucket on the simulated cloud: the first update creates it, the
-//! second finds nothing to do.
+//! One bucket on the simulated cloud (feature `sim`): the first update
+//! creates it, the second finds nothing to do.
 //!
 //! ```
+//! # #[cfg(not(feature = "sim"))]
+//! # fn main() {}
+//! # #[cfg(feature = "sim")]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use keel::engine::{Engine, EngineConfig};
 //! use keel::model::{Deployment, StepKind, TypeToken};
 //! use keel::persist::MemoryPersister;
@@ -37,7 +55,6 @@
 //! use keel::source::goal::Goal;
 //! use keel::source::Context;
 //!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let runtime = tokio::runtime::Runtime::new()?;
 //! runtime.block_on(async {
 //!     let cloud = SimCloud::new(SimConfig::default());
@@ -70,11 +87,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs, unreachable_pub)]
 
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod events;
 pub mod exec;
+#[cfg(feature = "grpc")]
 pub mod grpc;
 mod locks;
 pub mod migrate;

@@ -1047,6 +1047,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
 }
 
 #[cfg(test)]
+#[cfg(feature = "sim")]
 mod tests {
     use std::future::Future;
     use std::pin::pin;
