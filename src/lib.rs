@@ -11,7 +11,8 @@
 //!   data and deterministic code; everything else depends on it.
 //! - [`sync`]: the concurrency core (execution gate, commit) on a std/loom
 //!   shim, model-checked by `loom-tests/`.
-//! - [`provider`]: the provider trait, the registry and the simulated cloud.
+//! - [`provider`]: the provider trait, the registry, the built-in `pulumi`
+//!   provider and (feature `sim`) the simulated cloud.
 //! - [`source`]: what a program asks of the engine, as data (goals,
 //!   options, hooks, migration callbacks).
 //! - [`plan`]: steps and the deterministic planner.
@@ -23,26 +24,41 @@
 //!   exchange, and the program API ([`Context`], [`Program`]).
 //! - [`engine`]: wires the actors for one operation; [`events`]: the event
 //!   stream.
-//! - [`grpc`]: Pulumi's resource-monitor protocol, so programs written with
-//!   Pulumi's SDKs (Python) run on keel through the same [`Context`].
-//! - [`secrets`], [`config`], [`cli`]: secrets at rest, stack config, the
-//!   `keel` command.
+//! - [`secrets`], [`config`]: secrets at rest, stack config files.
+//! - `grpc` (feature `grpc`): Pulumi's resource-monitor protocol, so
+//!   programs written with Pulumi's SDKs (Python) run on keel through the
+//!   same [`Context`].
+//! - `cli` (feature `cli`): the `keel` command.
 //!
 //! The types an embedder needs are re-exported here: [`Engine`],
 //! [`EngineConfig`], [`Outcome`], [`Context`], [`Program`], [`Goal`],
 //! [`Provider`], [`ProviderRegistry`], [`Persister`] and the errors.
 //!
+//! # Cargo features
+//!
+//! All on by default; `default-features = false` leaves the engine alone
+//! (no clap, indicatif, tonic or prost):
+//! - `sim`: the simulated cloud (`provider::sim`, `SimCloud`,
+//!   `ProviderRegistry::simulated`).
+//! - `grpc`: the gRPC front end (`grpc`), compiled from `proto/` at build
+//!   time.
+//! - `cli`: the `keel` command (`cli`, the `keel` binary); implies `grpc`
+//!   and `sim`.
+//!
 //! # Example
 //!
-//! One bucket on the simulated cloud: the first update creates it, the
-//! second finds nothing to do.
+//! One bucket on the simulated cloud (feature `sim`): the first update
+//! creates it, the second finds nothing to do.
 //!
 //! ```
+//! # #[cfg(not(feature = "sim"))]
+//! # fn main() {}
+//! # #[cfg(feature = "sim")]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use keel::provider::{SimCloud, SimConfig};
 //! use keel::{Context, Deployment, Engine, EngineConfig, Goal, MemoryPersister};
 //! use keel::{ProviderRegistry, StepKind, TypeToken};
 //!
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let runtime = tokio::runtime::Runtime::new()?;
 //! runtime.block_on(async {
 //!     let cloud = SimCloud::new(SimConfig::default());
@@ -76,10 +92,12 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod actors;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod config;
 pub mod engine;
 pub mod events;
+#[cfg(feature = "grpc")]
 pub mod grpc;
 mod locks;
 pub mod migrate;

@@ -5,7 +5,9 @@
 pub mod builtins;
 pub mod registry;
 pub mod schema;
+#[cfg(feature = "sim")]
 pub mod sim;
+#[cfg(feature = "sim")]
 mod sim_file;
 
 use std::collections::BTreeSet;
@@ -17,6 +19,7 @@ use crate::model::{PropertyMap, TypeToken, Urn};
 
 pub use registry::ProviderRegistry;
 pub use schema::{SchemaInfo, SchemaState, SchemaUpgradeError};
+#[cfg(feature = "sim")]
 pub use sim::{SchemaDef, SimCloud, SimConfig, SimProvider};
 
 /// A provider's failure.

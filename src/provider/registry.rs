@@ -39,6 +39,7 @@ impl ProviderRegistry {
     }
 
     /// A registry that serves every package from the simulated cloud.
+    #[cfg(feature = "sim")]
     pub fn simulated(cloud: Arc<super::SimCloud>) -> Self {
         Self::new(Arc::new(move |pkg: &str| cloud.provider(pkg)))
     }

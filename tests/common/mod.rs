@@ -3,7 +3,10 @@
 
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
+// The `keel` binary exists only with the `cli` feature.
+#[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "cli")]
 pub mod python;
 
 use std::collections::BTreeMap;

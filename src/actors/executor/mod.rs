@@ -272,7 +272,8 @@ mod tests {
     use super::*;
     use crate::actors::protocol::PersistMsg;
     use crate::events::EventSink;
-    use crate::provider::{ProviderRegistry, SimCloud, SimConfig};
+    use crate::provider::builtins::BuiltinProvider;
+    use crate::provider::{Provider, ProviderRegistry};
     use tokio::sync::oneshot;
 
     /// Stands in for the persister and the generator: takes every message.
@@ -314,7 +315,10 @@ mod tests {
                 detailed_diffs: false,
             },
             gate.clone(),
-            ProviderRegistry::simulated(SimCloud::new(SimConfig::default())),
+            // An empty chain calls no provider.
+            ProviderRegistry::new(Arc::new(|_: &str| -> Arc<dyn Provider> {
+                Arc::new(BuiltinProvider::new(None))
+            })),
             sink::<PersistMsg>().await,
             EventSink::default(),
         );
