@@ -22,7 +22,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use crate::model::{
-    PropertyMap, PropertyPath, PropertyPathError, PropertyValue, ProviderRef, State, Urn, UrnError,
+    PropertyMap, PropertyPath, PropertyPathError, PropertyValue, ProviderRef, SharedIds, State,
+    Urn, UrnError,
 };
 
 use super::providers::VersionError;
@@ -286,6 +287,9 @@ pub struct PlanOptions {
     /// Configuration of providers' packages (`<package>:<key>` -> value):
     /// default providers take their package's keys as inputs.
     pub package_config: BTreeMap<String, PropertyValue>,
+    /// Where the IDs of new provider resources come from (the system's by
+    /// default; [`SharedIds::counting`] in tests, for stable IDs).
+    pub ids: SharedIds,
 }
 
 /// The planner's state for one operation.
@@ -318,7 +322,6 @@ pub struct Planner {
     replaced_providers: HashSet<Urn>,
     /// The stack resource's URN, once registered.
     root: Option<Urn>,
-    id_seq: u64,
     /// Registered resources inside the targets (for `--target-dependents`).
     targeted: HashSet<Urn>,
     /// Registered resources excluded (for `--exclude-dependents`).
@@ -363,7 +366,6 @@ impl Planner {
             provider_inputs: HashMap::new(),
             replaced_providers: HashSet::new(),
             root: None,
-            id_seq: 0,
             targeted: HashSet::new(),
             excluded: HashSet::new(),
             skipped: HashSet::new(),

@@ -11,24 +11,13 @@ use crate::plan::providers::{config_of, DefaultProviderRequest};
 use crate::plan::step::lock;
 
 impl Planner {
-    pub(super) fn next_provider_id(&mut self, urn: &Urn) -> String {
+    /// The ID of a new provider resource: unknown in a preview, else the
+    /// next one of the operation's [`PlanOptions::ids`](super::PlanOptions::ids).
+    pub(super) fn next_provider_id(&self, urn: &Urn) -> String {
         if self.opts.preview {
             return UNKNOWN_ID.to_owned();
         }
-        self.id_seq += 1;
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        let h = fnv1a(format!("{urn}#{nanos}#{}", self.id_seq).as_bytes());
-        let l = fnv1a(format!("{h}").as_bytes());
-        format!(
-            "{:08x}-{:04x}-4{:03x}-8{:03x}-{:012x}",
-            h >> 32,
-            (h >> 16) & 0xffff,
-            h & 0xfff,
-            l >> 52,
-            l & 0xffff_ffff_ffff
-        )
+        self.opts.ids.next_id(urn)
     }
 
     /// Plans the default provider a registration asks for (its package,
@@ -152,13 +141,4 @@ impl Planner {
             _ => ProviderChange::Replace,
         }
     }
-}
-
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(*b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
