@@ -447,4 +447,6 @@ fn provider_urn(reference: &str) -> Option<&str> {
 }
 
 #[cfg(test)]
+mod datadriven;
+#[cfg(test)]
 mod tests;
