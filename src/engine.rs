@@ -458,6 +458,7 @@ impl Engine {
                 preview,
                 update: self.config.update.clone(),
                 package_config: self.config.package_config.clone(),
+                ..PlanOptions::default()
             },
             olds,
         );

@@ -5,6 +5,7 @@
 //! Everything here is plain data and deterministic code: no I/O beyond
 //! `std::io::Read`/`Write` adapters, no async, no actors.
 
+pub mod ambient;
 pub mod checkpoint;
 pub mod integrity;
 mod keys;
@@ -16,6 +17,7 @@ pub mod state;
 pub mod step;
 pub mod urn;
 
+pub use ambient::{Clock, IdSource, SharedClock, SharedIds};
 pub use checkpoint::{CheckpointError, CheckpointFile};
 pub use integrity::IntegrityError;
 pub use property::{PropertyMap, PropertyValue};

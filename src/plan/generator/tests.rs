@@ -6,7 +6,12 @@
 use std::collections::BTreeSet;
 
 use super::*;
+use crate::model::urn::STACK_TYPE;
+use crate::model::TypeToken;
 use crate::plan::step::share;
+use crate::plan::step::{Chain, StepKind};
+use crate::provider::{DiffKind, DiffResponse};
+use crate::source::goal::Goal;
 use crate::source::goal::ResourceOptions;
 
 const STACK: &str = "urn:pulumi:dev::proj::pulumi:pulumi:Stack::proj-dev";

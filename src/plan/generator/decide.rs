@@ -1,0 +1,761 @@
+//! Deciding a registration: [`Planner::prepare`] (its desired state, prior
+//! state and provider), then [`Planner::decide`] (same, create, update or
+//! replace, with the provider's diff and `replaceOnChanges`), the
+//! delete-before-replace dependents, targets' kept states, and reads.
+
+use std::collections::HashSet;
+
+use crate::model::urn::STACK_TYPE;
+use crate::model::{PropertyPath, ProviderRef, State, Urn};
+use crate::provider::{DiffKind, DiffResponse};
+use crate::source::goal::{Goal, ReadGoal};
+
+use super::{provider_urn, PlanError, Planner, Prepared, ProviderChange, Result};
+use crate::plan::dependents::{DependentReplacements, DependentWalk};
+use crate::plan::providers::{config_of, DefaultProviderRequest};
+use crate::plan::step::{lock, Chain, Step, StepKind};
+use crate::plan::{diffs, graph};
+
+impl Planner {
+    /// Prepares a registration: derives its URN, finds its prior state,
+    /// resolves its provider and builds its desired state.
+    ///
+    /// # Errors
+    /// Duplicate URNs, alias conflicts, unknown parents or dependencies,
+    /// malformed provider references.
+    pub fn prepare(&mut self, goal: &Goal) -> Result<Prepared> {
+        let is_stack = goal.ty.as_str() == STACK_TYPE;
+        let parent = self.parent_of(goal);
+        let urn = self.urn_for(&goal.ty, &goal.name, parent.as_ref())?;
+        if self.registered.contains(&urn) {
+            return Err(PlanError::DuplicateUrn { urn });
+        }
+        if let Some(p) = &parent {
+            self.check_registered(&urn, p, "parent")?;
+        }
+        for d in goal
+            .options
+            .depends_on
+            .iter()
+            .chain(goal.options.property_dependencies.values().flatten())
+        {
+            self.check_registered(&urn, d, "dependency")?;
+        }
+        if let Some(d) = &goal.options.deleted_with {
+            self.check_registered(&urn, d, "deletedWith")?;
+        }
+        let paths = |option: &'static str, list: &[String]| {
+            list.iter()
+                .map(|p| {
+                    PropertyPath::parse(p).map_err(|source| PlanError::BadPropertyPath {
+                        urn: urn.clone(),
+                        option,
+                        path: p.clone(),
+                        source,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()
+        };
+        let ignore_paths = paths("ignoreChanges", &goal.options.ignore_changes)?;
+        let replace_paths = paths("replaceOnChanges", &goal.options.replace_on_changes)?;
+        let request = if goal.custom && !goal.ty.is_provider() && goal.options.provider.is_none() {
+            Some(
+                DefaultProviderRequest::new(
+                    goal.ty.package(),
+                    goal.options.version.as_deref(),
+                    goal.options.plugin_download_url.as_deref(),
+                )
+                .map_err(|source| PlanError::BadVersion {
+                    urn: urn.clone(),
+                    source,
+                })?,
+            )
+        } else {
+            None
+        };
+        let aliases = self.generate_aliases(goal, parent.as_ref())?;
+        let old = self.find_old(&urn, &aliases)?;
+
+        let mut new = State::new(urn.clone(), goal.ty.clone(), goal.custom);
+        new.inputs = goal.inputs.clone();
+        new.parent = parent.unwrap_or_default();
+        let mut deps = goal.options.depends_on.clone();
+        for d in goal.options.property_dependencies.values().flatten() {
+            if !deps.contains(d) {
+                deps.push(d.clone());
+            }
+        }
+        new.dependencies = deps;
+        new.property_dependencies = goal
+            .options
+            .property_dependencies
+            .iter()
+            .map(|(k, v)| (k.clone(), Some(v.clone())))
+            .collect();
+        new.protect = goal.options.protect;
+        new.retain_on_delete = goal.options.retain_on_delete;
+        new.deleted_with = goal.options.deleted_with.clone().unwrap_or_default();
+        new.custom_timeouts = goal.options.custom_timeouts.clone().unwrap_or_default();
+        new.ignore_changes = goal.options.ignore_changes.clone();
+        new.replace_on_changes = goal.options.replace_on_changes.clone();
+        new.additional_secret_outputs = goal.options.additional_secret_outputs.clone();
+        if let Some(id) = &goal.options.import {
+            new.import_id = id.clone();
+        }
+
+        // `ignoreChanges`: the old values go back into the inputs before
+        // the provider sees them (Pulumi's `processIgnoreChanges`).
+        let mut replacement_inputs = None;
+        let mut ignore_warnings = Vec::new();
+        if let Some(i) = old.filter(|_| !ignore_paths.is_empty()) {
+            let o = lock(&self.olds[i]);
+            ignore_warnings = diffs::ignore_changes(&ignore_paths, &o.inputs, &mut new.inputs);
+            if new.inputs != goal.inputs {
+                replacement_inputs = Some(goal.inputs.clone());
+            }
+        }
+
+        let mut provider = None;
+        let mut default_provider = None;
+        let mut default_key = None;
+        if goal.custom && !goal.ty.is_provider() {
+            // `request` is made exactly when no provider is given.
+            let reference = if let Some(request) = &request {
+                let (r, planned) = self.default_provider(request)?;
+                default_provider = planned.map(Box::new);
+                default_key = Some(request.key());
+                r
+            } else {
+                let given = goal.options.provider.as_deref().unwrap_or_default();
+                let r = ProviderRef::parse(given).map_err(|source| PlanError::BadProvider {
+                    urn: urn.clone(),
+                    source,
+                })?;
+                self.check_registered(&urn, r.urn(), "provider")?;
+                r
+            };
+            new.provider = reference.to_string();
+            provider = Some(reference);
+        }
+
+        if let Some(plan) = self.applied_plan() {
+            // The goal is checked now, before the provider is asked anything.
+            let planned = plan
+                .resources
+                .get(&urn)
+                .map(|r| r.steps.clone())
+                .unwrap_or_default();
+            if let Some(difference) = plan.deviation(&new, &planned) {
+                return Err(PlanError::PlanDeviation { urn, difference });
+            }
+        }
+        let mut refs: Vec<Urn> = new.references().map(|(_, u)| u.clone()).collect();
+        // A resource of a targeted provider is its dependent too.
+        refs.extend(provider.as_ref().map(|r| r.urn().clone()));
+        let in_scope = self.in_scope(&urn, &goal.ty, refs.iter());
+        if in_scope {
+            if let Some(d) = refs.iter().find(|d| self.skipped.contains(*d)) {
+                return Err(PlanError::UntargetedDependency {
+                    urn,
+                    dependency: d.clone(),
+                });
+            }
+        }
+        let mut provider_change = ProviderChange::Unchanged;
+        let mut config_diff = None;
+        if let Some(i) = old {
+            if let Some(reference) = &provider {
+                let old_provider = lock(&self.olds[i]).provider.clone();
+                provider_change = self.provider_change(&old_provider, reference);
+            } else if goal.ty.is_provider() {
+                let o = lock(&self.olds[i]).clone();
+                if config_of(&o.inputs) != config_of(&new.inputs) {
+                    config_diff = Some(self.own_config_diff(&o, &new.inputs)?);
+                }
+            }
+        }
+        if goal.ty.is_provider() {
+            self.provider_inputs.insert(urn.clone(), new.inputs.clone());
+        }
+        if let Some(i) = old {
+            self.claimed.insert(i, urn.clone());
+            let o = lock(&self.olds[i]);
+            if o.urn != urn {
+                // Found through an alias: record it, so snapshots written
+                // before the prior state's dependents re-register can point
+                // their references at the new URN (as Pulumi does).
+                new.aliases = vec![o.urn.clone()];
+                self.matched.insert(urn.clone(), o.urn.clone());
+            }
+            new.created = o.created.clone();
+            new.modified = o.modified.clone();
+            new.import_id = o.import_id.clone();
+            // What the program does not say is kept from the prior state.
+            new.source_position.clone_from(&o.source_position);
+            new.stack_trace.clone_from(&o.stack_trace);
+            new.hide_diff.clone_from(&o.hide_diff);
+            new.replace_with.clone_from(&o.replace_with);
+            new.replacement_trigger.clone_from(&o.replacement_trigger);
+            new.refresh_before_update = o.refresh_before_update;
+            new.view_of.clone_from(&o.view_of);
+            new.resource_hooks.clone_from(&o.resource_hooks);
+            new.extension_ref.clone_from(&o.extension_ref);
+            new.snippet_id.clone_from(&o.snippet_id);
+            new.schema_version = o.schema_version;
+            new.extra.clone_from(&o.extra);
+        }
+        // Children multiply these into their own URNs: the prior URN this
+        // resource was found under first, then every other it may have had.
+        let found_under = self.matched.get(&urn).cloned();
+        if found_under.is_some() || !aliases.is_empty() {
+            let mut set: Vec<Urn> = Vec::with_capacity(aliases.len() + 1);
+            set.extend(found_under.clone());
+            // `aliases` has no duplicates; only the prior URN may repeat.
+            set.extend(
+                aliases
+                    .into_iter()
+                    .map(|(u, _)| u)
+                    .filter(|u| Some(u) != found_under.as_ref()),
+            );
+            self.alias_sets.insert(urn.clone(), set);
+        }
+        if is_stack {
+            self.root = Some(urn.clone());
+        }
+        self.registered.insert(urn.clone());
+        Ok(Prepared {
+            urn,
+            old: old.map(|i| self.olds[i].clone()),
+            new,
+            provider,
+            default_provider,
+            provider_change,
+            config_diff,
+            replacement_inputs,
+            ignore_warnings,
+            replace_paths,
+            default_key,
+            old_index: old,
+            in_scope,
+            hooks: (!goal.options.hooks.is_empty()).then(|| goal.options.hooks.clone()),
+        })
+    }
+
+    /// Decides the steps of a prepared registration given the provider's
+    /// diff (`None` for components and creates; for a provider resource,
+    /// its `diff_config` answer). A delete-before-replace replaces every
+    /// prior dependent that may need it (as [`DependentWalk::assume_replace`]);
+    /// [`Planner::decide_with`] takes the walk's real answer.
+    ///
+    /// # Errors
+    /// [`PlanError::ProtectedReplace`] when a protected resource (or a
+    /// protected dependent of a delete-before-replace) would be replaced.
+    pub fn decide(
+        &mut self,
+        p: Prepared,
+        diff: Option<&DiffResponse>,
+        dbr_option: Option<bool>,
+    ) -> Result<Chain> {
+        self.decide_with(p, diff, dbr_option, None)
+    }
+
+    /// As [`Planner::decide`], with the dependents a delete-before-replace
+    /// must replace, from the walk [`Planner::dependents_walk`] gave.
+    ///
+    /// # Errors
+    /// As [`Planner::decide`].
+    pub fn decide_with(
+        &mut self,
+        p: Prepared,
+        diff: Option<&DiffResponse>,
+        dbr_option: Option<bool>,
+        dependents: Option<DependentReplacements>,
+    ) -> Result<Chain> {
+        let (urn, hooks) = (p.urn.clone(), p.hooks.clone());
+        // The verdict as the engine judged it travels with the steps it
+        // decided, for their events (`--diff`, `--json`).
+        let verdict = p
+            .old
+            .as_ref()
+            .and_then(|o| Self::with_replace_on_changes(&p, &lock(o), diff))
+            .map(std::sync::Arc::new);
+        let mut chain = self.decide_steps(p, diff, dbr_option, dependents)?;
+        if let Some(d) = verdict {
+            for step in chain.steps.iter_mut().filter(|s| {
+                s.urn == urn && matches!(s.kind, StepKind::Update | StepKind::CreateReplacement)
+            }) {
+                step.provider_diff = Some(d.clone());
+            }
+        }
+        let kinds: Vec<StepKind> = chain
+            .steps
+            .iter()
+            .filter(|s| s.urn == urn)
+            .map(|s| s.kind)
+            .collect();
+        let goal = chain
+            .steps
+            .iter()
+            .rev()
+            .find(|s| s.urn == urn)
+            .and_then(|s| s.new.as_ref());
+        if let (Some(plan), Some(goal)) = (self.applied_plan(), goal) {
+            if let Some(difference) = plan.deviation(goal, &kinds) {
+                return Err(PlanError::PlanDeviation { urn, difference });
+            }
+        }
+        if let (Some(rec), Some(goal)) = (self.recording.as_mut(), goal) {
+            rec.record(goal, kinds);
+        }
+        if hooks.is_some() {
+            for step in chain.steps.iter_mut().filter(|s| s.urn == urn) {
+                step.hooks.clone_from(&hooks);
+            }
+        }
+        Ok(chain)
+    }
+
+    /// The provider's diff with the engine's `replaceOnChanges` applied
+    /// (Pulumi's `applyReplaceOnChanges`: the keys it matches are replace
+    /// keys).
+    fn with_replace_on_changes(
+        p: &Prepared,
+        old: &State,
+        diff: Option<&DiffResponse>,
+    ) -> Option<DiffResponse> {
+        diff.map(|d| {
+            if p.new.custom {
+                diffs::apply_replace_on_changes(
+                    d.clone(),
+                    &p.replace_paths,
+                    &old.inputs,
+                    &p.new.inputs,
+                )
+            } else {
+                d.clone()
+            }
+        })
+    }
+
+    /// The provider's diff with the engine's `replaceOnChanges` applied,
+    /// and what it comes to: same, update or replace (a provider reference
+    /// change, taint and `--replace` force a replace).
+    fn judge(
+        &self,
+        p: &Prepared,
+        old: &State,
+        diff: Option<&DiffResponse>,
+    ) -> (DiffKind, Option<DiffResponse>) {
+        let new = &p.new;
+        let diff = Self::with_replace_on_changes(p, old, diff);
+        let provider_replaced = p.provider.as_ref().is_some_and(|r| {
+            self.replaced_providers.contains(r.urn())
+                && provider_urn(&old.provider) == Some(r.urn().as_str())
+        });
+        let kind = if !new.custom {
+            if new.inputs == old.inputs {
+                DiffKind::Same
+            } else {
+                DiffKind::Update
+            }
+        } else if new.ty.is_provider() {
+            match &diff {
+                Some(d) => d.kind,
+                None if config_of(&new.inputs) == config_of(&old.inputs) => DiffKind::Same,
+                None => DiffKind::Update,
+            }
+        } else if p.provider_change == ProviderChange::Replace
+            || provider_replaced
+            || old.taint
+            || self.opts.update.replaces.contains(&p.urn)
+        {
+            DiffKind::Replace
+        } else {
+            diff.as_ref().map_or(DiffKind::Same, |d| d.kind)
+        };
+        (kind, diff)
+    }
+
+    /// When deciding `p` with this diff will replace it delete-before-
+    /// replace: the walk over its prior dependents that finds which must be
+    /// replaced first (the actor drives it, asking their providers).
+    pub fn dependents_walk(
+        &self,
+        p: &Prepared,
+        diff: Option<&DiffResponse>,
+        dbr_option: Option<bool>,
+    ) -> Option<DependentWalk> {
+        let i = p.old_index.filter(|_| p.in_scope)?;
+        let old = lock(&self.olds[i]).clone();
+        if old.pending_replacement || self.dbr_dependents.contains_key(&i) || old.protect {
+            return None;
+        }
+        let (kind, diff) = self.judge(p, &old, diff);
+        let dbr = dbr_option.unwrap_or_else(|| diff.is_some_and(|d| d.delete_before_replace));
+        (kind == DiffKind::Replace && dbr)
+            .then(|| DependentWalk::new(old.urn.clone(), self.prior_dependents(i)))
+    }
+
+    fn decide_steps(
+        &mut self,
+        p: Prepared,
+        diff: Option<&DiffResponse>,
+        dbr_option: Option<bool>,
+        dependents: Option<DependentReplacements>,
+    ) -> Result<Chain> {
+        let waits_for = p.waits_for();
+        let (judged, judged_diff) = match &p.old {
+            Some(o) => {
+                let (k, d) = self.judge(&p, &lock(o), diff);
+                (Some(k), d)
+            }
+            None => (None, None),
+        };
+        let Prepared {
+            urn,
+            old,
+            mut new,
+            old_index,
+            in_scope,
+            replacement_inputs,
+            default_key,
+            ..
+        } = p;
+        if let Some(key) = &default_key {
+            // The default provider's reference as decided (a replaced one
+            // has a new ID).
+            if let Some(r) = self.default_providers.get(key) {
+                new.provider = r.to_string();
+            }
+        }
+        if !in_scope {
+            // Outside the targets: keep the prior state (same step), or skip
+            // the create of a resource that has none.
+            let step = match old {
+                Some(old_ref) => {
+                    // The prior state is kept, under the registration's
+                    // URN (a rename through an alias is recorded, so
+                    // references to the old URN follow).
+                    let mut kept = lock(&old_ref).clone();
+                    if kept.urn != urn {
+                        kept.aliases = vec![kept.urn.clone()];
+                        kept.urn = urn.clone();
+                    }
+                    self.keep_references(&mut kept, &new)?;
+                    if let Some(i) = old_index {
+                        self.handled[i] = true;
+                    }
+                    Step::new(StepKind::Same, urn, Some(old_ref), Some(kept))
+                }
+                None => {
+                    self.skipped.insert(urn.clone());
+                    let mut s = Step::new(StepKind::Same, urn, None, Some(new));
+                    s.skipped = true;
+                    s
+                }
+            };
+            return Ok(Chain {
+                steps: vec![step],
+                waits_for,
+            });
+        }
+        let Some(old_ref) = old else {
+            if new.ty.is_provider() && new.id.is_empty() {
+                new.id = self.next_provider_id(&urn);
+            }
+            let kind = if new.custom && !new.import_id.is_empty() {
+                new.id = new.import_id.clone();
+                StepKind::Import
+            } else {
+                StepKind::Create
+            };
+            return Ok(Chain {
+                steps: vec![Step::new(kind, urn, None, Some(new))],
+                waits_for,
+            });
+        };
+        if let Some(i) = old_index {
+            self.handled[i] = true;
+        }
+        let old = lock(&old_ref).clone();
+        let deleting = old_index.and_then(|i| self.dbr_dependents.get(&i)).cloned();
+        if old.pending_replacement || deleting.is_some() {
+            // Deleted by a delete-before-replace (earlier, or by a chain of
+            // this operation, which it waits for): create it anew, from the
+            // program's inputs.
+            let mut waits_for = waits_for;
+            waits_for.extend(deleting);
+            if let Some(inputs) = replacement_inputs {
+                new.inputs = inputs;
+            }
+            if new.ty.is_provider() {
+                new.id = self.next_provider_id(&urn);
+            }
+            return Ok(Chain {
+                steps: vec![Step::new(
+                    StepKind::CreateReplacement,
+                    urn,
+                    Some(old_ref),
+                    Some(new),
+                )],
+                waits_for,
+            });
+        }
+        let kind = judged.unwrap_or(DiffKind::Same);
+        new.id = old.id.clone();
+        match kind {
+            DiffKind::Same | DiffKind::Update => {
+                new.outputs = old.outputs.clone();
+                let step = if kind == DiffKind::Same {
+                    StepKind::Same
+                } else {
+                    StepKind::Update
+                };
+                Ok(Chain {
+                    steps: vec![Step::new(step, urn, Some(old_ref), Some(new))],
+                    waits_for,
+                })
+            }
+            DiffKind::Replace => {
+                if old.protect {
+                    return Err(PlanError::ProtectedReplace { urn });
+                }
+                // A replacement is created from the program's inputs
+                // (`ignoreChanges` does not reach a new object), as Pulumi
+                // does.
+                if let Some(inputs) = replacement_inputs {
+                    new.inputs = inputs;
+                }
+                new.id = String::new();
+                if new.ty.is_provider() {
+                    // A new provider resource: a new ID, which the
+                    // resources it manages see as a provider change.
+                    new.id = self.next_provider_id(&urn);
+                    self.replaced_providers.insert(urn.clone());
+                    let reference =
+                        ProviderRef::new(urn.clone(), new.id.clone()).map_err(|source| {
+                            PlanError::BadProvider {
+                                urn: urn.clone(),
+                                source,
+                            }
+                        })?;
+                    for r in self.default_providers.values_mut() {
+                        if r.urn() == &urn {
+                            *r = reference.clone();
+                        }
+                    }
+                }
+                let dbr = dbr_option.unwrap_or_else(|| {
+                    judged_diff
+                        .as_ref()
+                        .is_some_and(|d| d.delete_before_replace)
+                });
+                if !dbr {
+                    if let Some(i) = old_index {
+                        self.replaced.insert(i);
+                    }
+                    return Ok(Chain {
+                        steps: vec![Step::new(
+                            StepKind::CreateReplacement,
+                            urn,
+                            Some(old_ref),
+                            Some(new),
+                        )],
+                        waits_for,
+                    });
+                }
+                let dependents = match (dependents, old_index) {
+                    (Some(d), _) => d,
+                    (None, Some(i)) => {
+                        DependentWalk::new(old.urn.clone(), self.prior_dependents(i))
+                            .assume_replace()
+                    }
+                    (None, None) => DependentReplacements::default(),
+                };
+                let mut steps = Vec::new();
+                let scope = self.delete_scope();
+                for j in self.deletion_order(&dependents) {
+                    let d = lock(&self.olds[j]).clone();
+                    if d.protect {
+                        return Err(PlanError::ProtectedReplace { urn: d.urn });
+                    }
+                    if !scope.contains(&d.urn) {
+                        return Err(PlanError::DependentReplaceOutOfScope {
+                            urn,
+                            dependent: d.urn,
+                        });
+                    }
+                    // The dependent stays in state, pending its replacement:
+                    // its registration will create it anew.
+                    let mut step = Step::new(
+                        StepKind::DeleteReplaced,
+                        d.urn.clone(),
+                        Some(self.olds[j].clone()),
+                        None,
+                    );
+                    step.keep_pending = true;
+                    step.skip_provider =
+                        d.retain_on_delete || d.external || !d.custom || d.ty.is_provider();
+                    steps.push(step);
+                    self.dbr_dependents.insert(j, urn.clone());
+                }
+                let mut del = Step::new(
+                    StepKind::DeleteReplaced,
+                    urn.clone(),
+                    Some(old_ref.clone()),
+                    None,
+                );
+                del.keep_pending = true;
+                del.skip_provider = old.retain_on_delete || old.ty.is_provider();
+                steps.push(del);
+                steps.push(Step::new(
+                    StepKind::CreateReplacement,
+                    urn,
+                    Some(old_ref),
+                    Some(new),
+                ));
+                Ok(Chain { steps, waits_for })
+            }
+        }
+    }
+
+    /// A prior state kept outside the targets is written now, so it takes
+    /// the registration's references (all registered before it), not its
+    /// prior ones, which may name resources the program no longer has or
+    /// registers later: the snapshot stays ordered and nothing it keeps
+    /// refers to a resource deleted by this operation. Its provider stays
+    /// (the object belongs to it) unless the registration names the same
+    /// provider; a provider the program no longer registers is refused.
+    fn keep_references(&self, kept: &mut State, new: &State) -> Result<()> {
+        // A registration naming a resource whose create was skipped (outside
+        // the targets, no prior state) cannot lend its references: that
+        // resource is in no state. The prior references stay then, as
+        // Pulumi's same step keeps them; what they name is kept too (a
+        // targeted operation refuses deletes that would dangle).
+        if !new.references().any(|(_, u)| self.skipped.contains(u)) {
+            kept.parent.clone_from(&new.parent);
+            kept.dependencies.clone_from(&new.dependencies);
+            kept.property_dependencies
+                .clone_from(&new.property_dependencies);
+            kept.deleted_with.clone_from(&new.deleted_with);
+            kept.replace_with.retain(|u| self.registered.contains(u));
+        }
+        match (provider_urn(&kept.provider), provider_urn(&new.provider)) {
+            (Some(old), Some(now)) if old == now => kept.provider.clone_from(&new.provider),
+            (Some(old), _) if !self.registered.iter().any(|u| u.as_str() == old) => {
+                return Err(PlanError::DependentsLeftBehind {
+                    urn: Urn::parse(old).map_err(|source| PlanError::BadProvider {
+                        urn: kept.urn.clone(),
+                        source,
+                    })?,
+                    dependents: vec![kept.urn.clone()],
+                });
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// The prior states that depend on the prior state at `root`,
+    /// transitively, through dependencies, property dependencies,
+    /// `deletedWith`, `replaceWith` and the provider reference (not the
+    /// parent), in prior order (which is dependency order). States already
+    /// handled by this operation, and old halves awaiting deletion, are
+    /// neither dependents nor links (Pulumi's `DependingOn` over the prior
+    /// graph, ignoring what registered since).
+    fn prior_dependents(&self, root: usize) -> Vec<(usize, State)> {
+        let mut reached: HashSet<Urn> = HashSet::from([lock(&self.olds[root]).urn.clone()]);
+        let mut found = vec![false; self.olds.len()];
+        // Prior order is dependency order, so one pass finds everything;
+        // passes repeat until nothing is added, whatever the order.
+        let mut grew = true;
+        while grew {
+            grew = false;
+            for (j, s) in self.olds.iter().enumerate() {
+                if j == root || found[j] || self.handled[j] {
+                    continue;
+                }
+                let s = lock(s);
+                if s.delete {
+                    continue;
+                }
+                let depends = s.dependencies.iter().any(|d| reached.contains(d))
+                    || s.property_dependencies
+                        .values()
+                        .flatten()
+                        .flatten()
+                        .any(|d| reached.contains(d))
+                    || reached.contains(&s.deleted_with)
+                    || s.replace_with.iter().any(|d| reached.contains(d))
+                    || provider_urn(&s.provider).is_some_and(|p| reached.contains(p));
+                if depends {
+                    reached.insert(s.urn.clone());
+                    found[j] = true;
+                    grew = true;
+                }
+            }
+        }
+        found
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| **f)
+            .map(|(j, _)| (j, lock(&self.olds[j]).clone()))
+            .collect()
+    }
+
+    /// The dependents a delete-before-replace deletes, not handled since
+    /// the walk, in deletion order (dependents first).
+    fn deletion_order(&self, dependents: &DependentReplacements) -> Vec<usize> {
+        let set: Vec<usize> = dependents
+            .replaced
+            .iter()
+            .filter(|(j, urn)| {
+                *j < self.olds.len() && !self.handled[*j] && lock(&self.olds[*j]).urn == *urn
+            })
+            .map(|(j, _)| *j)
+            .collect();
+        let states: Vec<State> = set.iter().map(|&j| lock(&self.olds[j]).clone()).collect();
+        let refs: Vec<&State> = states.iter().collect();
+        graph::delete_antichains(&refs)
+            .into_iter()
+            .flatten()
+            .map(|k| set[k])
+            .collect()
+    }
+
+    /// Plans a `ReadResource`: the external object is read, never created
+    /// or deleted. Returns the default provider's registration when it is
+    /// planned now (it must be decided and submitted first), and the read's
+    /// chain.
+    ///
+    /// # Errors
+    /// As [`Planner::prepare`].
+    pub fn read(&mut self, goal: &ReadGoal) -> Result<(Option<Prepared>, Chain)> {
+        let as_goal = Goal {
+            ty: goal.ty.clone(),
+            name: goal.name.clone(),
+            custom: true,
+            inputs: goal.inputs.clone(),
+            options: crate::source::goal::ResourceOptions {
+                parent: goal.parent.clone(),
+                depends_on: goal.depends_on.clone(),
+                provider: goal.provider.clone(),
+                version: goal.version.clone(),
+                plugin_download_url: goal.plugin_download_url.clone(),
+                ..Default::default()
+            },
+        };
+        let p = self.prepare(&as_goal)?;
+        let waits_for = p.waits_for();
+        if let Some(i) = p.old_index {
+            self.handled[i] = true;
+        }
+        let mut new = p.new;
+        new.id = goal.id.clone();
+        new.external = true;
+        new.additional_secret_outputs
+            .clone_from(&goal.additional_secret_outputs);
+        let steps = vec![Step::new(StepKind::Read, p.urn, p.old, Some(new))];
+        Ok((p.default_provider.map(|b| *b), Chain { steps, waits_for }))
+    }
+}

@@ -1,0 +1,452 @@
+//! The planner: deterministic step generation with no I/O.
+//!
+//! The StepGenerator actor calls [`Planner::prepare`] when a registration
+//! arrives (URN derivation, prior-state lookup through aliases, provider
+//! resolution, `ignoreChanges`), asks the provider to check and diff
+//! outside the planner (and, when the resource moved to another provider,
+//! the new provider to compare configurations), then calls
+//! [`Planner::decide`] with the answer to get the chain of steps. A
+//! delete-before-replace first needs the dependents that must go
+//! ([`Planner::dependents_walk`], driven by the actor, then
+//! [`Planner::decide_with`]). At the end of the program,
+//! [`Planner::deletes`] yields the deletes as antichains in reverse
+//! dependency order.
+//!
+//! This file holds the planner's types and state; its methods live by
+//! concern in the submodules: `resolve` (URNs, aliases, prior lookup,
+//! resync), `provider_refs` (default providers, provider IDs, provider
+//! changes), `decide` (prepare, decide, replaces, reads), `finish` (the
+//! deletes and refreshes at the end) and `targets` (`--target` /
+//! `--exclude` scope).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::model::{
+    PropertyMap, PropertyPath, PropertyPathError, PropertyValue, ProviderRef, SharedIds, State,
+    Urn, UrnError,
+};
+
+use super::providers::VersionError;
+use super::step::{lock, StateRef};
+
+mod decide;
+mod finish;
+mod provider_refs;
+mod resolve;
+mod targets;
+
+/// Why planning refused a registration or the deletes.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// Two registrations derived the same URN.
+    #[error("duplicate resource URN {urn}: a resource with this URN was already registered in this program; give one of them another name")]
+    DuplicateUrn {
+        /// The URN.
+        urn: Urn,
+    },
+    /// An alias names prior state another registration already took.
+    #[error("resource {urn} has alias {alias}, but that prior state was already claimed by {claimed_by}; remove the alias from one of them")]
+    AliasAlreadyClaimed {
+        /// The registering resource.
+        urn: Urn,
+        /// The alias.
+        alias: Urn,
+        /// Who claimed it first.
+        claimed_by: Urn,
+    },
+    /// A URN could not be built from the registration.
+    #[error("resource `{name}` of type `{ty}`: {source}")]
+    BadUrn {
+        /// The resource's name.
+        name: String,
+        /// Its type.
+        ty: String,
+        /// Why.
+        source: UrnError,
+    },
+    /// A parent or dependency was never registered.
+    #[error("resource {urn} refers to {target} as its {what}, but no resource with that URN was registered before it")]
+    UnknownReference {
+        /// The registering resource.
+        urn: Urn,
+        /// The missing resource.
+        target: Urn,
+        /// `parent`, `dependency`, `deletedWith` or `provider`.
+        what: &'static str,
+    },
+    /// A provider reference is malformed.
+    #[error("resource {urn}: {source}")]
+    BadProvider {
+        /// The resource.
+        urn: Urn,
+        /// Why.
+        source: UrnError,
+    },
+    /// A protected resource would be replaced.
+    #[error("resource {urn} is protected and cannot be replaced (its change requires a replace); remove `protect` first, or undo the change")]
+    ProtectedReplace {
+        /// The resource.
+        urn: Urn,
+    },
+    /// A targeted resource depends on an untargeted one that does not exist.
+    #[error("resource {urn} is targeted, but it depends on {dependency}, which is not targeted and has no prior state (its create was skipped); add `--target {dependency}` too, or `--target-dependents` on it")]
+    UntargetedDependency {
+        /// The targeted resource.
+        urn: Urn,
+        /// The untargeted dependency.
+        dependency: Urn,
+    },
+    /// The program deviates from the saved plan being applied.
+    #[error("resource {urn} deviates from the plan: {difference}; run `keel preview --save-plan` again, or change the program back")]
+    PlanDeviation {
+        /// The resource.
+        urn: Urn,
+        /// How it deviates.
+        difference: String,
+    },
+    /// A `--target` / `--exclude` operation would delete resources that
+    /// others it leaves alone still refer to.
+    #[error("{} cannot be deleted: it is still referred to by {}, which this operation leaves as they are; add `--target-dependents` (or `--target` each of them), or stop excluding them", .urn, .dependents.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    DependentsLeftBehind {
+        /// The resource that would be deleted.
+        urn: Urn,
+        /// The resources outside the operation that refer to it.
+        dependents: Vec<Urn>,
+    },
+    /// A delete-before-replace would delete a dependent outside the targets.
+    #[error("resource {urn} is replaced delete-before-replace, which deletes its dependent {dependent} first, but {dependent} is outside this operation; add `--target-dependents` (or `--target {dependent}`)")]
+    DependentReplaceOutOfScope {
+        /// The replaced resource.
+        urn: Urn,
+        /// The dependent outside the operation.
+        dependent: Urn,
+    },
+    /// An `ignoreChanges` or `replaceOnChanges` entry is not a property path.
+    #[error("resource {urn}: `{option}` entry `{path}` is not a property path: {source}")]
+    BadPropertyPath {
+        /// The resource.
+        urn: Urn,
+        /// `ignoreChanges` or `replaceOnChanges`.
+        option: &'static str,
+        /// The entry.
+        path: String,
+        /// Why.
+        source: PropertyPathError,
+    },
+    /// The plugin version a registration asks for is not a version.
+    #[error(
+        "resource {urn}: the provider version {source}; give a version such as `6.0.0`, or none"
+    )]
+    BadVersion {
+        /// The resource.
+        urn: Urn,
+        /// Why.
+        source: VersionError,
+    },
+    /// Protected resources would be deleted.
+    #[error("{} protected resource(s) would be deleted: {}; remove `protect` from them first (update the program with protect: false), then retry", .urns.len(), .urns.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
+    ProtectedDelete {
+        /// The protected resources.
+        urns: Vec<Urn>,
+    },
+}
+
+/// The result type of planning.
+pub type Result<T, E = PlanError> = std::result::Result<T, E>;
+
+/// A registration after URN derivation and prior lookup, waiting for the
+/// provider's check and diff.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// The derived URN.
+    pub urn: Urn,
+    /// The prior state found (own URN or alias).
+    pub old: Option<StateRef>,
+    /// The desired state (ID and outputs filled by the executor), its
+    /// inputs with `ignoreChanges` applied.
+    pub new: State,
+    /// The resolved provider, for custom non-provider resources.
+    pub provider: Option<ProviderRef>,
+    /// The package's default provider, when this registration is the
+    /// first to ask for it: decided like a registration of its own, before
+    /// this one (its chain must be submitted first).
+    pub default_provider: Option<Box<Prepared>>,
+    /// For a custom resource with prior state: what its provider
+    /// reference's change means.
+    pub provider_change: ProviderChange,
+    /// For a provider resource with prior state whose configuration
+    /// changed: the comparison its provider decides update or replace by.
+    pub config_diff: Option<ConfigDiff>,
+    /// The registration's inputs before `ignoreChanges` put old values
+    /// back, when that changed them: a replacement is created from them
+    /// (the actor checks them too), as Pulumi does.
+    pub replacement_inputs: Option<PropertyMap>,
+    /// `ignoreChanges` paths that could not be reset completely (they go
+    /// through an element added or removed since): a diagnostic.
+    pub ignore_warnings: Vec<String>,
+    /// The `replaceOnChanges` paths.
+    replace_paths: Vec<PropertyPath>,
+    /// The default provider's request key, when the resource uses one.
+    default_key: Option<String>,
+    /// The prior state's position in the prior list.
+    old_index: Option<usize>,
+    /// Inside `--target` / outside `--exclude`.
+    in_scope: bool,
+    /// The registration's hooks, when it has any.
+    hooks: Option<std::sync::Arc<crate::source::hooks::ResourceHooks>>,
+}
+
+/// What a change of a resource's provider reference means (Pulumi's
+/// `providerChanged`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum ProviderChange {
+    /// The same provider resource (or one renamed through an alias). If it
+    /// is replaced in this operation, so is the resource.
+    #[default]
+    Unchanged,
+    /// A replace, whatever the provider says (the resource had no provider,
+    /// or its prior provider is unknown).
+    Replace,
+    /// Another provider resource: the new provider compares the old
+    /// provider's configuration with the new one; a replace there replaces
+    /// the resource.
+    Config(ConfigDiff),
+}
+
+/// Two configurations of a provider to compare (`Provider::diff_config`),
+/// without `__internal`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConfigDiff {
+    /// The provider instance to ask (the new configuration's).
+    pub provider: ProviderRef,
+    /// The old configuration.
+    pub old_inputs: PropertyMap,
+    /// The old provider state's outputs.
+    pub old_outputs: PropertyMap,
+    /// The new configuration.
+    pub new_inputs: PropertyMap,
+}
+
+impl Prepared {
+    /// What the chain waits for: every resource the new state refers to,
+    /// and its provider.
+    fn waits_for(&self) -> Vec<Urn> {
+        let mut out: Vec<Urn> = self.new.references().map(|(_, u)| u.clone()).collect();
+        if let Some(r) = &self.provider {
+            out.push(r.urn().clone());
+        }
+        out
+    }
+}
+
+/// The operator's controls for one update or preview (`cli.md` §1): the one
+/// value the step generator (and the migration checks) consult.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UpdateOptions {
+    /// `--target`: only these resources change (plus providers and the stack).
+    pub targets: Vec<Urn>,
+    /// `--target-dependents`: also what depends on a target.
+    pub target_dependents: bool,
+    /// `--exclude`: these resources do not change.
+    pub excludes: Vec<Urn>,
+    /// `--exclude-dependents`: nor what depends on them.
+    pub exclude_dependents: bool,
+    /// `--replace`: force these resources to be replaced.
+    pub replaces: Vec<Urn>,
+    /// `--target-snippet`: snippet-scoped targeting (restricts migrations).
+    pub target_snippets: Vec<String>,
+    /// `preview --save-plan`: the preview generates a saved plan.
+    pub generate_plan: bool,
+    /// `up --plan`: the update applies a saved plan.
+    pub apply_plan: bool,
+    /// The saved plan to follow (with `apply_plan`).
+    pub plan: Option<std::sync::Arc<super::saved::SavedPlan>>,
+}
+
+impl UpdateOptions {
+    /// True when the update is restricted to part of the stack.
+    pub fn is_targeted(&self) -> bool {
+        !self.targets.is_empty()
+            || !self.excludes.is_empty()
+            || !self.replaces.is_empty()
+            || !self.target_snippets.is_empty()
+    }
+}
+
+/// Operation-wide planning options.
+#[derive(Debug, Clone, Default)]
+pub struct PlanOptions {
+    /// The stack's name.
+    pub stack: String,
+    /// The project's name.
+    pub project: String,
+    /// A preview: IDs of new providers are unknown.
+    pub preview: bool,
+    /// The operator's controls.
+    pub update: UpdateOptions,
+    /// Configuration of providers' packages (`<package>:<key>` -> value):
+    /// default providers take their package's keys as inputs.
+    pub package_config: BTreeMap<String, PropertyValue>,
+    /// Where the IDs of new provider resources come from (the system's by
+    /// default; [`SharedIds::counting`] in tests, for stable IDs).
+    pub ids: SharedIds,
+}
+
+/// The planner's state for one operation.
+#[derive(Debug)]
+pub struct Planner {
+    opts: PlanOptions,
+    olds: Vec<StateRef>,
+    /// Live (not pending-delete) prior states by URN.
+    live: HashMap<Urn, usize>,
+    /// Prior states already claimed (index -> claimer).
+    claimed: HashMap<usize, Urn>,
+    /// Prior states a step has superseded or scheduled (no end-of-program delete).
+    handled: Vec<bool>,
+    /// Prior states a create-before-delete replace left to delete at the end.
+    replaced: HashSet<usize>,
+    /// Prior states a delete-before-replace chain deletes as dependents
+    /// (old index -> the replaced resource's URN), so that one registered
+    /// after that chain was planned, but maybe before it ran, is created
+    /// anew once the chain has deleted it.
+    dbr_dependents: HashMap<usize, Urn>,
+    /// URNs registered (or read) in this operation.
+    registered: HashSet<Urn>,
+    /// Default provider reference per request (package, version, download
+    /// URL), once planned.
+    default_providers: HashMap<String, ProviderRef>,
+    /// Inputs of the provider resources registered in this operation.
+    provider_inputs: HashMap<Urn, PropertyMap>,
+    /// Provider resources replaced in this operation (their resources are
+    /// replaced too).
+    replaced_providers: HashSet<Urn>,
+    /// The stack resource's URN, once registered.
+    root: Option<Urn>,
+    /// Registered resources inside the targets (for `--target-dependents`).
+    targeted: HashSet<Urn>,
+    /// Registered resources excluded (for `--exclude-dependents`).
+    excluded: HashSet<Urn>,
+    /// Untargeted new resources whose create was skipped.
+    skipped: HashSet<Urn>,
+    /// Prior URNs claimed through an alias.
+    alias_claims: HashSet<Urn>,
+    /// Registered resources found through an alias: the prior URN they were
+    /// found under (Pulumi's step generator `aliases`). An alias naming one
+    /// of them as its parent means that prior URN.
+    matched: HashMap<Urn, Urn>,
+    /// Registered resources' alias URNs (the matched prior URN first, then
+    /// their own and inherited ones), which their children multiply into
+    /// their own URNs. Only resources that have some are kept.
+    alias_sets: HashMap<Urn, Vec<Urn>>,
+    /// The plan being recorded (`preview --save-plan`).
+    recording: Option<super::saved::SavedPlan>,
+}
+
+impl Planner {
+    /// A planner over the prior resource list.
+    pub fn new(opts: PlanOptions, olds: Vec<StateRef>) -> Self {
+        let mut live = HashMap::with_capacity(olds.len());
+        for (i, s) in olds.iter().enumerate() {
+            let s = lock(s);
+            if !s.delete {
+                live.insert(s.urn.clone(), i);
+            }
+        }
+        let handled = vec![false; olds.len()];
+        Self {
+            opts,
+            olds,
+            live,
+            claimed: HashMap::new(),
+            handled,
+            replaced: HashSet::new(),
+            dbr_dependents: HashMap::new(),
+            registered: HashSet::new(),
+            default_providers: HashMap::new(),
+            provider_inputs: HashMap::new(),
+            replaced_providers: HashSet::new(),
+            root: None,
+            targeted: HashSet::new(),
+            excluded: HashSet::new(),
+            skipped: HashSet::new(),
+            alias_claims: HashSet::new(),
+            matched: HashMap::new(),
+            alias_sets: HashMap::new(),
+            recording: None,
+        }
+        .recording_if_asked()
+    }
+
+    fn recording_if_asked(mut self) -> Self {
+        if self.opts.update.generate_plan {
+            self.recording = Some(super::saved::SavedPlan::new());
+        }
+        self
+    }
+
+    /// The plan recorded by a preview with `generate_plan`.
+    pub fn take_saved_plan(&mut self) -> Option<super::saved::SavedPlan> {
+        self.recording.take()
+    }
+
+    pub(super) fn applied_plan(&self) -> Option<&super::saved::SavedPlan> {
+        self.opts
+            .update
+            .plan
+            .as_deref()
+            .filter(|_| self.opts.update.apply_plan)
+    }
+
+    /// The stack's name.
+    pub fn stack(&self) -> &str {
+        &self.opts.stack
+    }
+
+    /// The project's name.
+    pub fn project(&self) -> &str {
+        &self.opts.project
+    }
+
+    /// The operator's controls.
+    pub fn options(&self) -> &UpdateOptions {
+        &self.opts.update
+    }
+
+    /// The prior states.
+    pub fn olds(&self) -> &[StateRef] {
+        &self.olds
+    }
+
+    /// The live prior state of `urn` (as migrations left it), if any.
+    pub fn prior_state(&self, urn: &Urn) -> Option<State> {
+        self.live.get(urn).map(|&i| lock(&self.olds[i]).clone())
+    }
+
+    /// The stack resource's URN, once registered.
+    pub fn root(&self) -> Option<&Urn> {
+        self.root.as_ref()
+    }
+
+    /// URNs registered so far in this operation.
+    pub fn registered(&self) -> &HashSet<Urn> {
+        &self.registered
+    }
+
+    /// Prior URNs claimed through an alias so far in this operation.
+    pub fn alias_claims(&self) -> &HashSet<Urn> {
+        &self.alias_claims
+    }
+}
+
+/// The URN part of a provider reference (`None` when there is none).
+fn provider_urn(reference: &str) -> Option<&str> {
+    if reference.is_empty() {
+        return None;
+    }
+    Some(reference.rsplit_once("::").map_or(reference, |(u, _)| u))
+}
+
+#[cfg(test)]
+mod datadriven;
+#[cfg(test)]
+mod tests;

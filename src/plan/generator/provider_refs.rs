@@ -1,0 +1,144 @@
+//! The providers of registrations: the default provider a registration
+//! asks for (planned on first use), the IDs of new provider resources, and
+//! what a change of a resource's provider reference, or of a provider's own
+//! configuration, means.
+
+use crate::model::urn::UNKNOWN_ID;
+use crate::model::{PropertyMap, ProviderRef, State, TypeToken, Urn};
+
+use super::{provider_urn, ConfigDiff, PlanError, Planner, Prepared, ProviderChange, Result};
+use crate::plan::providers::{config_of, DefaultProviderRequest};
+use crate::plan::step::lock;
+
+impl Planner {
+    /// The ID of a new provider resource: unknown in a preview, else the
+    /// next one of the operation's [`PlanOptions::ids`](super::PlanOptions::ids).
+    pub(super) fn next_provider_id(&self, urn: &Urn) -> String {
+        if self.opts.preview {
+            return UNKNOWN_ID.to_owned();
+        }
+        self.opts.ids.next_id(urn)
+    }
+
+    /// Plans the default provider a registration asks for (its package,
+    /// plugin version and download URL), returning its reference and, the
+    /// first time, its registration, to decide before the resource's.
+    pub(super) fn default_provider(
+        &mut self,
+        request: &DefaultProviderRequest,
+    ) -> Result<(ProviderRef, Option<Prepared>)> {
+        let key = request.key();
+        if let Some(r) = self.default_providers.get(&key) {
+            return Ok((r.clone(), None));
+        }
+        let name = request.name();
+        let ty =
+            TypeToken::provider_for(request.package()).map_err(|source| PlanError::BadUrn {
+                name: name.clone(),
+                ty: format!("pulumi:providers:{}", request.package()),
+                source,
+            })?;
+        let urn = self.urn_for(&ty, &name, None)?;
+        if self.registered.contains(&urn) {
+            return Err(PlanError::DuplicateUrn { urn });
+        }
+        let old = self
+            .live
+            .get(&urn)
+            .copied()
+            .filter(|i| !self.claimed.contains_key(i));
+        let mut new = State::new(urn.clone(), ty, true);
+        new.inputs = request.inputs(&self.opts.package_config);
+        let mut config_diff = None;
+        match old {
+            Some(i) => {
+                self.claimed.insert(i, urn.clone());
+                let o = lock(&self.olds[i]).clone();
+                new.id = o.id.clone();
+                new.created = o.created.clone();
+                new.modified = o.modified.clone();
+                new.extra.clone_from(&o.extra);
+                if config_of(&o.inputs) != config_of(&new.inputs) {
+                    config_diff = Some(self.own_config_diff(&o, &new.inputs)?);
+                }
+            }
+            None => new.id = self.next_provider_id(&urn),
+        }
+        self.registered.insert(urn.clone());
+        self.provider_inputs.insert(urn.clone(), new.inputs.clone());
+        let reference = ProviderRef::new(urn.clone(), new.id.clone()).map_err(|source| {
+            PlanError::BadProvider {
+                urn: urn.clone(),
+                source,
+            }
+        })?;
+        self.default_providers.insert(key, reference.clone());
+        let prepared = Prepared {
+            urn,
+            old: old.map(|i| self.olds[i].clone()),
+            new,
+            provider: None,
+            default_provider: None,
+            provider_change: ProviderChange::Unchanged,
+            config_diff,
+            replacement_inputs: None,
+            ignore_warnings: Vec::new(),
+            replace_paths: Vec::new(),
+            default_key: None,
+            old_index: old,
+            in_scope: true,
+            hooks: None,
+        };
+        Ok((reference, Some(prepared)))
+    }
+
+    /// The comparison a provider resource with prior state `old` and new
+    /// inputs `inputs` is decided by.
+    pub(super) fn own_config_diff(&self, old: &State, inputs: &PropertyMap) -> Result<ConfigDiff> {
+        let id = if old.id.is_empty() {
+            UNKNOWN_ID
+        } else {
+            old.id.as_str()
+        };
+        let provider =
+            ProviderRef::new(old.urn.clone(), id).map_err(|source| PlanError::BadProvider {
+                urn: old.urn.clone(),
+                source,
+            })?;
+        Ok(ConfigDiff {
+            provider,
+            old_inputs: config_of(&old.inputs),
+            old_outputs: old.outputs.clone(),
+            new_inputs: config_of(inputs),
+        })
+    }
+
+    /// What the change of a resource's provider reference from `old` to
+    /// `new` means (Pulumi's `providerChanged`).
+    pub(super) fn provider_change(&self, old: &str, new: &ProviderRef) -> ProviderChange {
+        let Some(old_urn) = provider_urn(old) else {
+            return ProviderChange::Replace;
+        };
+        if old_urn == new.urn().as_str()
+            || self
+                .matched
+                .get(new.urn())
+                .is_some_and(|from| from.as_str() == old_urn)
+        {
+            return ProviderChange::Unchanged;
+        }
+        let old_state = self.live.get(old_urn).map(|&i| {
+            let s = lock(&self.olds[i]);
+            (config_of(&s.inputs), s.outputs.clone())
+        });
+        match (old_state, self.provider_inputs.get(new.urn())) {
+            (Some((old_inputs, old_outputs)), Some(inputs)) => ProviderChange::Config(ConfigDiff {
+                provider: new.clone(),
+                old_inputs,
+                old_outputs,
+                new_inputs: config_of(inputs),
+            }),
+            _ => ProviderChange::Replace,
+        }
+    }
+}
