@@ -21,6 +21,7 @@ use crate::actors::protocol::{GenMsg, MigrationReport, PersistMsg};
 use crate::actors::source::SourceActor;
 use crate::actors::{Context, NullSource, Program};
 use crate::events::{EngineEvent, EventSink, Summary};
+use crate::model::ambient::{SharedClock, SharedIds};
 use crate::model::snapshot::{Manifest, OperationType};
 use crate::model::urn::STACK_TYPE;
 use crate::model::{Deployment, TypeToken, Urn};
@@ -123,6 +124,12 @@ pub struct EngineConfig {
     /// Pulumi's `aws:region`): default providers take their package's
     /// keys as inputs.
     pub package_config: std::collections::BTreeMap<String, crate::model::PropertyValue>,
+    /// Where the IDs of new default providers come from (system: unique;
+    /// tests inject a counting source for stable output).
+    pub ids: SharedIds,
+    /// The wall clock of state timestamps (`created`, `modified`) and the
+    /// manifest's time (system; tests inject a fixed one).
+    pub clock: SharedClock,
 }
 
 impl Default for EngineConfig {
@@ -140,6 +147,8 @@ impl Default for EngineConfig {
             program_dir: None,
             detailed_diffs: false,
             package_config: std::collections::BTreeMap::new(),
+            ids: SharedIds::system(),
+            clock: SharedClock::system(),
         }
     }
 }
@@ -370,9 +379,7 @@ impl Engine {
             .collect();
         let snippets = prior.snippets.clone();
         let extensions = prior.extensions.clone();
-        prior.manifest = Manifest::keel(
-            humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        );
+        prior.manifest = Manifest::keel(self.config.clock.now_rfc3339());
         let builder = SnapshotBuilder::new(prior, olds.clone());
         let (builder, persister) = if rebase {
             let (r, builder, persister) = tokio::task::spawn_blocking(move || {
@@ -444,6 +451,7 @@ impl Engine {
                 continue_on_error: self.config.continue_on_error,
                 preview,
                 detailed_diffs: self.config.detailed_diffs,
+                clock: self.config.clock.clone(),
             },
             gate.clone(),
             self.registry.clone(),
@@ -458,7 +466,7 @@ impl Engine {
                 preview,
                 update: self.config.update.clone(),
                 package_config: self.config.package_config.clone(),
-                ..PlanOptions::default()
+                ids: self.config.ids.clone(),
             },
             olds,
         );

@@ -1078,3 +1078,61 @@ async fn package_config_configures_default_providers() {
     assert_eq!(h.cloud.objects().len(), 1);
     assert_eq!(h.state_of("default_6_0_0").inputs["region"], "eu".into());
 }
+
+/// The engine's ambient inputs are injected: with a fixed clock and counting
+/// IDs, two runs of the same program on fresh clouds write the same
+/// deployment, byte for byte, stamped with the injected time.
+#[tokio::test]
+async fn injected_clock_and_ids_make_a_deployment_reproducible() {
+    use keel::model::ambient::{SharedClock, SharedIds};
+    use keel::{Context, Deployment, Engine, EngineConfig, Goal, MemoryPersister};
+    use keel::{ProviderRegistry, TypeToken};
+
+    const NOW: &str = "2026-01-02T03:04:05Z";
+    async fn once() -> keel::Deployment {
+        let cloud = keel::provider::SimCloud::new(SimConfig::default());
+        let config = EngineConfig {
+            clock: SharedClock::fixed(NOW),
+            ids: SharedIds::counting(),
+            ..EngineConfig::default()
+        };
+        let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
+        let program = |ctx: Context| async move {
+            let bucket = TypeToken::parse("aws:s3/bucket:Bucket")?;
+            let logs = ctx
+                .register(Goal::custom(bucket.clone(), "logs", Default::default()))
+                .await?;
+            let mut goal = Goal::custom(bucket, "archive", Default::default());
+            goal.options.depends_on.push(logs.urn);
+            ctx.register(goal).await?;
+            Ok(())
+        };
+        engine
+            .update(Deployment::default(), program, Box::new(MemoryPersister::new()))
+            .await
+            .expect("the update succeeds")
+            .snapshot
+    }
+    let (a, b) = (once().await, once().await);
+    let custom: Vec<_> = a.resources.iter().filter(|s| s.custom).collect();
+    assert_eq!(custom.len(), 3, "the default provider and two buckets");
+    for s in custom.iter().filter(|s| !s.ty.is_provider()) {
+        assert_eq!(s.created, NOW, "{} is stamped by the injected clock", s.urn);
+        assert_eq!(s.modified, NOW, "{}", s.urn);
+    }
+    let provider = custom
+        .iter()
+        .find(|s| s.ty.is_provider())
+        .expect("a default provider");
+    assert_eq!(
+        provider.id,
+        SharedIds::counting().next_id(&provider.urn),
+        "the default provider's ID comes from the injected source"
+    );
+    assert_eq!(a.manifest.time, NOW);
+    assert_eq!(
+        serde_json::to_string(&a).expect("encodes"),
+        serde_json::to_string(&b).expect("encodes"),
+        "the same inputs write the same deployment"
+    );
+}

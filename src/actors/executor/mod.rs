@@ -272,6 +272,7 @@ mod tests {
     use super::*;
     use crate::actors::protocol::PersistMsg;
     use crate::events::EventSink;
+    use crate::model::ambient::SharedClock;
     use crate::provider::builtins::BuiltinProvider;
     use crate::provider::{Provider, ProviderRegistry};
     use tokio::sync::oneshot;
@@ -313,6 +314,7 @@ mod tests {
                 continue_on_error: false,
                 preview: false,
                 detailed_diffs: false,
+                clock: SharedClock::system(),
             },
             gate.clone(),
             // An empty chain calls no provider.

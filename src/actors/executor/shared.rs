@@ -14,6 +14,7 @@ use super::step::StepError;
 use crate::actors::protocol::PersistMsg;
 use crate::events::{EngineEvent, EventSink, StepFailure};
 use crate::locks::MutexExt;
+use crate::model::ambient::SharedClock;
 use crate::model::step::{StepKind, Written};
 use crate::model::{ProviderRef, State, Urn};
 use crate::persist::{Mutation, PersistError};
@@ -42,6 +43,8 @@ pub struct ExecConfig {
     pub preview: bool,
     /// Step events carry the changed values, not only the keys (`--diff`).
     pub detailed_diffs: bool,
+    /// The clock of state timestamps.
+    pub clock: SharedClock,
 }
 
 /// Set once a failure (or the end of the operation) stops new work; shared

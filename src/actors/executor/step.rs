@@ -98,10 +98,6 @@ pub(super) enum StepError {
     Other(String),
 }
 
-fn now() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
-}
-
 fn registered(s: &State) -> Registered {
     Registered {
         urn: s.urn.clone(),
@@ -379,7 +375,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 return write(shared, old_ref, new, mark_old_delete).await;
             }
             let provider = shared.provider_for(&new)?;
-            let stamp = now();
+            let stamp = shared.config.clock.now_rfc3339();
             let hooks = step.hooks.as_deref().filter(|_| !preview);
             if step.kind == StepKind::Update {
                 let prior_outputs = old.as_ref().map(|o| &o.outputs);
