@@ -39,8 +39,8 @@ use keel::events::{EngineEvent, EventSink, Summary};
 use keel::model::Urn;
 use keel::persist::backend::{Backend, PersistenceKind};
 use keel::persist::journal_file::JournalOptions;
-use keel::plan::step::StepKind;
 use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
+use keel::StepKind;
 use serde::Deserialize;
 use tokio::sync::mpsc;
 

@@ -5,9 +5,9 @@
 mod common;
 
 use common::*;
-use keel::plan::generator::UpdateOptions;
-use keel::plan::step::StepKind::*;
 use keel::provider::SimConfig;
+use keel::StepKind::*;
+use keel::UpdateOptions;
 
 fn prog(size: &str) -> Vec<Res> {
     vec![

@@ -7,9 +7,9 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use keel::plan::step::StepKind::{self, *};
 use keel::provider::sim::{SimCallKind, SimCallPhase};
 use keel::provider::SimConfig;
+use keel::StepKind::{self, *};
 
 fn steps(o: &keel::engine::Outcome, kind: StepKind) -> usize {
     o.summary.count(kind)
@@ -1108,7 +1108,11 @@ async fn injected_clock_and_ids_make_a_deployment_reproducible() {
             Ok(())
         };
         engine
-            .update(Deployment::default(), program, Box::new(MemoryPersister::new()))
+            .update(
+                Deployment::default(),
+                program,
+                Box::new(MemoryPersister::new()),
+            )
             .await
             .expect("the update succeeds")
             .snapshot

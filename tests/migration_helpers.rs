@@ -11,10 +11,10 @@ mod common;
 use common::*;
 use keel::engine::Outcome;
 use keel::migrate::helpers::{move_under, rename, retype};
-use keel::plan::step::StepKind;
 use keel::provider::SimConfig;
 use keel::source::goal::AliasSpec;
 use keel::source::migration::{MigrationCallback, StateMigrations};
+use keel::StepKind;
 
 const POLICY: &str = "aws:s3/bucketPolicy:BucketPolicy";
 

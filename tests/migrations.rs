@@ -414,7 +414,7 @@ async fn preview_reports_the_migration_and_persists_nothing() {
     );
     assert_eq!(h.state, state, "nothing persisted");
     assert_eq!(
-        o.summary.count(keel::plan::step::StepKind::Create),
+        o.summary.count(keel::StepKind::Create),
         0,
         "the preview plans no create"
     );

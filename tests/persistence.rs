@@ -13,6 +13,7 @@ use keel::engine::{Engine, EngineConfig, EngineError, Outcome};
 use keel::model::integrity::verify;
 use keel::model::snapshot::OperationType;
 use keel::model::snapshot::PendingOperation;
+use keel::model::step::share;
 use keel::model::{Deployment, State};
 use keel::persist::backend::{write_base, Backend, BackendError, PersistenceKind};
 use keel::persist::checkpoint_file::CheckpointPersister;
@@ -20,7 +21,6 @@ use keel::persist::fs::LockError;
 use keel::persist::journal::{encode, ChangeRecord, Entry, JournalError, Ref};
 use keel::persist::journal_file::{JournalOptions, JournalPersister};
 use keel::persist::{Change, Mutation, Persister, SnapshotBuilder};
-use keel::plan::step::share;
 use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
 
 const STACK: &str = "dev";
@@ -162,7 +162,7 @@ async fn both_persisters_round_trip_through_reopen() {
         let mut v2 = many(10);
         v2[0] = bucket("b0", &[("size", "2")]);
         let o2 = up(&backend, &cloud, v2, kind, None).await.unwrap();
-        assert_eq!(o2.summary.count(keel::plan::step::StepKind::Update), 1);
+        assert_eq!(o2.summary.count(keel::StepKind::Update), 1);
         let loaded = backend.load(STACK).unwrap();
         assert!(
             json(&loaded.deployment.resources) == json(&o2.snapshot.resources),

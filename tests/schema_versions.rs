@@ -77,7 +77,7 @@ async fn v1_to_v3_in_one_call_with_inputs_and_outputs_together() {
     assert!(!a.outputs.contains_key("size"));
     let c = h.cloud.counters();
     assert_eq!((c.creates, c.updates, c.deletes), (2, 0, 0));
-    assert_eq!(o.summary.count(keel::plan::step::StepKind::Update), 0);
+    assert_eq!(o.summary.count(keel::StepKind::Update), 0);
 
     // Upgraded once: the next run migrates nothing.
     h.up(vec![bucket("a", &[("capacity", "1")]), bucket("b", &[])])
@@ -437,7 +437,7 @@ async fn preview_upgrades_in_memory_and_persists_nothing() {
         .await
         .unwrap();
     assert_eq!(
-        o.summary.count(keel::plan::step::StepKind::Update),
+        o.summary.count(keel::StepKind::Update),
         0,
         "the preview plans against the upgraded state"
     );

@@ -17,10 +17,10 @@ use keel::persist::checkpoint_file::CheckpointPersister;
 use keel::persist::fs::IoCounters;
 use keel::persist::journal_file::{JournalOptions, JournalPersister};
 use keel::persist::{Ack, Mutation, Persister, SnapshotBuilder};
-use keel::plan::generator::UpdateOptions;
 use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
 use keel::source::goal::{Alias, Goal, ReadGoal, ResourceOptions};
 use keel::source::migration::{MigrationCallback, StateMigrationResult, StateMigrations};
+use keel::UpdateOptions;
 use keel::{Context, ProgramError};
 use serde_json::{json, Value};
 

@@ -43,7 +43,7 @@ impl CommitFields for State {
 
 /// What the coordinator works with.
 #[derive(Debug, Clone)]
-pub struct CoordArgs {
+pub(crate) struct CoordArgs {
     /// The source, fenced during a migration.
     pub source: ActorRef<SourceMsg>,
     /// The execution gate, quiesced during a migration.
@@ -61,7 +61,7 @@ pub struct CoordArgs {
 
 /// The MigrationCoordinator actor.
 #[derive(Debug, Default)]
-pub struct CoordinatorActor;
+pub(crate) struct CoordinatorActor;
 
 impl Actor for CoordinatorActor {
     type Msg = CoordMsg;

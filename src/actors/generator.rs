@@ -49,7 +49,7 @@ use crate::sync::StateList;
 
 /// What kind of operation is planned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// Update or preview: registrations, then deletes.
     Update,
     /// Refresh: read every custom resource.
@@ -60,7 +60,7 @@ pub enum Mode {
 
 /// How the generator's work ended.
 #[derive(Debug, Default)]
-pub struct GenOutcome {
+pub(crate) struct GenOutcome {
     /// Planning errors (each fails the operation).
     pub errors: Vec<String>,
     /// The plan recorded by a preview with `generate_plan`.
@@ -73,11 +73,11 @@ pub struct GenOutcome {
 
 /// The StepGenerator actor.
 #[derive(Debug, Default)]
-pub struct GeneratorActor;
+pub(crate) struct GeneratorActor;
 
 /// The generator's state.
 #[derive(Debug)]
-pub struct GenState {
+pub(crate) struct GenState {
     planner: Planner,
     mode: Mode,
     registry: ProviderRegistry,
@@ -133,7 +133,7 @@ enum Held {
 
 /// What the generator needs to run migrations.
 #[derive(Debug)]
-pub struct MigrationEnv {
+pub(crate) struct MigrationEnv {
     /// The published prior list (committed into by the coordinator).
     pub prior: Arc<ArcSwap<StateList<State>>>,
     /// Whether the persister can persist migrations.
@@ -150,7 +150,7 @@ pub struct MigrationEnv {
 
 /// The generator's start-up arguments.
 #[derive(Debug)]
-pub struct GenArgs {
+pub(crate) struct GenArgs {
     /// The planner over the prior states.
     pub planner: Planner,
     /// The operation.

@@ -10,10 +10,10 @@ use crate::persist::{PersistError, Persister, SnapshotBuilder};
 
 /// The Persister actor.
 #[derive(Debug, Default)]
-pub struct PersisterActor;
+pub(crate) struct PersisterActor;
 
 /// The Persister actor's state.
-pub struct PersisterState {
+pub(crate) struct PersisterState {
     builder: SnapshotBuilder,
     persister: Box<dyn Persister>,
 }

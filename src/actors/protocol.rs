@@ -31,7 +31,7 @@ use crate::sync::gate::{Reservation, Reserved};
 
 /// Messages to the executor.
 #[derive(Debug)]
-pub enum ExecMsg {
+pub(crate) enum ExecMsg {
     /// Run a chain; reply to the registration when it finished. Sent only
     /// by [`submit`](super::executor::submit) and [`send_reserved`](super::executor::send_reserved): the chain's gate reservation
     /// travels with it, taken before it entered the mailbox
@@ -54,7 +54,7 @@ pub enum ExecMsg {
 
 /// A chain and the registration waiting for it.
 #[derive(Debug)]
-pub struct Submitted {
+pub(crate) struct Submitted {
     /// The steps.
     pub chain: Chain,
     /// The registration waiting for it.
@@ -63,7 +63,7 @@ pub struct Submitted {
 
 /// What [`submit`](super::executor::submit) did with a chain.
 #[derive(Debug)]
-pub enum Submission {
+pub(crate) enum Submission {
     /// In the executor's mailbox, holding its gate reservation.
     Sent,
     /// A quiesce is pending, so no reservation may be taken: the chain
@@ -75,11 +75,11 @@ pub enum Submission {
 }
 
 /// The reply port of a registration.
-pub type RegisterReply = oneshot::Sender<Result<Registered, RegisterError>>;
+pub(crate) type RegisterReply = oneshot::Sender<Result<Registered, RegisterError>>;
 
 /// Messages to the generator.
 #[derive(Debug)]
-pub enum GenMsg {
+pub(crate) enum GenMsg {
     /// The executor to send chains to, and the migration coordinator.
     Wire(ActorRef<ExecMsg>, ActorRef<CoordMsg>),
     /// A `RegisterResource`.
@@ -152,7 +152,7 @@ pub struct MigrationReport {
 
 /// One registration's migration request.
 #[derive(Debug)]
-pub struct MigrationRequest {
+pub(crate) struct MigrationRequest {
     /// The registration's URN.
     pub registration: Urn,
     /// Its aliases' URNs, in order (normalized by earlier migrations).
@@ -175,7 +175,7 @@ pub struct MigrationRequest {
 
 /// What a migration did.
 #[derive(Debug)]
-pub enum MigrationOutcome {
+pub(crate) enum MigrationOutcome {
     /// No prior root: nothing ran.
     NoRoot,
     /// The callbacks changed nothing.
@@ -209,14 +209,14 @@ pub enum MigrationOutcome {
 
 /// Messages to the coordinator.
 #[derive(Debug)]
-pub enum CoordMsg {
+pub(crate) enum CoordMsg {
     /// Run a registration's migration.
     Migrate(Box<MigrationRequest>, RpcReplyPort<MigrationOutcome>),
 }
 
 /// Messages to the Persister actor.
 #[derive(Debug)]
-pub enum PersistMsg {
+pub(crate) enum PersistMsg {
     /// Make a mutation durable; the reply comes once it is.
     Mutate(Mutation, RpcReplyPort<Result<(), PersistError>>),
     /// The current deployment (in memory).
@@ -229,7 +229,7 @@ pub enum PersistMsg {
 
 /// An event from the program.
 #[derive(Debug)]
-pub enum SourceEvent {
+pub(crate) enum SourceEvent {
     /// `RegisterResource`.
     Register(
         Box<Goal>,
@@ -254,7 +254,7 @@ pub enum SourceEvent {
 
 /// Messages to the Source actor.
 #[derive(Debug)]
-pub enum SourceMsg {
+pub(crate) enum SourceMsg {
     /// An event from the program.
     Event(SourceEvent),
     /// Stop admitting events (they queue); replies when fenced.

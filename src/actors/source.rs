@@ -13,11 +13,11 @@ use super::protocol::{GenMsg, SourceEvent, SourceMsg};
 
 /// The Source actor.
 #[derive(Debug, Default)]
-pub struct SourceActor;
+pub(crate) struct SourceActor;
 
 /// The Source actor's state.
 #[derive(Debug)]
-pub struct SourceState {
+pub(crate) struct SourceState {
     generator: ActorRef<GenMsg>,
     fenced: bool,
     queue: VecDeque<SourceEvent>,

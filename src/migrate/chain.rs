@@ -29,7 +29,7 @@ use crate::model::{State, TypeToken, Urn};
 
 /// What one callback returned.
 #[derive(Clone, Debug, PartialEq)]
-pub enum CallbackOutput {
+pub(crate) enum CallbackOutput {
     /// No change: the next callback gets the same input.
     NoChange,
     /// New state and successors, as raw JSON: `new_state` must be an array
@@ -50,7 +50,12 @@ impl CallbackOutput {
     ///
     /// # Errors
     /// `malformed-result` when the output has another shape.
-    pub fn from_json(registration: &Urn, i: usize, n: usize, output: &Value) -> Result<Self> {
+    pub(crate) fn from_json(
+        registration: &Urn,
+        i: usize,
+        n: usize,
+        output: &Value,
+    ) -> Result<Self> {
         let bad = |what: String| {
             reject(
                 Rule::MalformedResult,
@@ -123,7 +128,7 @@ impl CallbackOutput {
 
 /// The outcome of a whole chain.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ChainOutcome {
+pub(crate) struct ChainOutcome {
     /// True when the final result equals the original subtree after
     /// normalization (§4.3): nothing is validated, persisted or reported.
     pub noop: bool,
@@ -142,13 +147,13 @@ pub struct ChainOutcome {
 
 impl ChainOutcome {
     /// The identity of the result resource with `urn`, if any.
-    pub fn identity(&self, urn: &Urn) -> Option<Identity> {
+    pub(crate) fn identity(&self, urn: &Urn) -> Option<Identity> {
         identity_in(&self.result)(urn)
     }
 
     /// The identity of every successor of `original_to_final` (§9: kept
     /// with the committed map to normalize later references).
-    pub fn successor_identities(&self) -> BTreeMap<Urn, Identity> {
+    pub(crate) fn successor_identities(&self) -> BTreeMap<Urn, Identity> {
         self.original_to_final
             .values()
             .filter_map(|u| self.identity(u).map(|id| (u.clone(), id)))
@@ -158,14 +163,14 @@ impl ChainOutcome {
     /// Rewrites a state outside the subtree (a retained prior state, or one
     /// created or read earlier in this deployment) with `original -> final`;
     /// `None` when nothing changes.
-    pub fn rewrite_outside(&self, state: &State) -> Option<State> {
+    pub(crate) fn rewrite_outside(&self, state: &State) -> Option<State> {
         rewrite(state, &self.original_to_final, &identity_in(&self.result))
     }
 }
 
 /// The callback chain of one registration (see the module docs).
 #[derive(Clone, Debug)]
-pub struct Chain {
+pub(crate) struct Chain {
     registration: Urn,
     original: Vec<State>,
     current: Vec<State>,
@@ -178,7 +183,7 @@ pub struct Chain {
 impl Chain {
     /// A chain for `registration` over the prior subtree `subtree` (the
     /// root first, in snapshot order, secrets decrypted).
-    pub fn new(registration: Urn, subtree: Vec<State>) -> Self {
+    pub(crate) fn new(registration: Urn, subtree: Vec<State>) -> Self {
         Self {
             registration,
             current: subtree.clone(),
@@ -188,24 +193,9 @@ impl Chain {
         }
     }
 
-    /// The registration URN.
-    pub fn registration(&self) -> &Urn {
-        &self.registration
-    }
-
-    /// The state the next callback gets (the last rewritten result).
-    pub fn current(&self) -> &[State] {
-        &self.current
-    }
-
-    /// The composed successor map so far (all -> final).
-    pub fn composed(&self) -> &SuccessorMap {
-        &self.composed
-    }
-
     /// The next callback's input: `{"urn": <registration>, "oldState":
     /// [<checkpoint resources>]}`.
-    pub fn input_json(&self) -> Value {
+    pub(crate) fn input_json(&self) -> Value {
         let old: Vec<Value> = self
             .current
             .iter()
@@ -227,7 +217,7 @@ impl Chain {
     /// The first failing row of §4.2 (against this callback's input),
     /// `conflicting-successors` or `successor-cycle`. The chain is left
     /// unchanged on error.
-    pub fn apply(&mut self, i: usize, n: usize, output: CallbackOutput) -> Result<()> {
+    pub(crate) fn apply(&mut self, i: usize, n: usize, output: CallbackOutput) -> Result<()> {
         let (new_state, successors) = match output {
             CallbackOutput::NoChange => return Ok(()),
             CallbackOutput::Changed {
@@ -482,7 +472,7 @@ impl Chain {
     /// # Errors
     /// `retained-and-mapped` when a URN of the final result is a key of the
     /// composed map.
-    pub fn finish(self) -> Result<ChainOutcome> {
+    pub(crate) fn finish(self) -> Result<ChainOutcome> {
         for s in &self.current {
             if let Some(to) = self.composed.get(&s.urn) {
                 return Err(MigrationError::new(
@@ -529,7 +519,7 @@ impl Chain {
 /// keel's model, so key order, an absent key versus an empty value and the
 /// encoding of a secret's plaintext do not matter; unmodeled fields compare
 /// verbatim.
-pub fn normalized_eq(a: &State, b: &State) -> bool {
+pub(crate) fn normalized_eq(a: &State, b: &State) -> bool {
     normalize(a) == normalize(b)
 }
 
@@ -545,7 +535,7 @@ fn normalize(s: &State) -> State {
 ///
 /// # Errors
 /// The URNs of a loop, when the map has one.
-pub fn compose(merged: &SuccessorMap) -> std::result::Result<SuccessorMap, Vec<Urn>> {
+pub(crate) fn compose(merged: &SuccessorMap) -> std::result::Result<SuccessorMap, Vec<Urn>> {
     let mut out = SuccessorMap::new();
     for (k, v) in merged {
         let mut path = vec![k];

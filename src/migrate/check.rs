@@ -25,7 +25,7 @@ use crate::model::{ProviderRef, State, Urn};
 
 /// The options of the operation that matter to migrations.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct OperationOptions {
+pub(crate) struct OperationOptions {
     /// The update has `--target`, `--exclude`, `--replace` or
     /// `--target-snippet` (any of those lists is non-empty).
     pub targeted: bool,
@@ -40,7 +40,7 @@ pub struct OperationOptions {
 /// Everything the checks need to know about the registration and the
 /// deployment.
 #[derive(Clone, Copy, Debug)]
-pub struct Context<'a> {
+pub(crate) struct Context<'a> {
     /// The registration URN.
     pub registration: &'a Urn,
     /// The whole prior list.
@@ -64,7 +64,7 @@ pub struct Context<'a> {
 
 impl<'a> Context<'a> {
     /// The prior root.
-    pub fn prior_root(&self) -> &'a State {
+    pub(crate) fn prior_root(&self) -> &'a State {
         &self.prior[self.subtree.root()]
     }
 
@@ -104,7 +104,7 @@ impl<'a> Context<'a> {
 ///
 /// # Errors
 /// The first failing rule.
-pub fn pre_callback(ctx: &Context<'_>) -> Result<()> {
+pub(crate) fn pre_callback(ctx: &Context<'_>) -> Result<()> {
     let member_urns: FastSet<&str> = ctx.all_members().map(|s| s.urn.as_str()).collect();
     for m in ctx.all_members() {
         if !m.view_of.is_empty() {
@@ -166,7 +166,7 @@ pub fn pre_callback(ctx: &Context<'_>) -> Result<()> {
 ///
 /// # Errors
 /// The first failing rule of the first failing stage.
-pub fn validate(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> {
+pub(crate) fn validate(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> {
     if outcome.noop {
         return Ok(());
     }
@@ -181,7 +181,7 @@ pub fn validate(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> {
 /// # Errors
 /// `restricted-targeted`, `restricted-plan`, `pending-operations`,
 /// `snippet-reference` or `pending-delete`, in that order.
-pub fn context_restrictions(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> {
+pub(crate) fn context_restrictions(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> {
     let o = ctx.options;
     if o.targeted {
         return Err(ctx.fail(
@@ -237,7 +237,7 @@ pub fn context_restrictions(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result
 ///
 /// # Errors
 /// `provider-state-changed` or `provider-state-introduced`.
-pub fn providers(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> {
+pub(crate) fn providers(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> {
     let by_urn: HashMap<&Urn, &State> = outcome.result.iter().map(|s| (&s.urn, s)).collect();
     let hint = "return provider states exactly as they were: a migration cannot change the \
                 live provider registry";
@@ -293,7 +293,7 @@ pub fn providers(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> {
 ///
 /// # Errors
 /// The first failing row of the §5.2 table.
-pub fn identity(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> {
+pub(crate) fn identity(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> {
     let result = &outcome.result;
     let map = &outcome.original_to_final;
     let pos: HashMap<&Urn, usize> = result
@@ -490,7 +490,7 @@ pub fn identity(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> {
 ///
 /// # Errors
 /// The first failing row of the §5.3 table.
-pub fn structure(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> {
+pub(crate) fn structure(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> {
     let result = &outcome.result;
     let reg = ctx.registration;
     let prior_root = ctx.prior_root();
@@ -750,7 +750,7 @@ fn p_parts(p: &ProviderRef) -> Option<(&str, &str)> {
 /// an extension is named by its key (when `extensions` is an object), or by
 /// itself (a string) or its `name`/`id`/`uuid` field (an object); a
 /// reference names what it is (a string) or its `name`/`id`/`uuid` field.
-pub fn extension_known(extensions: &Value, reference: &Value) -> bool {
+pub(crate) fn extension_known(extensions: &Value, reference: &Value) -> bool {
     fn names(v: &Value) -> Vec<&str> {
         match v {
             Value::String(s) => vec![s.as_str()],

@@ -561,8 +561,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::migrate::chain::{CallbackOutput, Chain};
     use crate::migrate::check::{validate, Context, OperationOptions};
-    use crate::migrate::{find_root, prepare, CallbackOutput, Chain, Subtree};
+    use crate::migrate::subtree::{find_root, Subtree};
+    use crate::migrate::transaction::prepare;
     use crate::model::State;
 
     const STACK: &str = "urn:pulumi:dev::proj::pulumi:pulumi:Stack::proj-dev";

@@ -16,12 +16,14 @@ use std::collections::BTreeMap;
 use super::chain::ChainOutcome;
 use super::rewrite::{self, Identity, SuccessorMap};
 use super::rules::{MigrationError, Result};
-use crate::model::{PropertyMap, PropertyValue, State, Urn};
+use crate::model::{PropertyMap, Urn};
+#[cfg(test)]
+use crate::model::{PropertyValue, State};
 use crate::source::goal::{Alias, AliasParent, Goal, ReadGoal};
 
 /// One committed migration.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Committed {
+pub(crate) struct Committed {
     /// The registration URN of the migration.
     pub root: Urn,
     /// `original -> final`, keyed by prior subtree URNs.
@@ -32,28 +34,23 @@ pub struct Committed {
 
 /// Every committed migration of a deployment, in commit order.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Rewrites {
+pub(crate) struct Rewrites {
     committed: Vec<Committed>,
 }
 
 impl Rewrites {
     /// No migration committed.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// True when no migration that maps a URN has been committed.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.committed.iter().all(|c| c.successors.is_empty())
     }
 
-    /// The committed migrations, in commit order.
-    pub fn committed(&self) -> &[Committed] {
-        &self.committed
-    }
-
     /// Records the migration of `root` with `outcome` (§7 commit step 5).
-    pub fn record(&mut self, root: Urn, outcome: &ChainOutcome) {
+    pub(crate) fn record(&mut self, root: Urn, outcome: &ChainOutcome) {
         self.committed.push(Committed {
             root,
             successors: outcome.original_to_final.clone(),
@@ -62,7 +59,7 @@ impl Rewrites {
     }
 
     /// `urn` after every committed rewrite, in commit order.
-    pub fn map_urn(&self, urn: &Urn) -> Urn {
+    pub(crate) fn map_urn(&self, urn: &Urn) -> Urn {
         let mut cur = urn.clone();
         for c in &self.committed {
             if let Some(next) = c.successors.get(&cur) {
@@ -72,10 +69,11 @@ impl Rewrites {
         cur
     }
 
+    #[cfg(test)]
     /// Maps each URN of a list (parents, aliases, dependencies) and
     /// de-duplicates it keeping the first occurrence; `None` when nothing
     /// changes.
-    pub fn map_list(&self, list: &[Urn]) -> Option<Vec<Urn>> {
+    pub(crate) fn map_list(&self, list: &[Urn]) -> Option<Vec<Urn>> {
         let mut out: Option<Vec<Urn>> = None;
         for c in &self.committed {
             if let Some(mapped) = rewrite::map_list(out.as_deref().unwrap_or(list), &c.successors) {
@@ -91,7 +89,7 @@ impl Rewrites {
     /// # Errors
     /// `predecessor-reused`, naming the migration root and the final
     /// successor.
-    pub fn check_not_predecessor(&self, urn: &Urn) -> Result<()> {
+    pub(crate) fn check_not_predecessor(&self, urn: &Urn) -> Result<()> {
         for c in &self.committed {
             if c.successors.contains_key(urn) {
                 return Err(MigrationError::predecessor_reused(
@@ -104,22 +102,9 @@ impl Rewrites {
         Ok(())
     }
 
-    /// Rewrites the references of a state (§8) with every committed map in
-    /// commit order; `None` when nothing changes.
-    pub fn rewrite_state(&self, state: &State) -> Option<State> {
-        let mut out: Option<State> = None;
-        for c in &self.committed {
-            let ids = |u: &Urn| c.identities.get(u).cloned();
-            if let Some(s) = rewrite::rewrite(out.as_ref().unwrap_or(state), &c.successors, &ids) {
-                out = Some(s);
-            }
-        }
-        out
-    }
-
     /// Rewrites the references inside a property map (resource references,
     /// output dependencies); `None` when nothing changes.
-    pub fn rewrite_map(&self, m: &PropertyMap) -> Option<PropertyMap> {
+    pub(crate) fn rewrite_map(&self, m: &PropertyMap) -> Option<PropertyMap> {
         let mut out: Option<PropertyMap> = None;
         for c in &self.committed {
             let ids = |u: &Urn| c.identities.get(u).cloned();
@@ -130,9 +115,10 @@ impl Rewrites {
         out
     }
 
+    #[cfg(test)]
     /// Rewrites the references inside one property value; `None` when
     /// nothing changes.
-    pub fn rewrite_value(&self, v: &PropertyValue) -> Option<PropertyValue> {
+    pub(crate) fn rewrite_value(&self, v: &PropertyValue) -> Option<PropertyValue> {
         let mut out: Option<PropertyValue> = None;
         for c in &self.committed {
             let ids = |u: &Urn| c.identities.get(u).cloned();
@@ -148,7 +134,7 @@ impl Rewrites {
     /// property dependencies, `deletedWith`, alias parents and URN aliases,
     /// provider, and the resource references and output dependencies
     /// inside its inputs (their IDs become the successors').
-    pub fn normalize_goal(&self, goal: &mut Goal) {
+    pub(crate) fn normalize_goal(&self, goal: &mut Goal) {
         if self.is_empty() {
             return;
         }
@@ -180,7 +166,7 @@ impl Rewrites {
 
     /// Points a `ReadResource` at successors (§9): its parent,
     /// dependencies, provider, and the references inside its inputs.
-    pub fn normalize_read(&self, goal: &mut ReadGoal) {
+    pub(crate) fn normalize_read(&self, goal: &mut ReadGoal) {
         if self.is_empty() {
             return;
         }
@@ -200,7 +186,7 @@ impl Rewrites {
 
     /// Points a `RegisterResourceOutputs` at successors (§9): its URN
     /// (returned) and the references inside the outputs.
-    pub fn normalize_outputs(&self, urn: &Urn, outputs: &mut PropertyMap) -> Urn {
+    pub(crate) fn normalize_outputs(&self, urn: &Urn, outputs: &mut PropertyMap) -> Urn {
         if self.is_empty() {
             return urn.clone();
         }
@@ -212,7 +198,7 @@ impl Rewrites {
 
     /// Rewrites a provider reference `<URN>::<ID>`; `None` when nothing
     /// changes.
-    pub fn rewrite_provider(&self, reference: &str) -> Option<String> {
+    pub(crate) fn rewrite_provider(&self, reference: &str) -> Option<String> {
         let mut out: Option<String> = None;
         for c in &self.committed {
             let ids = |u: &Urn| c.identities.get(u).cloned();

@@ -21,12 +21,12 @@ use crate::model::property::{OutputValue, ResourceReference, Secret};
 use crate::model::{PropertyMap, PropertyValue, State, Urn};
 
 /// A successor map: old URN -> new URN.
-pub type SuccessorMap = BTreeMap<Urn, Urn>;
+pub(crate) type SuccessorMap = BTreeMap<Urn, Urn>;
 
 /// What a rewrite needs to know about a successor: whether it is a custom
 /// resource and its physical ID (empty for a component).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Identity {
+pub(crate) struct Identity {
     /// True for a custom (provider-backed) resource.
     pub custom: bool,
     /// Its physical ID (empty for a component).
@@ -35,7 +35,7 @@ pub struct Identity {
 
 impl Identity {
     /// The identity of `state`.
-    pub fn of(state: &State) -> Self {
+    pub(crate) fn of(state: &State) -> Self {
         Self {
             custom: state.custom,
             id: state.id.clone(),
@@ -45,7 +45,7 @@ impl Identity {
 
 /// An identity lookup over `states`: the identity of the (first) state with
 /// the URN asked for, if any.
-pub fn identity_in(states: &[State]) -> impl Fn(&Urn) -> Option<Identity> + '_ {
+pub(crate) fn identity_in(states: &[State]) -> impl Fn(&Urn) -> Option<Identity> + '_ {
     move |urn| states.iter().find(|s| &s.urn == urn).map(Identity::of)
 }
 
@@ -54,7 +54,7 @@ pub fn identity_in(states: &[State]) -> impl Fn(&Urn) -> Option<Identity> + '_ {
 ///
 /// Returns `None` when nothing changes (the caller keeps the same object),
 /// else the rewritten copy.
-pub fn rewrite(
+pub(crate) fn rewrite(
     state: &State,
     map: &SuccessorMap,
     identity: &dyn Fn(&Urn) -> Option<Identity>,
@@ -108,7 +108,7 @@ pub fn rewrite(
 
 /// Maps a list of URNs and de-duplicates it keeping the first occurrence;
 /// `None` when no entry is mapped (the list is left exactly as it is).
-pub fn map_list(list: &[Urn], map: &SuccessorMap) -> Option<Vec<Urn>> {
+pub(crate) fn map_list(list: &[Urn], map: &SuccessorMap) -> Option<Vec<Urn>> {
     if !list.iter().any(|u| map.contains_key(u)) {
         return None;
     }
@@ -126,7 +126,7 @@ pub fn map_list(list: &[Urn], map: &SuccessorMap) -> Option<Vec<Urn>> {
 /// the ID becomes the successor's physical ID when the URN changed and the
 /// successor is a known custom resource. `None` when nothing changes
 /// (including an empty or malformed reference).
-pub fn rewrite_provider(
+pub(crate) fn rewrite_provider(
     reference: &str,
     map: &SuccessorMap,
     identity: &dyn Fn(&Urn) -> Option<Identity>,
@@ -141,7 +141,7 @@ pub fn rewrite_provider(
 }
 
 /// Rewrites the values of a property map; `None` when nothing changes.
-pub fn rewrite_map(
+pub(crate) fn rewrite_map(
     m: &PropertyMap,
     map: &SuccessorMap,
     identity: &dyn Fn(&Urn) -> Option<Identity>,
@@ -156,7 +156,7 @@ pub fn rewrite_map(
 }
 
 /// Rewrites one property value; `None` when nothing changes.
-pub fn rewrite_value(
+pub(crate) fn rewrite_value(
     v: &PropertyValue,
     map: &SuccessorMap,
     identity: &dyn Fn(&Urn) -> Option<Identity>,

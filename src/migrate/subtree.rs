@@ -13,7 +13,7 @@ use crate::model::{State, Urn};
 
 /// Where the prior root of a registration was found.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RootMatch {
+pub(crate) struct RootMatch {
     /// Its index in the prior list.
     pub index: usize,
     /// The alias it was found through (the URN the registration claims),
@@ -24,7 +24,7 @@ pub struct RootMatch {
 /// Finds the prior root of a registration with URN `urn` and `aliases`:
 /// the live (not `delete`) prior resource with the registration's URN,
 /// else with each alias in order. `None`: no prior root, nothing runs.
-pub fn find_root(prior: &[State], urn: &Urn, aliases: &[Urn]) -> Option<RootMatch> {
+pub(crate) fn find_root(prior: &[State], urn: &Urn, aliases: &[Urn]) -> Option<RootMatch> {
     let live = |u: &Urn| prior.iter().position(|s| &s.urn == u && !s.delete);
     if let Some(index) = live(urn) {
         return Some(RootMatch {
@@ -42,7 +42,7 @@ pub fn find_root(prior: &[State], urn: &Urn, aliases: &[Urn]) -> Option<RootMatc
 
 /// The prior subtree: indices into the prior list.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Subtree {
+pub(crate) struct Subtree {
     /// The live members: the root first, then its transitive children in
     /// snapshot order. These are what callbacks get.
     pub members: Vec<usize>,
@@ -58,7 +58,7 @@ impl Subtree {
     ///
     /// # Panics
     /// When `members` is empty.
-    pub fn new(members: Vec<usize>, pending_delete: Vec<usize>) -> Self {
+    pub(crate) fn new(members: Vec<usize>, pending_delete: Vec<usize>) -> Self {
         assert!(!members.is_empty(), "a subtree has a root");
         let mut sorted: Vec<usize> = members.iter().chain(&pending_delete).copied().collect();
         sorted.sort_unstable();
@@ -75,7 +75,7 @@ impl Subtree {
     ///
     /// # Panics
     /// When `root` is out of bounds.
-    pub fn collect(prior: &[State], root: usize) -> Self {
+    pub(crate) fn collect(prior: &[State], root: usize) -> Self {
         let mut urns: FastSet<&str> = FastSet::default();
         urns.insert(prior[root].urn.as_str());
         let mut members = vec![root];
@@ -98,22 +98,22 @@ impl Subtree {
     }
 
     /// The root's index.
-    pub fn root(&self) -> usize {
+    pub(crate) fn root(&self) -> usize {
         self.members[0]
     }
 
     /// Whether prior index `i` is a member (live or pending deletion).
-    pub fn contains(&self, i: usize) -> bool {
+    pub(crate) fn contains(&self, i: usize) -> bool {
         self.sorted.binary_search(&i).is_ok()
     }
 
     /// Every member index (live and pending deletion), ascending.
-    pub fn all_sorted(&self) -> &[usize] {
+    pub(crate) fn all_sorted(&self) -> &[usize] {
         &self.sorted
     }
 
     /// The live members' states, root first: the chain's original input.
-    pub fn states(&self, prior: &[State]) -> Vec<State> {
+    pub(crate) fn states(&self, prior: &[State]) -> Vec<State> {
         self.members.iter().map(|&i| prior[i].clone()).collect()
     }
 }

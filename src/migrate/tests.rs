@@ -13,7 +13,11 @@ use std::path::PathBuf;
 use serde_json::{json, Value};
 
 use super::chain::normalized_eq;
+use super::chain::{CallbackOutput, Chain, ChainOutcome};
 use super::check::{pre_callback, validate};
+use super::check::{Context, OperationOptions};
+use super::subtree::{find_root, Subtree};
+use super::transaction::Prepared;
 use super::*;
 use crate::model::snapshot::Snippet;
 use crate::model::{State, Urn};

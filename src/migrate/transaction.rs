@@ -13,6 +13,7 @@
 //! `layout`, `states` and `baseStatePatches`; [`apply_layout`] is the
 //! replay, the exact inverse.
 
+#[cfg(test)]
 use std::collections::HashMap;
 use std::fmt;
 
@@ -21,17 +22,21 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
 use super::chain::ChainOutcome;
-use super::fasthash::{FastMap, FastSet};
+use super::fasthash::FastMap;
+#[cfg(test)]
+use super::fasthash::FastSet;
 use super::rules::{MigrationError, Result};
 use super::subtree::Subtree;
 use crate::model::state::Reference;
 use crate::model::{ProviderRef, State, Urn};
+#[cfg(test)]
 use crate::sync::shim::{Arc, Mutex};
+#[cfg(test)]
 use crate::sync::{Slot as CommitSlot, Transaction};
 
 /// Where one state of the prepared prior list comes from.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Slot {
+pub(crate) enum Slot {
     /// A retained prior state, by its index in the prior (base) list, with
     /// its prepared copy when its references changed (`None`: the same
     /// object, unchanged).
@@ -52,7 +57,7 @@ pub enum Slot {
 /// One item of a journal `state-migration` entry's layout: `{"baseIndex":
 /// i}` or `{"stateIndex": j}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum LayoutItem {
+pub(crate) enum LayoutItem {
     /// A retained base state, by its index in the base snapshot.
     Base(usize),
     /// A result state, by its index in the entry's `states`.
@@ -109,7 +114,7 @@ impl<'de> Deserialize<'de> for LayoutItem {
 /// A prepared migration transaction (§6): the new prior list, slot by
 /// slot, and the journal entry's parts (§10).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     /// The sorted, verified prior list: where each state comes from.
     pub order: Vec<Slot>,
     /// The result states in their prepared (sorted) order: the journal
@@ -123,8 +128,9 @@ pub struct Prepared {
 }
 
 impl Prepared {
+    #[cfg(test)]
     /// The state in slot `slot`, given the prior (base) list.
-    pub fn state_at<'a>(&'a self, base: &'a [State], slot: usize) -> &'a State {
+    pub(crate) fn state_at<'a>(&'a self, base: &'a [State], slot: usize) -> &'a State {
         match &self.order[slot] {
             Slot::Base {
                 patched: Some(p), ..
@@ -134,24 +140,27 @@ impl Prepared {
         }
     }
 
+    #[cfg(test)]
     /// The URNs of the prepared prior list, in order.
-    pub fn urns<'a>(&'a self, base: &'a [State]) -> Vec<&'a Urn> {
+    pub(crate) fn urns<'a>(&'a self, base: &'a [State]) -> Vec<&'a Urn> {
         (0..self.order.len())
             .map(|i| &self.state_at(base, i).urn)
             .collect()
     }
 
+    #[cfg(test)]
     /// The prepared prior list as owned states (what full-checkpoint
     /// persistence writes).
-    pub fn prior_list(&self, base: &[State]) -> Vec<State> {
+    pub(crate) fn prior_list(&self, base: &[State]) -> Vec<State> {
         (0..self.order.len())
             .map(|i| self.state_at(base, i).clone())
             .collect()
     }
 
+    #[cfg(test)]
     /// The retained rewrites: each patched base index and its prepared copy,
     /// in ascending index order (the journal's `baseStatePatches`).
-    pub fn base_patch_states(&self) -> Vec<(usize, &State)> {
+    pub(crate) fn base_patch_states(&self) -> Vec<(usize, &State)> {
         let mut out: Vec<(usize, &State)> = self
             .order
             .iter()
@@ -167,6 +176,7 @@ impl Prepared {
         out
     }
 
+    #[cfg(test)]
     /// The commit transaction (§7) over the live prior list `live` (the
     /// list the prior indices refer to): a retained state keeps its `Arc`
     /// (with its prepared copy when its references changed), a result state
@@ -174,7 +184,7 @@ impl Prepared {
     ///
     /// # Panics
     /// When a base index is out of bounds of `live`.
-    pub fn into_transaction(self, live: &[Arc<Mutex<State>>]) -> Transaction<State> {
+    pub(crate) fn into_transaction(self, live: &[Arc<Mutex<State>>]) -> Transaction<State> {
         let mut states: Vec<Option<State>> = self.states.into_iter().map(Some).collect();
         let list = self
             .order
@@ -208,7 +218,7 @@ impl Prepared {
 /// `viewOf`, `provider`, `inputs`, `outputs`, `replacementTrigger`) from a
 /// prepared copy into a live state. (For an implementation of
 /// [`crate::sync::CommitFields`] on [`State`].)
-pub fn copy_commit_fields(from: &State, into: &mut State) {
+pub(crate) fn copy_commit_fields(from: &State, into: &mut State) {
     into.parent.clone_from(&from.parent);
     into.dependencies.clone_from(&from.dependencies);
     into.property_dependencies
@@ -240,7 +250,7 @@ enum Candidate {
 /// # Errors
 /// `invalid-snapshot` when the candidate list has a cycle or the sorted
 /// list fails integrity (`checkpoint.md` §4).
-pub fn prepare(
+pub(crate) fn prepare(
     registration: &Urn,
     prior: &[State],
     subtree: &Subtree,
@@ -310,6 +320,7 @@ pub fn prepare(
     Ok(prepared)
 }
 
+#[cfg(test)]
 /// The deterministic topological sort of §6.3 over `list` (the candidate
 /// list): depth-first post-order in list order; a state's edges are its
 /// provider, parent, dependencies, property dependencies, `deletedWith` and
@@ -325,7 +336,7 @@ pub fn prepare(
 ///
 /// # Errors
 /// A description of a cycle.
-pub fn sort(list: &[&State]) -> std::result::Result<Vec<usize>, String> {
+pub(crate) fn sort(list: &[&State]) -> std::result::Result<Vec<usize>, String> {
     let graph = Graph::build(list);
     graph.sort(list)
 }
@@ -337,7 +348,7 @@ pub fn sort(list: &[&State]) -> std::result::Result<Vec<usize>, String> {
 ///
 /// # Errors
 /// A description of a cycle or of a broken integrity rule.
-pub fn sort_verified(list: &[&State]) -> std::result::Result<Vec<usize>, String> {
+pub(crate) fn sort_verified(list: &[&State]) -> std::result::Result<Vec<usize>, String> {
     let graph = Graph::build(list);
     if let Some(problem) = graph.problem {
         return Err(problem);
@@ -515,7 +526,7 @@ impl Graph {
 ///
 /// # Errors
 /// A description of the first broken rule.
-pub fn verify(list: &[&State]) -> std::result::Result<(), String> {
+pub(crate) fn verify(list: &[&State]) -> std::result::Result<(), String> {
     let mut seen: FastMap<&str, bool> = FastMap::default();
     seen.reserve(list.len());
     let mut providers: FastMap<&str, Vec<&str>> = FastMap::default();
@@ -573,6 +584,7 @@ pub fn verify(list: &[&State]) -> std::result::Result<(), String> {
     Ok(())
 }
 
+#[cfg(test)]
 /// Replays a journal `state-migration` entry over the base list: walks
 /// `layout`, taking each retained base state (or its patch from
 /// `base_patches`) and each result state from `states`; base indices the
@@ -582,7 +594,7 @@ pub fn verify(list: &[&State]) -> std::result::Result<(), String> {
 /// A description of what is malformed (an index out of bounds, an index
 /// used twice, a state not placed, a patch for a removed or unknown base
 /// index, a patch given twice). Nothing is changed.
-pub fn apply_layout(
+pub(crate) fn apply_layout(
     base: &[State],
     layout: &[LayoutItem],
     states: &[State],

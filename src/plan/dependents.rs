@@ -32,7 +32,7 @@ use super::diffs;
 
 /// A diff the walk needs from a dependent's provider.
 #[derive(Debug, Clone)]
-pub struct DependentDiff {
+pub(crate) struct DependentDiff {
     /// The dependent's prior state.
     pub old: State,
     /// Its inputs with those that depend on replaced resources unknown.
@@ -44,7 +44,7 @@ pub struct DependentDiff {
 
 /// The walk over a replaced resource's prior dependents.
 #[derive(Debug, Clone)]
-pub struct DependentWalk {
+pub(crate) struct DependentWalk {
     /// Candidates in prior order: (prior index, state).
     candidates: Vec<(usize, State)>,
     next: usize,
@@ -68,7 +68,7 @@ impl DependentWalk {
 
     /// The next provider diff the walk needs, or `None` once it is done.
     /// Each request must be answered before asking again.
-    pub fn next_request(&mut self) -> Option<&DependentDiff> {
+    pub(crate) fn next_request(&mut self) -> Option<&DependentDiff> {
         while self.pending.is_none() && self.next < self.candidates.len() {
             let (index, s) = &self.candidates[self.next];
             self.next += 1;
@@ -86,7 +86,7 @@ impl DependentWalk {
 
     /// The answer to the request [`DependentWalk::next_request`] handed out (the
     /// provider's diff, before `replaceOnChanges`).
-    pub fn answer(&mut self, diff: &DiffResponse) {
+    pub(crate) fn answer(&mut self, diff: &DiffResponse) {
         let Some((index, d)) = self.pending.take() else {
             return;
         };
@@ -101,7 +101,7 @@ impl DependentWalk {
     /// Finishes a walk whose requests were not answered by a provider:
     /// every dependent that would need a diff is taken as replaced (the
     /// conservative choice, for callers that cannot ask).
-    pub fn assume_replace(mut self) -> DependentReplacements {
+    pub(crate) fn assume_replace(mut self) -> DependentReplacements {
         let replace = DiffResponse {
             kind: DiffKind::Replace,
             changed_keys: Default::default(),
@@ -115,7 +115,7 @@ impl DependentWalk {
     }
 
     /// The result, once [`DependentWalk::next_request`] returned `None`.
-    pub fn finish(self) -> DependentReplacements {
+    pub(crate) fn finish(self) -> DependentReplacements {
         DependentReplacements {
             replaced: self.chosen,
         }
@@ -178,7 +178,7 @@ enum Need {
 /// The prior dependents a delete-before-replace replaces: (prior index,
 /// URN), in prior order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DependentReplacements {
+pub(crate) struct DependentReplacements {
     /// The dependents to replace.
     pub replaced: Vec<(usize, Urn)>,
 }

@@ -12,7 +12,7 @@ use crate::provider::{DiffKind, DiffResponse};
 /// is sent, and the state keeps, the old value. Returns the paths that
 /// could not be reset completely (they go through an element added or
 /// removed since), for a diagnostic.
-pub fn ignore_changes(
+pub(crate) fn ignore_changes(
     paths: &[PropertyPath],
     old: &PropertyMap,
     new: &mut PropertyMap,
@@ -29,7 +29,7 @@ pub fn ignore_changes(
 /// keys, followed down into `old` and `new` to the values that differ (a
 /// provider that reports only top-level keys still lets `tags.Name`
 /// match). A diff with no change is left alone.
-pub fn apply_replace_on_changes(
+pub(crate) fn apply_replace_on_changes(
     mut diff: DiffResponse,
     paths: &[PropertyPath],
     old: &PropertyMap,

@@ -7,7 +7,7 @@ use crate::model::{State, Urn};
 
 /// The URNs a state depends on for ordering: parent, dependencies,
 /// property dependencies, `deletedWith`, `replaceWith` and the provider.
-pub fn edges(s: &State) -> impl Iterator<Item = Urn> + '_ {
+pub(crate) fn edges(s: &State) -> impl Iterator<Item = Urn> + '_ {
     let provider = s.provider_ref().ok().flatten().map(|p| p.urn().clone());
     s.references().map(|(_, u)| u.clone()).chain(provider)
 }
@@ -16,7 +16,7 @@ pub fn edges(s: &State) -> impl Iterator<Item = Urn> + '_ {
 /// earlier group than everything it depends on, so each group can run in
 /// parallel and the groups run in order. Within a group, states keep their
 /// input order (deterministic).
-pub fn delete_antichains(states: &[&State]) -> Vec<Vec<usize>> {
+pub(crate) fn delete_antichains(states: &[&State]) -> Vec<Vec<usize>> {
     // Index by URN; a URN may have a live and a pending-delete copy, both
     // deleted here: an edge to that URN orders against every copy.
     let mut by_urn: HashMap<&Urn, Vec<usize>> = HashMap::with_capacity(states.len());

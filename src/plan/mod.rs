@@ -4,11 +4,13 @@
 //! dependency-graph helpers. No actors: the StepGenerator actor
 //! (`actors::generator`) drives it.
 
-pub mod dependents;
+pub(crate) mod dependents;
 pub mod diff;
-pub mod diffs;
-pub mod generator;
-pub mod graph;
-pub mod providers;
+pub(crate) mod diffs;
+pub(crate) mod generator;
+pub(crate) mod graph;
+pub(crate) mod providers;
 pub mod saved;
-pub mod step;
+pub(crate) mod step;
+
+pub use generator::{PlanError, UpdateOptions};

@@ -22,11 +22,11 @@ use crate::model::{PropertyMap, PropertyValue};
 /// The key under which Pulumi keeps a provider's internal settings (its
 /// plugin's download URL); the engine drops it before asking a provider
 /// to compare configurations.
-pub const INTERNAL_KEY: &str = "__internal";
+pub(crate) const INTERNAL_KEY: &str = "__internal";
 /// The provider input holding the plugin's version.
-pub const VERSION_KEY: &str = "version";
+pub(crate) const VERSION_KEY: &str = "version";
 /// The internal setting holding the plugin's download URL.
-pub const DOWNLOAD_URL_KEY: &str = "pluginDownloadURL";
+pub(crate) const DOWNLOAD_URL_KEY: &str = "pluginDownloadURL";
 
 /// A plugin version that is not a semantic version.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -41,7 +41,7 @@ pub struct VersionError {
 /// A semantic version (semver 2.0, as Pulumi parses plugin versions: no
 /// leading `v`, no leading zeros in numbers).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Version {
+pub(crate) struct Version {
     major: u64,
     minor: u64,
     patch: u64,
@@ -54,7 +54,7 @@ impl Version {
     ///
     /// # Errors
     /// [`VersionError`] naming the text and what is wrong.
-    pub fn parse(text: &str) -> Result<Self, VersionError> {
+    pub(crate) fn parse(text: &str) -> Result<Self, VersionError> {
         let bad = |reason: &str| VersionError {
             version: text.to_owned(),
             reason: reason.to_owned(),
@@ -127,7 +127,7 @@ impl fmt::Display for Version {
 /// Which default provider a registration asks for: its package, plugin
 /// version and download URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DefaultProviderRequest {
+pub(crate) struct DefaultProviderRequest {
     package: String,
     version: Option<Version>,
     download_url: Option<String>,
@@ -139,7 +139,7 @@ impl DefaultProviderRequest {
     ///
     /// # Errors
     /// [`VersionError`] when the version is not a semantic version.
-    pub fn new(
+    pub(crate) fn new(
         package: &str,
         version: Option<&str>,
         download_url: Option<&str>,
@@ -160,12 +160,12 @@ impl DefaultProviderRequest {
     }
 
     /// The package.
-    pub fn package(&self) -> &str {
+    pub(crate) fn package(&self) -> &str {
         &self.package
     }
 
     /// A key telling requests apart (one default provider per key).
-    pub fn key(&self) -> String {
+    pub(crate) fn key(&self) -> String {
         let mut k = self.package.clone();
         if let Some(v) = &self.version {
             k.push('-');
@@ -180,7 +180,7 @@ impl DefaultProviderRequest {
 
     /// The default provider's resource name: `default`, or with the
     /// version's parts and the download URL, as Pulumi names it.
-    pub fn name(&self) -> String {
+    pub(crate) fn name(&self) -> String {
         let mut name = String::from("default");
         if let Some(v) = &self.version {
             name.push_str(&format!("_{}_{}_{}", v.major, v.minor, v.patch));
@@ -199,7 +199,7 @@ impl DefaultProviderRequest {
     /// The default provider's inputs: the package's configuration (from
     /// `config`, whose keys are `<package>:<key>`), `version` and
     /// `__internal` as Pulumi records them.
-    pub fn inputs(&self, config: &BTreeMap<String, PropertyValue>) -> PropertyMap {
+    pub(crate) fn inputs(&self, config: &BTreeMap<String, PropertyValue>) -> PropertyMap {
         let prefix = format!("{}:", self.package);
         let mut inputs: PropertyMap = config
             .iter()
@@ -250,7 +250,7 @@ fn qualified_name(text: &str) -> String {
 
 /// A provider's configuration as a provider is asked to compare it: its
 /// inputs without `__internal`.
-pub fn config_of(inputs: &PropertyMap) -> PropertyMap {
+pub(crate) fn config_of(inputs: &PropertyMap) -> PropertyMap {
     inputs
         .iter()
         .filter(|(k, _)| k.as_str() != INTERNAL_KEY)

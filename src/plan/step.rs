@@ -3,7 +3,7 @@
 
 use crate::model::{State, Urn};
 
-pub use crate::model::step::{lock, share, StateRef, StepKind};
+pub(crate) use crate::model::step::{lock, StateRef, StepKind};
 
 /// One step.
 #[derive(Debug, Clone)]
@@ -54,7 +54,7 @@ impl Step {
 
 /// Steps that run one after the other, for one registration (or one delete).
 #[derive(Debug, Clone, Default)]
-pub struct Chain {
+pub(crate) struct Chain {
     /// The steps in order.
     pub steps: Vec<Step>,
     /// URNs whose steps in this operation must finish before this chain

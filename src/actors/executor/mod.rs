@@ -23,14 +23,13 @@ use tokio::sync::watch;
 use super::program::RegisterError;
 use super::protocol::{ExecMsg, GenMsg, RegisterReply, Submission, Submitted};
 use crate::events::EngineEvent;
-pub use crate::model::step::Written;
 use crate::model::step::{lock, StateRef};
 use crate::model::{PropertyMap, Urn};
 use crate::persist::{Change, Mutation};
 use crate::plan::step::{Chain, Step};
 use crate::source::goal::Registered;
 use crate::sync::gate::{Gate, Reservation, Reserved};
-pub use shared::{ExecConfig, ExecShared, Status, StopFlag};
+pub(crate) use shared::{ExecConfig, ExecShared, Status, StopFlag};
 use step::run_steps;
 
 /// Submits a chain to the executor: takes its gate reservation *now*, then
@@ -40,7 +39,7 @@ use step::run_steps;
 ///
 /// Never waits: with a quiesce pending the chain is handed back
 /// ([`Submission::Gated`]).
-pub fn submit(
+pub(crate) fn submit(
     executor: &ActorRef<ExecMsg>,
     gate: &Gate,
     chain: Chain,
@@ -60,7 +59,7 @@ pub fn submit(
 
 /// Sends a chain with the reservation taken for it; false when the
 /// executor stopped (the reservation is then released).
-pub fn send_reserved(
+pub(crate) fn send_reserved(
     executor: &ActorRef<ExecMsg>,
     chain: Chain,
     reply: Option<RegisterReply>,
@@ -76,11 +75,11 @@ pub fn send_reserved(
 
 /// The StepExecutor actor.
 #[derive(Debug, Default)]
-pub struct ExecutorActor;
+pub(crate) struct ExecutorActor;
 
 /// The executor's state: shared with its tasks, plus the generator to tell.
 #[derive(Debug)]
-pub struct ExecutorState {
+pub(crate) struct ExecutorState {
     shared: Arc<ExecShared>,
     generator: ActorRef<GenMsg>,
 }

@@ -12,7 +12,7 @@ use tokio::sync::{oneshot, watch, Semaphore};
 
 use super::step::StepError;
 use crate::actors::protocol::PersistMsg;
-use crate::events::{EngineEvent, EventSink, StepFailure};
+use crate::events::{EventSink, StepFailure};
 use crate::locks::MutexExt;
 use crate::model::ambient::SharedClock;
 use crate::model::step::{StepKind, Written};
@@ -23,7 +23,7 @@ use crate::sync::gate::Gate;
 
 /// Where a resource's chain stands in this operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
+pub(crate) enum Status {
     /// Submitted, not finished.
     Pending,
     /// Finished.
@@ -34,7 +34,7 @@ pub enum Status {
 
 /// The executor's configuration.
 #[derive(Debug, Clone)]
-pub struct ExecConfig {
+pub(crate) struct ExecConfig {
     /// Chains running at once (1 = serial).
     pub parallel: usize,
     /// Keep going after a failure (skipping dependents of failed steps).
@@ -50,22 +50,22 @@ pub struct ExecConfig {
 /// Set once a failure (or the end of the operation) stops new work; shared
 /// by the executor, its tasks and the generator.
 #[derive(Debug, Clone, Default)]
-pub struct StopFlag(Arc<AtomicBool>);
+pub(crate) struct StopFlag(Arc<AtomicBool>);
 
 impl StopFlag {
     /// Stops new work.
-    pub fn set(&self) {
+    pub(crate) fn set(&self) {
         self.0.store(true, Ordering::Release);
     }
 
     /// True once new work is stopped.
-    pub fn is_set(&self) -> bool {
+    pub(crate) fn is_set(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
 }
 
 /// State shared by the executor's tasks.
-pub struct ExecShared {
+pub(crate) struct ExecShared {
     pub(super) config: ExecConfig,
     pub(super) gate: Gate,
     pub(super) pool: Semaphore,
@@ -93,7 +93,7 @@ impl std::fmt::Debug for ExecShared {
 
 impl ExecShared {
     /// Shared executor state.
-    pub fn new(
+    pub(crate) fn new(
         config: ExecConfig,
         gate: Gate,
         registry: ProviderRegistry,
@@ -118,53 +118,39 @@ impl ExecShared {
     }
 
     /// Steps completed per kind.
-    pub fn counts(&self) -> BTreeMap<StepKind, usize> {
+    pub(crate) fn counts(&self) -> BTreeMap<StepKind, usize> {
         self.counts.locked().clone()
     }
 
     /// Failed steps.
-    pub fn failures(&self) -> Vec<StepFailure> {
+    pub(crate) fn failures(&self) -> Vec<StepFailure> {
         self.failures.locked().clone()
     }
 
     /// The states written (or read) so far in this operation, shared with
     /// the migration coordinator, which reads them once it quiesced.
-    pub fn written(&self) -> Arc<Written> {
+    pub(crate) fn written(&self) -> Arc<Written> {
         self.news.clone()
     }
 
     /// The flag that stops new work, shared with the generator.
-    pub fn stop_flag(&self) -> StopFlag {
+    pub(crate) fn stop_flag(&self) -> StopFlag {
         self.stopped.clone()
     }
 
     /// Stops new work (a failure that fails the operation).
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         self.stopped.set();
     }
 
     /// True once a failure stopped new work.
-    pub fn stopped(&self) -> bool {
+    pub(crate) fn stopped(&self) -> bool {
         self.stopped.is_set()
     }
 
     /// How many steps failed so far.
-    pub fn failure_count(&self) -> usize {
+    pub(crate) fn failure_count(&self) -> usize {
         self.failures.locked().len()
-    }
-
-    /// Sends a diagnostic about a resource to the event stream.
-    pub fn diagnostic(&self, severity: &str, urn: &Urn, message: String) {
-        self.events.send(EngineEvent::Diagnostic {
-            severity: severity.to_owned(),
-            urn: Some(urn.clone()),
-            message,
-        });
-    }
-
-    /// The execution gate.
-    pub fn gate(&self) -> &Gate {
-        &self.gate
     }
 
     pub(super) fn fail(&self, f: StepFailure) {

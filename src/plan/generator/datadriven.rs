@@ -56,11 +56,12 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
+use crate::model::step::{lock, share, StepKind};
 use crate::model::urn::STACK_TYPE;
 use crate::model::{PropertyMap, PropertyValue, SharedIds, State, TypeToken, Urn};
 use crate::plan::dependents::{DependentReplacements, DependentWalk};
 use crate::plan::providers::config_of;
-use crate::plan::step::{lock, share, Chain, Step, StepKind};
+use crate::plan::step::{Chain, Step};
 use crate::provider::{DiffKind, DiffResponse};
 use crate::source::goal::{Alias, AliasParent, AliasSpec, Goal, ReadGoal};
 

@@ -23,7 +23,7 @@ impl Planner {
     /// # Errors
     /// Duplicate URNs, alias conflicts, unknown parents or dependencies,
     /// malformed provider references.
-    pub fn prepare(&mut self, goal: &Goal) -> Result<Prepared> {
+    pub(crate) fn prepare(&mut self, goal: &Goal) -> Result<Prepared> {
         let is_stack = goal.ty.as_str() == STACK_TYPE;
         let parent = self.parent_of(goal);
         let urn = self.urn_for(&goal.ty, &goal.name, parent.as_ref())?;
@@ -250,7 +250,7 @@ impl Planner {
     /// # Errors
     /// [`PlanError::ProtectedReplace`] when a protected resource (or a
     /// protected dependent of a delete-before-replace) would be replaced.
-    pub fn decide(
+    pub(crate) fn decide(
         &mut self,
         p: Prepared,
         diff: Option<&DiffResponse>,
@@ -264,7 +264,7 @@ impl Planner {
     ///
     /// # Errors
     /// As [`Planner::decide`].
-    pub fn decide_with(
+    pub(crate) fn decide_with(
         &mut self,
         p: Prepared,
         diff: Option<&DiffResponse>,
@@ -379,7 +379,7 @@ impl Planner {
     /// When deciding `p` with this diff will replace it delete-before-
     /// replace: the walk over its prior dependents that finds which must be
     /// replaced first (the actor drives it, asking their providers).
-    pub fn dependents_walk(
+    pub(crate) fn dependents_walk(
         &self,
         p: &Prepared,
         diff: Option<&DiffResponse>,
@@ -730,7 +730,7 @@ impl Planner {
     ///
     /// # Errors
     /// As [`Planner::prepare`].
-    pub fn read(&mut self, goal: &ReadGoal) -> Result<(Option<Prepared>, Chain)> {
+    pub(crate) fn read(&mut self, goal: &ReadGoal) -> Result<(Option<Prepared>, Chain)> {
         let as_goal = Goal {
             ty: goal.ty.clone(),
             name: goal.name.clone(),

@@ -18,7 +18,7 @@ impl Planner {
     /// # Errors
     /// [`PlanError::ProtectedDelete`] naming every protected resource that
     /// would be deleted (nothing is deleted then).
-    pub fn deletes(&mut self) -> Result<Vec<Vec<Step>>> {
+    pub(crate) fn deletes(&mut self) -> Result<Vec<Vec<Step>>> {
         let mut picked: Vec<(usize, StepKind)> = Vec::new();
         let scope = self.delete_scope();
         for (i, s) in self.olds.iter().enumerate() {
@@ -129,7 +129,7 @@ impl Planner {
     }
 
     /// Refresh steps: one per prior custom resource (not providers).
-    pub fn refreshes(&mut self) -> Vec<Step> {
+    pub(crate) fn refreshes(&mut self) -> Vec<Step> {
         self.olds
             .iter()
             .filter_map(|s| {

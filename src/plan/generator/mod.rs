@@ -152,12 +152,12 @@ pub enum PlanError {
 }
 
 /// The result type of planning.
-pub type Result<T, E = PlanError> = std::result::Result<T, E>;
+pub(crate) type Result<T, E = PlanError> = std::result::Result<T, E>;
 
 /// A registration after URN derivation and prior lookup, waiting for the
 /// provider's check and diff.
 #[derive(Debug, Clone)]
-pub struct Prepared {
+pub(crate) struct Prepared {
     /// The derived URN.
     pub urn: Urn,
     /// The prior state found (own URN or alias).
@@ -199,7 +199,7 @@ pub struct Prepared {
 /// What a change of a resource's provider reference means (Pulumi's
 /// `providerChanged`).
 #[derive(Debug, Clone, Default, PartialEq)]
-pub enum ProviderChange {
+pub(crate) enum ProviderChange {
     /// The same provider resource (or one renamed through an alias). If it
     /// is replaced in this operation, so is the resource.
     #[default]
@@ -216,7 +216,7 @@ pub enum ProviderChange {
 /// Two configurations of a provider to compare (`Provider::diff_config`),
 /// without `__internal`.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ConfigDiff {
+pub(crate) struct ConfigDiff {
     /// The provider instance to ask (the new configuration's).
     pub provider: ProviderRef,
     /// The old configuration.
@@ -275,7 +275,7 @@ impl UpdateOptions {
 
 /// Operation-wide planning options.
 #[derive(Debug, Clone, Default)]
-pub struct PlanOptions {
+pub(crate) struct PlanOptions {
     /// The stack's name.
     pub stack: String,
     /// The project's name.
@@ -294,7 +294,7 @@ pub struct PlanOptions {
 
 /// The planner's state for one operation.
 #[derive(Debug)]
-pub struct Planner {
+pub(crate) struct Planner {
     opts: PlanOptions,
     olds: Vec<StateRef>,
     /// Live (not pending-delete) prior states by URN.
@@ -344,7 +344,7 @@ pub struct Planner {
 
 impl Planner {
     /// A planner over the prior resource list.
-    pub fn new(opts: PlanOptions, olds: Vec<StateRef>) -> Self {
+    pub(crate) fn new(opts: PlanOptions, olds: Vec<StateRef>) -> Self {
         let mut live = HashMap::with_capacity(olds.len());
         for (i, s) in olds.iter().enumerate() {
             let s = lock(s);
@@ -385,7 +385,7 @@ impl Planner {
     }
 
     /// The plan recorded by a preview with `generate_plan`.
-    pub fn take_saved_plan(&mut self) -> Option<super::saved::SavedPlan> {
+    pub(crate) fn take_saved_plan(&mut self) -> Option<super::saved::SavedPlan> {
         self.recording.take()
     }
 
@@ -398,42 +398,37 @@ impl Planner {
     }
 
     /// The stack's name.
-    pub fn stack(&self) -> &str {
+    pub(crate) fn stack(&self) -> &str {
         &self.opts.stack
     }
 
     /// The project's name.
-    pub fn project(&self) -> &str {
+    pub(crate) fn project(&self) -> &str {
         &self.opts.project
     }
 
     /// The operator's controls.
-    pub fn options(&self) -> &UpdateOptions {
+    pub(crate) fn options(&self) -> &UpdateOptions {
         &self.opts.update
     }
 
-    /// The prior states.
-    pub fn olds(&self) -> &[StateRef] {
-        &self.olds
-    }
-
     /// The live prior state of `urn` (as migrations left it), if any.
-    pub fn prior_state(&self, urn: &Urn) -> Option<State> {
+    pub(crate) fn prior_state(&self, urn: &Urn) -> Option<State> {
         self.live.get(urn).map(|&i| lock(&self.olds[i]).clone())
     }
 
     /// The stack resource's URN, once registered.
-    pub fn root(&self) -> Option<&Urn> {
+    pub(crate) fn root(&self) -> Option<&Urn> {
         self.root.as_ref()
     }
 
     /// URNs registered so far in this operation.
-    pub fn registered(&self) -> &HashSet<Urn> {
+    pub(crate) fn registered(&self) -> &HashSet<Urn> {
         &self.registered
     }
 
     /// Prior URNs claimed through an alias so far in this operation.
-    pub fn alias_claims(&self) -> &HashSet<Urn> {
+    pub(crate) fn alias_claims(&self) -> &HashSet<Urn> {
         &self.alias_claims
     }
 }

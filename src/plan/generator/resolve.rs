@@ -15,7 +15,7 @@ impl Planner {
     ///
     /// # Errors
     /// [`PlanError::BadUrn`] when the parts do not make a URN.
-    pub fn urn_for(&self, ty: &TypeToken, name: &str, parent: Option<&Urn>) -> Result<Urn> {
+    pub(crate) fn urn_for(&self, ty: &TypeToken, name: &str, parent: Option<&Urn>) -> Result<Urn> {
         Urn::derive(&self.opts.stack, &self.opts.project, parent, ty, name).map_err(|source| {
             PlanError::BadUrn {
                 name: name.into(),
@@ -178,7 +178,7 @@ impl Planner {
     /// The parent a goal registers under: its own, or the stack resource
     /// (providers without an explicit parent stay top-level, as Pulumi's
     /// default providers are; their URN is the same either way).
-    pub fn parent_of(&self, goal: &Goal) -> Option<Urn> {
+    pub(crate) fn parent_of(&self, goal: &Goal) -> Option<Urn> {
         match (
             &goal.options.parent,
             goal.ty.is_stack() || goal.ty.is_provider(),
@@ -194,7 +194,7 @@ impl Planner {
     ///
     /// # Errors
     /// [`PlanError::BadUrn`] when an alias does not make a URN.
-    pub fn alias_urns(&self, goal: &Goal) -> Result<Vec<Urn>> {
+    pub(crate) fn alias_urns(&self, goal: &Goal) -> Result<Vec<Urn>> {
         let parent = self.parent_of(goal);
         Ok(self
             .generate_aliases(goal, parent.as_ref())?
@@ -206,7 +206,7 @@ impl Planner {
     /// Adopts a new prior list after a committed migration: retained states
     /// keep their handles (and so their claims and handled marks), result
     /// states are new and unclaimed, removed states are gone.
-    pub fn resync(&mut self, olds: Vec<StateRef>) {
+    pub(crate) fn resync(&mut self, olds: Vec<StateRef>) {
         let ptr = |s: &StateRef| std::sync::Arc::as_ptr(s) as usize;
         let old_index: HashMap<usize, usize> = self
             .olds

@@ -6,9 +6,9 @@
 use std::collections::BTreeSet;
 
 use super::*;
+use crate::model::step::share;
 use crate::model::urn::STACK_TYPE;
 use crate::model::TypeToken;
-use crate::plan::step::share;
 use crate::plan::step::{Chain, StepKind};
 use crate::provider::{DiffKind, DiffResponse};
 use crate::source::goal::Goal;
