@@ -47,7 +47,7 @@ pub enum RegisterError {
     Stopped,
     /// Persisting it failed.
     #[error("persisting failed: {0}")]
-    Persist(String),
+    Persist(Arc<crate::persist::PersistError>),
     /// An invoke failed.
     #[error(transparent)]
     Invoke(#[from] crate::provider::builtins::InvokeError),

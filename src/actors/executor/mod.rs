@@ -241,7 +241,7 @@ async fn set_outputs(
     shared
         .persist(Mutation::Apply(Change::Outputs { state, outputs }))
         .await
-        .map_err(|e| RegisterError::Persist(e.to_string()))
+        .map_err(|e| RegisterError::Persist(Arc::new(e)))
 }
 
 async fn run_chain(
