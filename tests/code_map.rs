@@ -13,19 +13,22 @@ fn architecture() -> String {
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
 }
 
-/// The first fenced block after `## Code map`.
-fn code_map(doc: &str) -> &str {
+/// The first fenced block after the heading `heading`.
+fn fenced_after<'a>(doc: &'a str, heading: &str) -> &'a str {
     let after = doc
-        .split_once("## Code map")
-        .expect("ARCHITECTURE.md has a `## Code map` section")
+        .split_once(heading)
+        .unwrap_or_else(|| panic!("ARCHITECTURE.md has a `{heading}` section"))
         .1;
-    let body = after
+    after
         .split_once("```\n")
-        .expect("the code map is a fenced block")
-        .1;
-    body.split_once("```")
-        .expect("the code map's block is closed")
+        .and_then(|(_, body)| body.split_once("```"))
+        .unwrap_or_else(|| panic!("`{heading}` is followed by a closed fenced block"))
         .0
+}
+
+/// The code map: the first fenced block after `## Code map`.
+fn code_map(doc: &str) -> &str {
+    fenced_after(doc, "## Code map")
 }
 
 /// The files a code map names: `dir/` lines open a directory for the lines
@@ -171,15 +174,7 @@ fn module_edges() -> BTreeSet<(String, String)> {
 /// The layer of each top-level module, from the `layer N  a b c` lines
 /// of the fenced block after `### Module layers` in ARCHITECTURE.md.
 fn layers(doc: &str) -> BTreeMap<String, usize> {
-    let after = doc
-        .split_once("### Module layers")
-        .expect("ARCHITECTURE.md has a `### Module layers` section")
-        .1;
-    let block = after
-        .split_once("```\n")
-        .and_then(|(_, b)| b.split_once("```"))
-        .expect("the layer table is a fenced block")
-        .0;
+    let block = fenced_after(doc, "### Module layers");
     let mut out = BTreeMap::new();
     for line in block.lines() {
         let mut words = line.split_whitespace();

@@ -194,6 +194,15 @@ impl FakeProvider {
     fn diff(&self, old: &PropertyMap, new: &PropertyMap) -> DiffResponse {
         let changed = changed_keys(old, new);
         let replace: BTreeSet<String> = changed.intersection(&self.force_new).cloned().collect();
+        Self::response(changed, replace, self.dbr)
+    }
+
+    /// Replace when a replace key changed, else update when any key did.
+    fn response(
+        changed: BTreeSet<String>,
+        replace: BTreeSet<String>,
+        delete_before_replace: bool,
+    ) -> DiffResponse {
         let kind = if !replace.is_empty() {
             DiffKind::Replace
         } else if changed.is_empty() {
@@ -205,7 +214,7 @@ impl FakeProvider {
             kind,
             changed_keys: changed,
             replace_keys: replace,
-            delete_before_replace: self.dbr,
+            delete_before_replace,
         }
     }
 
@@ -218,19 +227,7 @@ impl FakeProvider {
             .filter(|k| k.as_str() != "version")
             .cloned()
             .collect();
-        let kind = if !replace.is_empty() {
-            DiffKind::Replace
-        } else if changed.is_empty() {
-            DiffKind::Same
-        } else {
-            DiffKind::Update
-        };
-        DiffResponse {
-            kind,
-            changed_keys: changed,
-            replace_keys: replace,
-            delete_before_replace: false,
-        }
+        Self::response(changed, replace, false)
     }
 
     /// What the actor's `check_and_diff` would get for `p`.
