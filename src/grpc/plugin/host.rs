@@ -1,0 +1,1 @@
+//! Provider plugin processes: start, read the port, connect, stop.
