@@ -265,3 +265,65 @@ async fn a_missing_program_is_a_spawn_error() {
     assert!(matches!(e, HostError::Spawn { .. }), "{e}");
     assert!(e.to_string().contains("no-such-program"), "{e}");
 }
+
+#[tokio::test]
+async fn a_plugin_that_ignores_interrupts_is_killed_after_the_grace_period() {
+    let python = python();
+    let dir = tempfile::tempdir().unwrap();
+    // SIGINT ignored from the start: Python then installs no handler.
+    plugin_script(
+        dir.path(),
+        "pulumi-python",
+        &format!("trap '' INT\nexec '{python}' -u -m pulumi.dynamic"),
+    );
+    let (diag, _) = collect();
+    let p = PluginProcess::start_with(
+        &launch(dir.path(), "pulumi-python"),
+        None,
+        diag,
+        HostOptions::default(),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let pid = p.pid().unwrap();
+    let stopped = p.shutdown(Duration::from_millis(200)).await;
+    assert!(stopped.killed, "{stopped:?}");
+    // Killed by shutdown itself (SIGKILL), and waited for.
+    assert!(
+        stopped.status.is_some_and(|s| s.code().is_none()),
+        "{stopped:?}"
+    );
+    assert!(!alive(pid));
+}
+
+#[tokio::test]
+async fn a_python_source_plugin_runs_with_its_runtime() {
+    let python = python();
+    let project = tempfile::tempdir().unwrap();
+    let plugin = project.path().join("plugins/dyn");
+    std::fs::create_dir_all(&plugin).unwrap();
+    std::fs::write(plugin.join("PulumiPlugin.yaml"), "runtime: python\n").unwrap();
+    std::fs::write(
+        plugin.join("__main__.py"),
+        "import runpy\nrunpy.run_module('pulumi.dynamic', run_name='__main__')\n",
+    )
+    .unwrap();
+    std::fs::write(
+        project.path().join("Pulumi.yaml"),
+        "name: p\nruntime: python\nplugins:\n  providers:\n    - name: dyn\n      path: plugins/dyn\n",
+    )
+    .unwrap();
+    let env = DiscoveryEnv {
+        python_cmd: Some(python.into()),
+        ..DiscoveryEnv::from_process(Some(project.path()))
+    };
+    let l = find(&env, "dyn", None).unwrap();
+    let (diag, _) = collect();
+    let p = PluginProcess::start_with(&l, None, diag, HostOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(p.exited().is_none());
+    let pid = p.pid().unwrap();
+    p.shutdown(Duration::from_secs(10)).await;
+    assert!(!alive(pid));
+}
