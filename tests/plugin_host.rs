@@ -327,3 +327,31 @@ async fn a_python_source_plugin_runs_with_its_runtime() {
     p.shutdown(Duration::from_secs(10)).await;
     assert!(!alive(pid));
 }
+
+#[tokio::test]
+async fn secrets_it_prints_are_masked_in_errors_and_diagnostics() {
+    let dir = tempfile::tempdir().unwrap();
+    plugin_script(
+        dir.path(),
+        "leaky",
+        "echo \"token=$LEAKY_TOKEN\" >&2\necho \"port $LEAKY_TOKEN\"\nexit 1",
+    );
+    let mut l = launch(dir.path(), "leaky");
+    l.env.push(("LEAKY_TOKEN".into(), "hunter2-s3cr3t".into()));
+    let (diag, got) = collect();
+    let options = HostOptions {
+        redact: vec!["hunter2-s3cr3t".into()],
+        ..HostOptions::default()
+    };
+    let e = PluginProcess::start_with(&l, None, diag, options)
+        .await
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, HostError::Garbage { .. }), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert!(text.contains("\"port [secret]\""), "{text}");
+    assert!(text.contains("token=[secret]"), "{text}");
+    let got = got.lock().unwrap();
+    assert!(got.iter().any(|d| d.line == "token=[secret]"), "{got:?}");
+    assert!(got.iter().all(|d| !d.line.contains("hunter2")), "{got:?}");
+}

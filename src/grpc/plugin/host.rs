@@ -14,9 +14,10 @@
 //!
 //! Everything the plugin prints afterwards (stdout after the port, stderr
 //! from the start) goes line by line to the diagnostics callback; the last
-//! stderr lines are kept for errors about the process. They are the
-//! plugin's own output, which may echo its configuration: errors carry
-//! them only when the process failed.
+//! stderr lines are kept for errors about the process (only when the
+//! process failed). They are the plugin's own output, which may echo the
+//! secrets it was given: the texts in [`HostOptions::redact`] (and
+//! [`PluginProcess::redact_also`]) are masked in all of it.
 //!
 //! [`PluginProcess::shutdown`] stops it as Pulumi's host does: close the
 //! connection, interrupt the process group, wait up to a grace period,
@@ -68,13 +69,18 @@ pub struct Diagnostic {
 /// Where a plugin's output lines go.
 pub type Diagnostics = Arc<dyn Fn(Diagnostic) + Send + Sync>;
 
-/// Timeouts of [`PluginProcess::start_with`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Timeouts and secrets of [`PluginProcess::start_with`].
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HostOptions {
     /// How long the plugin has to print its port.
     pub port_timeout: Duration,
     /// How long keel tries to connect to the port.
     pub connect_timeout: Duration,
+    /// Texts masked as `[secret]` in everything the plugin prints, before
+    /// it reaches the diagnostics or an error (the plaintexts of the
+    /// secrets it is given, e.g. in its environment; more can be added
+    /// later with [`PluginProcess::redact_also`]).
+    pub redact: Vec<String>,
 }
 
 impl Default for HostOptions {
@@ -85,6 +91,7 @@ impl Default for HostOptions {
         Self {
             port_timeout: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),
+            redact: Vec::new(),
         }
     }
 }
@@ -254,6 +261,7 @@ pub struct PluginProcess {
     group: Arc<Group>,
     exit: watch::Receiver<Option<ExitStatus>>,
     tail: Arc<Mutex<VecDeque<String>>>,
+    redact: Arc<Mutex<Vec<String>>>,
     readers: Vec<JoinHandle<()>>,
     /// Held open, never written (as Pulumi does).
     _stdin: Option<ChildStdin>,
@@ -366,9 +374,11 @@ impl PluginProcess {
             group,
             exit,
             tail,
+            redact: Arc::new(Mutex::new(Vec::new())),
             readers: Vec::new(),
             _stdin: stdin,
         };
+        me.redact_also(options.redact.iter().cloned());
         if let Some(err) = stderr {
             let h = me.forward(err, Stream::Stderr, Arc::clone(&diagnostics));
             me.readers.push(h);
@@ -386,7 +396,7 @@ impl PluginProcess {
             tokio::time::timeout(options.port_timeout, first_line(&mut stdout, &mut printed)).await;
         let port = match read {
             Err(_) => {
-                let shown = lossy(&printed);
+                let shown = me.masked(lossy(&printed));
                 let timeout = options.port_timeout;
                 return Err(me
                     .fail(|plugin, stderr| HostError::NoPort {
@@ -405,7 +415,7 @@ impl PluginProcess {
             // End of stdout before a line break: it exited (or closed
             // stdout, which is as good as dead to keel).
             Ok(Ok(false)) => {
-                let shown = lossy(&printed);
+                let shown = me.masked(lossy(&printed));
                 let status = me.wait_exit(REAP).await;
                 return Err(me
                     .fail(|plugin, stderr| HostError::Exited {
@@ -421,7 +431,7 @@ impl PluginProcess {
             Ok(Ok(true)) => match parse_port(&printed) {
                 Some(p) => p,
                 None => {
-                    let shown = lossy(&printed).trim_end().to_owned();
+                    let shown = me.masked(lossy(&printed).trim_end().to_owned());
                     return Err(me
                         .fail(|plugin, stderr| HostError::Garbage {
                             plugin,
@@ -447,6 +457,7 @@ impl PluginProcess {
         diagnostics: Diagnostics,
     ) -> JoinHandle<()> {
         let tail = Arc::clone(&self.tail);
+        let redact = Arc::clone(&self.redact);
         let package = self.package.clone();
         tokio::spawn(async move {
             let mut r = BufReader::new(r);
@@ -457,7 +468,10 @@ impl PluginProcess {
                     Ok(0) | Err(_) => return,
                     Ok(_) => {}
                 }
-                let line = lossy(&buf).trim_end_matches(['\n', '\r']).to_owned();
+                let line = mask(
+                    &redact.locked(),
+                    lossy(&buf).trim_end_matches(['\n', '\r']).to_owned(),
+                );
                 if stream == Stream::Stderr {
                     let mut t = tail.locked();
                     if t.len() == STDERR_LINES {
@@ -541,6 +555,23 @@ impl PluginProcess {
             Ok(Ok(s)) => *s,
             _ => None,
         }
+    }
+
+    /// Masks `texts` too in what it prints from now on (e.g. the secrets
+    /// of the configuration sent to it).
+    pub fn redact_also(&self, texts: impl IntoIterator<Item = String>) {
+        let mut r = self.redact.locked();
+        for t in texts {
+            if !t.is_empty() && !r.contains(&t) {
+                r.push(t);
+            }
+        }
+        // Longer first, so a secret containing another goes whole.
+        r.sort_by_key(|t| std::cmp::Reverse(t.len()));
+    }
+
+    fn masked(&self, text: String) -> String {
+        mask(&self.redact.locked(), text)
     }
 
     /// The plugin as errors name it (`pulumi-resource-aws v6.1.0 from ...`).
@@ -666,6 +697,16 @@ fn parse_port(line: &[u8]) -> Option<u16> {
         .replace("\x1b]9;4;0;\x1b\\", "");
     let port: u16 = text.trim().parse().ok()?;
     (port != 0).then_some(port)
+}
+
+/// `text` with each of `redact` replaced by `[secret]`.
+fn mask(redact: &[String], mut text: String) -> String {
+    for s in redact {
+        if text.contains(s.as_str()) {
+            text = text.replace(s.as_str(), "[secret]");
+        }
+    }
+    text
 }
 
 fn lossy(b: &[u8]) -> String {
