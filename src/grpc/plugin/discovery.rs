@@ -397,7 +397,8 @@ pub enum DiscoveryError {
 }
 
 /// Finds the provider plugin of `package`, at `version` if given (a
-/// semantic version, `v` prefix allowed), as the module docs say.
+/// semantic version, `v` prefix allowed; an empty one, as the Python SDK
+/// sends for "any", is none), as the module docs say.
 ///
 /// # Errors
 /// [`DiscoveryError`] (boxed: it is large), naming the package, the
@@ -411,6 +412,7 @@ pub fn find(
         return Err(Box::new(DiscoveryError::BuiltIn));
     }
     let version = version
+        .filter(|v| !v.trim().is_empty())
         .map(|v| {
             let t = v.trim();
             Version::parse(t.strip_prefix('v').unwrap_or(t)).map_err(|_| {
@@ -1000,6 +1002,7 @@ mod tests {
         let l = find(&t.env(), "aws", None).unwrap();
         assert_eq!(l.found_version, Some(Version::parse("1.10.0").unwrap()));
         assert_eq!(l.version, None);
+        assert_eq!(find(&t.env(), "aws", Some("")).unwrap(), l, "empty: any");
         // A version asked is matched exactly.
         let l = find(&t.env(), "aws", Some("v1.9.3")).unwrap();
         assert_eq!(l.found_version, Some(Version::parse("1.9.3").unwrap()));
