@@ -16,11 +16,13 @@
 //!   `Callbacks` service;
 //! - [`monitor`]: the two services and the server's lifetime;
 //! - [`python`]: a Python program directory as a [`crate::actors::Program`]
-//!   (starts the interpreter with keel's runner).
+//!   (starts the interpreter with keel's runner);
+//! - [`plugin`]: Pulumi resource-provider plugins (finding and starting them).
 
 pub mod callbacks;
 pub mod convert;
 pub mod monitor;
+pub mod plugin;
 pub mod python;
 
 /// The generated protocol messages and service stubs (package `pulumirpc`).
