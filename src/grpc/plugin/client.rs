@@ -1,0 +1,1149 @@
+//! keel as the client of a Pulumi resource-provider plugin.
+//!
+//! [`PluginProvider`] implements [`Provider`] over a connected
+//! `pulumirpc.ResourceProvider` client (`proto/provider.proto`), so the
+//! planner, executor, journal and migrations drive a real plugin exactly as
+//! they drive the simulated cloud. It behaves on the wire as Pulumi's engine
+//! does (`../shared/spec/providers.md` §2-§6, §9):
+//!
+//! - `Handshake` is optional: `Unimplemented` (the Python dynamic and
+//!   component providers) means the protocol comes from `ConfigureResponse`.
+//! - `configure` sends `CheckConfig` (unimplemented: inputs unchanged), then
+//!   `Configure` with `acceptSecrets`/`acceptResources`, remembering what the
+//!   plugin accepts; with unknown configuration (a preview) `Configure` is
+//!   not sent and every call short-circuits as Pulumi's does.
+//! - Values are marshalled per call (§5 table): unknowns kept only in a
+//!   preview where allowed, secrets sent plain to a plugin that did not
+//!   accept them and re-marked on the way back by key, references
+//!   flattened for a plugin that did not accept them.
+//! - A plugin without preview support is not called for a preview
+//!   create/update (its inputs are the outputs); delete is never sent in a
+//!   preview.
+//! - Errors name the resource and the plugin (package and version);
+//!   `Internal`/`DataLoss`/`Unknown` say the object's state is unknown; an
+//!   `ErrorResourceInitFailed` detail is decoded ([`InitFailure`]) and kept
+//!   for the caller ([`PluginProvider::take_init_failure`]), since
+//!   [`ProviderError`] has no place for state.
+//!
+//! The marshalling is in free functions (sans-IO), tested without a plugin.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use prost::Message as _;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+
+use crate::grpc::convert::{decode_struct, encode_struct, Accepts};
+use crate::grpc::pb;
+use crate::grpc::pb::resource_provider_client::ResourceProviderClient;
+use crate::locks::MutexExt;
+use crate::model::property::{Secret, UNKNOWN_VALUE};
+use crate::model::{PropertyMap, PropertyValue, TypeToken, Urn};
+use crate::provider::{
+    changed_keys, DiffConfigRequest, DiffKind, DiffResponse, ObjectState, Provider, ProviderError,
+    ResourceRequest, Result,
+};
+
+/// The largest message keel accepts from a plugin (Pulumi's 400 MiB).
+pub const MAX_MESSAGE_BYTES: usize = 400 * 1024 * 1024;
+
+/// The engine-owned key of a provider resource's inputs that never reaches
+/// the plugin (spec §3).
+pub const INTERNAL_KEY: &str = "__internal";
+
+/// The unknown sentinels of every element type (spec §5); all decode as
+/// [`PropertyValue::Computed`].
+pub const UNKNOWN_SENTINELS: [&str; 7] = [
+    UNKNOWN_VALUE,
+    "1c4a061d-8072-4f0a-a4cb-0ff528b18fe7",
+    "3eeb2bf0-c639-47a8-9e75-3b44932eb421",
+    "6a19a0b0-7e62-4c92-b797-7f8e31da9cc2",
+    "030794c1-ac77-496b-92df-f27374a8bd58",
+    "e48ece36-62e2-4504-bad9-02848725956a",
+    "dd056dcd-154b-4c76-9bd3-c8f88648b5ff",
+];
+
+/// A failure to set up a plugin (before any resource is involved).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{call} of {plugin} failed: {message}")]
+pub struct PluginError {
+    /// The plugin, as [`PluginProvider::plugin_name`] names it.
+    pub plugin: String,
+    /// The RPC.
+    pub call: &'static str,
+    /// The plugin's message (gRPC status and text).
+    pub message: String,
+}
+
+/// What the plugin accepts and supports: from `Handshake`, else from
+/// `ConfigureResponse`; all false until either answered.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Protocol {
+    /// The plugin answered `Handshake` (else it was unimplemented).
+    pub handshake: bool,
+    /// Secrets travel as signed secret objects (else as their plain values).
+    pub accept_secrets: bool,
+    /// Resource references travel as signed objects (else flattened).
+    pub accept_resources: bool,
+    /// Output values travel as signed objects (Construct/Call only; keel
+    /// sends none yet).
+    pub accept_outputs: bool,
+    /// Create/Update may be called with `preview = true`.
+    pub supports_preview: bool,
+}
+
+/// Where `configure` left the plugin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Configured {
+    /// `configure` was not called.
+    No,
+    /// `Configure` succeeded.
+    Yes,
+    /// The configuration holds unknowns (a preview): `Configure` was not
+    /// sent, and calls short-circuit (spec §3 "Unknown config").
+    Unknown,
+}
+
+/// A `Create`/`Update`/`Read` failure after which the object exists:
+/// Pulumi's `ErrorResourceInitFailed` detail (spec §4). Pulumi saves `id`
+/// and `outputs` as the new state with `reasons` as its `initErrors`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InitFailure {
+    /// The object's ID.
+    pub id: String,
+    /// Its outputs.
+    pub outputs: PropertyMap,
+    /// Its inputs (from a Read only).
+    pub inputs: Option<PropertyMap>,
+    /// Why it failed to initialise.
+    pub reasons: Vec<String>,
+}
+
+/// `google.rpc.Status`, the payload of a gRPC status's details.
+#[derive(Clone, PartialEq, prost::Message)]
+struct RpcStatus {
+    #[prost(int32, tag = "1")]
+    code: i32,
+    #[prost(string, tag = "2")]
+    message: String,
+    #[prost(message, repeated, tag = "3")]
+    details: Vec<prost_types::Any>,
+}
+
+/// The messages of a status's details whose type name ends `name`.
+fn status_details<M: prost::Message + Default>(details: &[u8], name: &str) -> Vec<M> {
+    let Ok(status) = RpcStatus::decode(details) else {
+        return Vec::new();
+    };
+    status
+        .details
+        .iter()
+        .filter(|a| a.type_url.rsplit('/').next() == Some(name))
+        .filter_map(|a| M::decode(a.value.as_slice()).ok())
+        .collect()
+}
+
+/// Decodes an `ErrorResourceInitFailed` from a status's details bytes.
+pub fn init_failure(details: &[u8]) -> Option<InitFailure> {
+    let f: pb::ErrorResourceInitFailed =
+        status_details(details, "pulumirpc.ErrorResourceInitFailed")
+            .into_iter()
+            .next()?;
+    Some(InitFailure {
+        id: f.id,
+        outputs: unmarshal(f.properties, "properties", true).unwrap_or_default(),
+        inputs: f
+            .inputs
+            .map(|i| unmarshal(Some(i), "inputs", true).unwrap_or_default()),
+        reasons: f.reasons,
+    })
+}
+
+/// The missing keys a `Configure` error names in its details
+/// (`ConfigureErrorMissingKeys`), as `name (description)`.
+pub fn missing_config_keys(details: &[u8]) -> Vec<String> {
+    status_details::<pb::ConfigureErrorMissingKeys>(details, "pulumirpc.ConfigureErrorMissingKeys")
+        .into_iter()
+        .flat_map(|m| m.missing_keys)
+        .map(|k| {
+            if k.description.is_empty() {
+                k.name
+            } else {
+                format!("{} ({})", k.name, k.description)
+            }
+        })
+        .collect()
+}
+
+/// True when a status means "not implemented", with Pulumi's quirks for
+/// `CheckConfig`/`DiffConfig` (spec §3: `Internal` from the Node.js dynamic
+/// provider, `Unknown` + "Unimplemented" from kubernetes).
+pub fn is_unimplemented(status: &Status, package: &str) -> bool {
+    match status.code() {
+        Code::Unimplemented => true,
+        Code::Internal => package == "pulumi-nodejs",
+        Code::Unknown => package == "kubernetes" && status.message().contains("Unimplemented"),
+        _ => false,
+    }
+}
+
+/// How values are sent in one call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Marshal {
+    /// Unknowns are sent (else the key or element is dropped).
+    pub keep_unknowns: bool,
+    /// What the plugin accepts.
+    pub accepts: Accepts,
+}
+
+/// A property map as a wire `Struct` (spec §5).
+pub fn marshal(m: &PropertyMap, how: Marshal) -> prost_types::Struct {
+    if how.keep_unknowns {
+        encode_struct(m, how.accepts)
+    } else {
+        encode_struct(&drop_unknowns(m), how.accepts)
+    }
+}
+
+/// `m` without unknown values: a key (or array element) whose value is
+/// unknown is dropped, as Pulumi does when a call does not keep unknowns.
+pub fn drop_unknowns(m: &PropertyMap) -> PropertyMap {
+    m.iter()
+        .filter_map(|(k, v)| without_unknowns(v).map(|v| (k.clone(), v)))
+        .collect()
+}
+
+fn without_unknowns(v: &PropertyValue) -> Option<PropertyValue> {
+    match v {
+        PropertyValue::Computed => None,
+        PropertyValue::Output(o) if o.value.is_none() => None,
+        PropertyValue::Array(a) => Some(PropertyValue::Array(
+            a.iter().filter_map(without_unknowns).collect(),
+        )),
+        PropertyValue::Object(m) => Some(PropertyValue::Object(drop_unknowns(m))),
+        PropertyValue::Secret(Secret::Plaintext(p)) => {
+            let inner = without_unknowns(p.value())?;
+            Some(PropertyValue::Secret(Secret::plaintext(inner)))
+        }
+        other => Some(other.clone()),
+    }
+}
+
+/// A wire `Struct` from a plugin as a property map: every unknown sentinel
+/// becomes [`PropertyValue::Computed`]; unknowns are refused unless
+/// `allow_unknowns` (spec §5 "unknowns back").
+///
+/// # Errors
+/// A malformed signed value, or an unknown where none is allowed; `what`
+/// names the field.
+pub fn unmarshal(
+    s: Option<prost_types::Struct>,
+    what: &str,
+    allow_unknowns: bool,
+) -> std::result::Result<PropertyMap, String> {
+    let mut m = decode_struct(s, what)?;
+    for v in m.values_mut() {
+        normalize_unknowns(v);
+    }
+    if !allow_unknowns {
+        if let Some((k, _)) = m.iter().find(|(_, v)| v.contains_unknowns()) {
+            return Err(format!("{what}.{k} is unknown outside a preview"));
+        }
+    }
+    Ok(m)
+}
+
+fn normalize_unknowns(v: &mut PropertyValue) {
+    match v {
+        PropertyValue::String(s) if UNKNOWN_SENTINELS.contains(&s.as_str()) => {
+            *v = PropertyValue::Computed;
+        }
+        PropertyValue::Array(a) => a.iter_mut().for_each(normalize_unknowns),
+        PropertyValue::Object(m) => m.values_mut().for_each(normalize_unknowns),
+        PropertyValue::Secret(Secret::Plaintext(p)) => normalize_unknowns(p.value_mut()),
+        _ => {}
+    }
+}
+
+/// Re-marks as secret every output whose key was secret in the inputs, for
+/// a plugin that did not accept secrets (Pulumi's `annotateSecrets`):
+/// objects are followed key by key; a secret anywhere inside a non-object
+/// input makes the whole output secret.
+pub fn annotate_secrets(outputs: &mut PropertyMap, inputs: &PropertyMap) {
+    for (k, out) in outputs.iter_mut() {
+        if let Some(input) = inputs.get(k) {
+            annotate_value(out, input);
+        }
+    }
+}
+
+fn annotate_value(out: &mut PropertyValue, input: &PropertyValue) {
+    if matches!(out, PropertyValue::Secret(_)) {
+        return;
+    }
+    match (input, &mut *out) {
+        (PropertyValue::Secret(_), _) => {
+            *out = PropertyValue::Secret(Secret::plaintext(std::mem::take(out)));
+        }
+        (PropertyValue::Object(i), PropertyValue::Object(o)) => annotate_secrets(o, i),
+        (i, _) if contains_secret(i) => {
+            *out = PropertyValue::Secret(Secret::plaintext(std::mem::take(out)));
+        }
+        _ => {}
+    }
+}
+
+fn contains_secret(v: &PropertyValue) -> bool {
+    match v {
+        PropertyValue::Secret(_) => true,
+        PropertyValue::Output(o) => o.secret == Some(true),
+        PropertyValue::Array(a) => a.iter().any(contains_secret),
+        PropertyValue::Object(m) => m.values().any(contains_secret),
+        _ => false,
+    }
+}
+
+/// The top-level key a property path starts with (`a.b[0]` → `a`,
+/// `["x.y"].z` → `x.y`, `[3]` → `[3]`).
+pub fn top_level_key(path: &str) -> String {
+    if let Some(rest) = path.strip_prefix("[\"") {
+        if let Some(end) = rest.find("\"]") {
+            return rest[..end].to_owned();
+        }
+    }
+    if path.starts_with('[') {
+        return path
+            .split(']')
+            .next()
+            .map_or_else(String::new, |s| format!("{s}]"));
+    }
+    path.split(['.', '[']).next().unwrap_or(path).to_owned()
+}
+
+/// A plugin's `DiffResponse` as keel's (spec §4): replacement when
+/// `replaces` is non-empty or a detailed diff kind is `*_REPLACE`;
+/// `DIFF_UNKNOWN` decided by comparing old and new inputs, as Pulumi's
+/// engine does, and so are the changed keys of a change whose keys the
+/// plugin does not name. Detailed-diff paths are reduced to their top-level keys
+/// (keel's [`DiffResponse`] holds keys, not paths).
+pub fn diff_response(
+    resp: &pb::DiffResponse,
+    old_inputs: &PropertyMap,
+    new_inputs: &PropertyMap,
+) -> DiffResponse {
+    use pb::diff_response::DiffChanges;
+    use pb::property_diff::Kind;
+    let mut replace_keys: BTreeSet<String> =
+        resp.replaces.iter().map(|p| top_level_key(p)).collect();
+    let mut changed: BTreeSet<String> = resp.diffs.iter().map(|p| top_level_key(p)).collect();
+    if resp.has_detailed_diff {
+        for (path, d) in &resp.detailed_diff {
+            let key = top_level_key(path);
+            if matches!(
+                d.kind(),
+                Kind::AddReplace | Kind::DeleteReplace | Kind::UpdateReplace
+            ) {
+                replace_keys.insert(key.clone());
+            }
+            changed.insert(key);
+        }
+    }
+    changed.extend(replace_keys.iter().cloned());
+    let by_inputs = || changed_keys(old_inputs, new_inputs, &[]);
+    let some = match resp.changes() {
+        DiffChanges::DiffSome => true,
+        DiffChanges::DiffNone => false,
+        DiffChanges::DiffUnknown => !by_inputs().is_empty(),
+    };
+    // A plugin that says "changed" without naming keys (the Python dynamic
+    // provider): the keys are those whose inputs differ.
+    if some && changed.is_empty() {
+        changed = by_inputs();
+    }
+    let kind = if !replace_keys.is_empty() {
+        DiffKind::Replace
+    } else if some {
+        DiffKind::Update
+    } else {
+        DiffKind::Same
+    };
+    if kind == DiffKind::Same {
+        changed.clear();
+    }
+    DiffResponse {
+        kind,
+        changed_keys: changed,
+        replace_keys,
+        delete_before_replace: resp.delete_before_replace,
+    }
+}
+
+/// A provider resource's inputs without the engine-owned `__internal` key.
+pub fn strip_internal(inputs: &PropertyMap) -> PropertyMap {
+    let mut m = inputs.clone();
+    m.remove(INTERNAL_KEY);
+    m
+}
+
+/// `ConfigureRequest.variables` (deprecated but still read by old
+/// plugins): `<pkg>:config:<key>` → a string (non-strings as JSON, secrets
+/// unwrapped), without `version` (spec §3).
+pub fn config_variables(package: &str, inputs: &PropertyMap) -> HashMap<String, String> {
+    inputs
+        .iter()
+        .filter(|(k, _)| k.as_str() != "version" && k.as_str() != INTERNAL_KEY)
+        .map(|(k, v)| {
+            let v = match v {
+                PropertyValue::Secret(Secret::Plaintext(p)) => p.value(),
+                v => v,
+            };
+            let text = match v {
+                PropertyValue::String(s) => s.clone(),
+                v => v.to_json().to_string(),
+            };
+            (format!("{package}:config:{k}"), text)
+        })
+        .collect()
+}
+
+/// True when a provider configuration holds an unknown anywhere but in
+/// `version` (Configure is then not sent).
+pub fn config_has_unknowns(inputs: &PropertyMap) -> bool {
+    inputs
+        .iter()
+        .any(|(k, v)| k != "version" && v.contains_unknowns())
+}
+
+/// A status as the message of a [`ProviderError`]: the plugin, the gRPC
+/// code and text, whether the object's state is unknown (`Internal`,
+/// `DataLoss`, `Unknown`: the plugin failed mid-operation, spec §4), and an
+/// init failure's ID and reasons.
+pub fn status_message(plugin: &str, status: &Status) -> String {
+    let mut msg = format!(
+        "{plugin}: {:?}: {}",
+        status.code(),
+        status.message().trim_end()
+    );
+    if let Some(f) = init_failure(status.details()) {
+        msg.push_str(&format!(
+            "; the object exists (id `{}`) but failed to initialise: {}",
+            f.id,
+            f.reasons.join("; ")
+        ));
+    } else if matches!(
+        status.code(),
+        Code::Internal | Code::DataLoss | Code::Unknown
+    ) {
+        msg.push_str(" (the object's state is unknown)");
+    }
+    msg
+}
+
+fn seconds(t: Option<std::time::Duration>) -> f64 {
+    t.map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// A Pulumi resource-provider plugin as a keel [`Provider`].
+///
+/// Cheap calls share one tonic channel (a clone per call); the negotiated
+/// protocol is kept behind a mutex held only to copy it.
+#[derive(Debug)]
+pub struct PluginProvider {
+    package: String,
+    version: Mutex<Option<String>>,
+    provider_urn: Urn,
+    client: ResourceProviderClient<Channel>,
+    protocol: Mutex<Protocol>,
+    configured: Mutex<Configured>,
+    init_failures: Mutex<BTreeMap<String, InitFailure>>,
+}
+
+impl PluginProvider {
+    /// A provider for `package` over a connected channel, with no call made
+    /// yet (see [`PluginProvider::connect`]). Its provider resource is the
+    /// package's default provider until [`PluginProvider::with_provider_urn`]
+    /// says otherwise.
+    pub fn new(package: impl Into<String>, channel: Channel) -> Self {
+        let package = package.into();
+        let provider_urn = Urn::parse(&format!(
+            "urn:pulumi:keel::keel::pulumi:providers:{package}::default"
+        ))
+        .unwrap_or_else(|_| {
+            Urn::parse("urn:pulumi:keel::keel::pulumi:providers:unknown::default")
+                .expect("a valid URN")
+        });
+        Self {
+            package,
+            version: Mutex::new(None),
+            provider_urn,
+            client: ResourceProviderClient::new(channel)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            protocol: Mutex::new(Protocol::default()),
+            configured: Mutex::new(Configured::No),
+            init_failures: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The provider resource this plugin instance configures (sent with
+    /// `CheckConfig`/`DiffConfig`).
+    #[must_use]
+    pub fn with_provider_urn(mut self, urn: Urn) -> Self {
+        self.provider_urn = urn;
+        self
+    }
+
+    /// A provider for `package` after `Handshake` (optional: unimplemented
+    /// is not an error) and `GetPluginInfo` (its version names the plugin
+    /// in messages). `engine_address` is keel's `pulumirpc.Engine` server,
+    /// when it runs one; `plugin_dir` the directory of the plugin's binary.
+    ///
+    /// # Errors
+    /// [`PluginError`] when `Handshake` fails other than unimplemented.
+    pub async fn connect(
+        package: impl Into<String>,
+        channel: Channel,
+        engine_address: Option<&str>,
+        plugin_dir: Option<&str>,
+    ) -> std::result::Result<Self, PluginError> {
+        let p = Self::new(package, channel);
+        p.handshake(engine_address, plugin_dir).await?;
+        p.plugin_info().await;
+        Ok(p)
+    }
+
+    /// Sends `Handshake`; `Ok(false)` when the plugin does not implement it.
+    ///
+    /// # Errors
+    /// [`PluginError`] for any other failure.
+    pub async fn handshake(
+        &self,
+        engine_address: Option<&str>,
+        plugin_dir: Option<&str>,
+    ) -> std::result::Result<bool, PluginError> {
+        let req = pb::ProviderHandshakeRequest {
+            engine_address: engine_address.unwrap_or_default().to_owned(),
+            root_directory: plugin_dir.map(str::to_owned),
+            program_directory: plugin_dir.map(str::to_owned),
+            // Only what keel implements: no URN in Configure (the trait
+            // has none), no views, no refresh-before-update.
+            configure_with_urn: false,
+            supports_views: false,
+            supports_refresh_before_update: false,
+            invoke_with_preview: true,
+            accepts_byte_string: false,
+        };
+        match self.client.clone().handshake(req).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                *self.protocol.locked() = Protocol {
+                    handshake: true,
+                    accept_secrets: r.accept_secrets,
+                    accept_resources: r.accept_resources,
+                    accept_outputs: r.accept_outputs,
+                    supports_preview: true,
+                };
+                Ok(true)
+            }
+            Err(s) if s.code() == Code::Unimplemented => Ok(false),
+            Err(s) => Err(self.plugin_error("Handshake", &s)),
+        }
+    }
+
+    /// Asks `GetPluginInfo` for the plugin's version and remembers it;
+    /// `None` when the plugin does not say.
+    pub async fn plugin_info(&self) -> Option<String> {
+        let v = self
+            .client
+            .clone()
+            .get_plugin_info(())
+            .await
+            .ok()
+            .map(|r| r.into_inner().version)
+            .filter(|v| !v.is_empty());
+        if v.is_some() {
+            (*self.version.locked()).clone_from(&v);
+        }
+        v
+    }
+
+    /// The plugin as messages name it: `pulumi-resource-<pkg> v<version>`.
+    pub fn plugin_name(&self) -> String {
+        match &*self.version.locked() {
+            Some(v) => format!("plugin pulumi-resource-{} v{v}", self.package),
+            None => format!("plugin pulumi-resource-{} (version unknown)", self.package),
+        }
+    }
+
+    /// The protocol negotiated so far.
+    pub fn protocol(&self) -> Protocol {
+        *self.protocol.locked()
+    }
+
+    /// The init failure of the last `Create`/`Update`/`Read` of `urn` that
+    /// failed with an `ErrorResourceInitFailed` detail, taken (the object
+    /// exists: its ID and outputs belong in the state with the reasons as
+    /// `initErrors`, which keel's [`Provider`] trait cannot return).
+    pub fn take_init_failure(&self, urn: &Urn) -> Option<InitFailure> {
+        self.init_failures.locked().remove(urn.as_str())
+    }
+
+    /// The plugin's schema (`GetSchema`, version 0), as JSON text.
+    ///
+    /// # Errors
+    /// [`PluginError`] when the plugin fails or does not implement it.
+    pub async fn get_schema(&self) -> std::result::Result<String, PluginError> {
+        self.client
+            .clone()
+            .get_schema(pb::GetSchemaRequest::default())
+            .await
+            .map(|r| r.into_inner().schema)
+            .map_err(|s| self.plugin_error("GetSchema", &s))
+    }
+
+    /// Calls a provider function (`Invoke`). Unknowns in `args` are
+    /// dropped; `Ok(Err(failures))` when the plugin refused the arguments.
+    /// With a plugin that did not accept secrets, every result is secret
+    /// when any argument was (spec §5).
+    ///
+    /// # Errors
+    /// [`PluginError`] when the call fails or returns unknowns.
+    pub async fn invoke(
+        &self,
+        token: &str,
+        args: &PropertyMap,
+        preview: bool,
+    ) -> std::result::Result<std::result::Result<PropertyMap, Vec<String>>, PluginError> {
+        let proto = self.protocol();
+        if *self.configured.locked() == Configured::Unknown {
+            return Ok(Ok(PropertyMap::new()));
+        }
+        let req = pb::InvokeRequest {
+            tok: token.to_owned(),
+            args: Some(marshal(args, self.how(false))),
+            preview,
+        };
+        let resp = self
+            .client
+            .clone()
+            .invoke(req)
+            .await
+            .map_err(|s| self.plugin_error("Invoke", &s))?
+            .into_inner();
+        if !resp.failures.is_empty() {
+            return Ok(Err(failures(&resp.failures)));
+        }
+        let mut ret = unmarshal(resp.r#return, "return", false).map_err(|m| PluginError {
+            plugin: self.plugin_name(),
+            call: "Invoke",
+            message: m,
+        })?;
+        if !proto.accept_secrets && args.values().any(contains_secret) {
+            for v in ret.values_mut() {
+                if !matches!(v, PropertyValue::Secret(_)) {
+                    *v = PropertyValue::Secret(Secret::plaintext(std::mem::take(v)));
+                }
+            }
+        }
+        Ok(Ok(ret))
+    }
+
+    /// Asks the plugin to stop its work in progress (`Cancel`, advisory);
+    /// unimplemented counts as acknowledged.
+    ///
+    /// # Errors
+    /// [`PluginError`] when the call fails otherwise.
+    pub async fn cancel(&self) -> std::result::Result<(), PluginError> {
+        match self.client.clone().cancel(()).await {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == Code::Unimplemented => Ok(()),
+            Err(s) => Err(self.plugin_error("Cancel", &s)),
+        }
+    }
+
+    fn plugin_error(&self, call: &'static str, s: &Status) -> PluginError {
+        PluginError {
+            plugin: self.plugin_name(),
+            call,
+            message: format!("{:?}: {}", s.code(), s.message().trim_end()),
+        }
+    }
+
+    fn failed(&self, operation: &'static str, urn: &Urn, s: &Status) -> ProviderError {
+        if let Some(f) = init_failure(s.details()) {
+            self.init_failures
+                .locked()
+                .insert(urn.as_str().to_owned(), f);
+        }
+        ProviderError::Failed {
+            operation,
+            urn: urn.clone(),
+            message: status_message(&self.plugin_name(), s),
+        }
+    }
+
+    fn bad_answer(&self, operation: &'static str, urn: &Urn, message: String) -> ProviderError {
+        ProviderError::Failed {
+            operation,
+            urn: urn.clone(),
+            message: format!("{}: {message}", self.plugin_name()),
+        }
+    }
+
+    /// The marshalling options of a call.
+    fn how(&self, keep_unknowns: bool) -> Marshal {
+        let p = self.protocol();
+        Marshal {
+            keep_unknowns,
+            accepts: Accepts {
+                secrets: p.accept_secrets,
+                resources: p.accept_resources,
+            },
+        }
+    }
+
+    fn unknown_config(&self) -> bool {
+        *self.configured.locked() == Configured::Unknown
+    }
+
+    /// Decodes outputs and re-marks secrets for a plugin that took them
+    /// plain.
+    fn outputs(
+        &self,
+        s: Option<prost_types::Struct>,
+        inputs: &PropertyMap,
+        preview: bool,
+        operation: &'static str,
+        urn: &Urn,
+    ) -> Result<PropertyMap> {
+        let mut out =
+            unmarshal(s, "properties", preview).map_err(|m| self.bad_answer(operation, urn, m))?;
+        if !self.protocol().accept_secrets {
+            annotate_secrets(&mut out, inputs);
+        }
+        Ok(out)
+    }
+}
+
+fn failures(f: &[pb::CheckFailure]) -> Vec<String> {
+    f.iter()
+        .map(|f| {
+            if f.property.is_empty() {
+                f.reason.clone()
+            } else {
+                format!("{}: {}", f.property, f.reason)
+            }
+        })
+        .collect()
+}
+
+fn name_and_type(urn: &Urn, ty: &TypeToken) -> (String, String) {
+    (urn.name().to_owned(), ty.as_str().to_owned())
+}
+
+#[async_trait]
+impl Provider for PluginProvider {
+    fn package(&self) -> &str {
+        &self.package
+    }
+
+    /// `CheckConfig` (unimplemented: the inputs as they are), then
+    /// `Configure`, unless the configuration holds unknowns.
+    async fn configure(&self, inputs: &PropertyMap) -> Result<()> {
+        let urn = &self.provider_urn;
+        let config = strip_internal(inputs);
+        let plain = Marshal {
+            keep_unknowns: true,
+            accepts: Accepts {
+                secrets: false,
+                resources: false,
+            },
+        };
+        let req = pb::CheckRequest {
+            urn: urn.as_str().to_owned(),
+            olds: Some(prost_types::Struct::default()),
+            news: Some(marshal(&config, plain)),
+            random_seed: Vec::new(),
+            name: urn.name().to_owned(),
+            r#type: format!("pulumi:providers:{}", self.package),
+        };
+        let checked = match self.client.clone().check_config(req).await {
+            Ok(r) => {
+                let r = r.into_inner();
+                if !r.failures.is_empty() {
+                    return Err(ProviderError::CheckFailed {
+                        urn: urn.clone(),
+                        failures: failures(&r.failures),
+                    });
+                }
+                let mut checked = unmarshal(r.inputs, "inputs", true)
+                    .map_err(|m| self.bad_answer("configure", urn, m))?;
+                annotate_secrets(&mut checked, &config);
+                match (config.get("version"), checked.get("version")) {
+                    (Some(v), None) => {
+                        checked.insert("version".into(), v.clone());
+                    }
+                    (Some(v), Some(w)) if v != w => {
+                        return Err(self.bad_answer(
+                            "configure",
+                            urn,
+                            "CheckConfig changed the provider's `version`".into(),
+                        ))
+                    }
+                    _ => {}
+                }
+                checked
+            }
+            Err(s) if is_unimplemented(&s, &self.package) => config,
+            Err(s) => return Err(self.failed("check", urn, &s)),
+        };
+        if config_has_unknowns(&checked) {
+            *self.configured.locked() = Configured::Unknown;
+            return Ok(());
+        }
+        let req = pb::ConfigureRequest {
+            variables: config_variables(&self.package, &checked),
+            args: Some(marshal(
+                &checked,
+                Marshal {
+                    keep_unknowns: true,
+                    accepts: Accepts {
+                        secrets: true,
+                        resources: true,
+                    },
+                },
+            )),
+            accept_secrets: true,
+            accept_resources: true,
+            sends_old_inputs: true,
+            sends_old_inputs_to_delete: true,
+            id: None,
+            urn: None,
+            name: None,
+            r#type: None,
+        };
+        let resp = self.client.clone().configure(req).await.map_err(|s| {
+            let missing = missing_config_keys(s.details());
+            if missing.is_empty() {
+                self.failed("configure", urn, &s)
+            } else {
+                self.bad_answer(
+                    "configure",
+                    urn,
+                    format!(
+                        "missing required configuration keys: {}",
+                        missing.join(", ")
+                    ),
+                )
+            }
+        })?;
+        let resp = resp.into_inner();
+        {
+            let mut p = self.protocol.locked();
+            if !p.handshake {
+                *p = Protocol {
+                    handshake: false,
+                    accept_secrets: resp.accept_secrets,
+                    accept_resources: resp.accept_resources,
+                    accept_outputs: resp.accept_outputs,
+                    supports_preview: resp.supports_preview,
+                };
+            }
+        }
+        *self.configured.locked() = Configured::Yes;
+        Ok(())
+    }
+
+    async fn check(&self, req: ResourceRequest<'_>) -> Result<PropertyMap> {
+        if self.unknown_config() {
+            return Ok(req.inputs.clone());
+        }
+        let (name, ty) = name_and_type(req.urn, req.ty);
+        let how = self.how(req.preview);
+        let mut seed = vec![0u8; 32];
+        let _ = getrandom::fill(&mut seed);
+        let call = pb::CheckRequest {
+            urn: req.urn.as_str().to_owned(),
+            olds: Some(marshal(req.old_inputs.unwrap_or(&PropertyMap::new()), how)),
+            news: Some(marshal(req.inputs, how)),
+            random_seed: seed,
+            name,
+            r#type: ty,
+        };
+        let r = self
+            .client
+            .clone()
+            .check(call)
+            .await
+            .map_err(|s| self.failed("check", req.urn, &s))?
+            .into_inner();
+        if !r.failures.is_empty() {
+            return Err(ProviderError::CheckFailed {
+                urn: req.urn.clone(),
+                failures: failures(&r.failures),
+            });
+        }
+        let mut inputs = unmarshal(r.inputs, "inputs", req.preview)
+            .map_err(|m| self.bad_answer("check", req.urn, m))?;
+        if !self.protocol().accept_secrets {
+            annotate_secrets(&mut inputs, req.inputs);
+        }
+        Ok(inputs)
+    }
+
+    async fn diff(&self, req: ResourceRequest<'_>) -> Result<DiffResponse> {
+        let empty = PropertyMap::new();
+        let old_inputs = req.old_inputs.unwrap_or(&empty);
+        if self.unknown_config() {
+            // Pulumi's DiffUnavailable: assume a change.
+            let changed = changed_keys(old_inputs, req.inputs, &[]);
+            return Ok(DiffResponse {
+                kind: DiffKind::Update,
+                changed_keys: changed,
+                replace_keys: BTreeSet::new(),
+                delete_before_replace: false,
+            });
+        }
+        let (name, ty) = name_and_type(req.urn, req.ty);
+        let how = self.how(req.preview);
+        let call = pb::DiffRequest {
+            id: req.id.to_owned(),
+            urn: req.urn.as_str().to_owned(),
+            olds: Some(marshal(req.old_outputs.unwrap_or(old_inputs), how)),
+            news: Some(marshal(req.inputs, how)),
+            ignore_changes: req.ignore_changes.to_vec(),
+            old_inputs: Some(marshal(old_inputs, how)),
+            name,
+            r#type: ty,
+        };
+        let r = self
+            .client
+            .clone()
+            .diff(call)
+            .await
+            .map_err(|s| self.failed("diff", req.urn, &s))?
+            .into_inner();
+        Ok(diff_response(&r, old_inputs, req.inputs))
+    }
+
+    /// `DiffConfig`; unimplemented is the trait's default (never a
+    /// replace), as Pulumi's engine does.
+    async fn diff_config(&self, req: DiffConfigRequest<'_>) -> Result<DiffResponse> {
+        let old_inputs = strip_internal(req.old_inputs);
+        let new_inputs = strip_internal(req.new_inputs);
+        let plain = Marshal {
+            keep_unknowns: true,
+            accepts: Accepts {
+                secrets: false,
+                resources: false,
+            },
+        };
+        let call = pb::DiffRequest {
+            id: String::new(),
+            urn: req.urn.as_str().to_owned(),
+            olds: Some(marshal(&strip_internal(req.old_outputs), plain)),
+            news: Some(marshal(&new_inputs, plain)),
+            ignore_changes: Vec::new(),
+            old_inputs: Some(marshal(&old_inputs, plain)),
+            name: req.urn.name().to_owned(),
+            r#type: req.urn.type_str().to_owned(),
+        };
+        match self.client.clone().diff_config(call).await {
+            Ok(r) => Ok(diff_response(&r.into_inner(), &old_inputs, &new_inputs)),
+            Err(s) if is_unimplemented(&s, &self.package) => {
+                let changed = changed_keys(&old_inputs, &new_inputs, &[]);
+                Ok(DiffResponse {
+                    kind: if changed.is_empty() {
+                        DiffKind::Same
+                    } else {
+                        DiffKind::Update
+                    },
+                    changed_keys: changed,
+                    replace_keys: BTreeSet::new(),
+                    delete_before_replace: false,
+                })
+            }
+            Err(s) => Err(self.failed("diff", req.urn, &s)),
+        }
+    }
+
+    async fn create(&self, req: ResourceRequest<'_>) -> Result<ObjectState> {
+        let unknown = self.unknown_config();
+        if req.preview && (unknown || !self.protocol().supports_preview) {
+            // Not sent: the inputs stand for the outputs (with unknown
+            // config, Pulumi answers empty outputs).
+            return Ok(ObjectState {
+                id: String::new(),
+                inputs: req.inputs.clone(),
+                outputs: if unknown {
+                    PropertyMap::new()
+                } else {
+                    req.inputs.clone()
+                },
+            });
+        }
+        if unknown {
+            return Err(self.bad_answer(
+                "create",
+                req.urn,
+                "the provider's configuration is unknown outside a preview".into(),
+            ));
+        }
+        let (name, ty) = name_and_type(req.urn, req.ty);
+        let call = pb::CreateRequest {
+            urn: req.urn.as_str().to_owned(),
+            properties: Some(marshal(req.inputs, self.how(req.preview))),
+            timeout: seconds(req.timeout),
+            preview: req.preview,
+            name,
+            r#type: ty,
+        };
+        let r = self
+            .client
+            .clone()
+            .create(call)
+            .await
+            .map_err(|s| self.failed("create", req.urn, &s))?
+            .into_inner();
+        if r.id.is_empty() && !req.preview {
+            return Err(self.bad_answer("create", req.urn, "Create returned an empty ID".into()));
+        }
+        let outputs = self.outputs(r.properties, req.inputs, req.preview, "create", req.urn)?;
+        Ok(ObjectState {
+            id: r.id,
+            inputs: req.inputs.clone(),
+            outputs,
+        })
+    }
+
+    async fn read(&self, req: ResourceRequest<'_>) -> Result<Option<ObjectState>> {
+        if self.unknown_config() {
+            return Err(self.bad_answer(
+                "read",
+                req.urn,
+                "the provider's configuration is unknown".into(),
+            ));
+        }
+        let (name, ty) = name_and_type(req.urn, req.ty);
+        let how = self.how(false);
+        let state = req.old_outputs.unwrap_or(req.inputs);
+        let call = pb::ReadRequest {
+            id: req.id.to_owned(),
+            urn: req.urn.as_str().to_owned(),
+            properties: Some(marshal(state, how)),
+            inputs: Some(marshal(req.inputs, how)),
+            name,
+            r#type: ty,
+            timeout: seconds(req.timeout),
+        };
+        let r = self
+            .client
+            .clone()
+            .read(call)
+            .await
+            .map_err(|s| self.failed("read", req.urn, &s))?
+            .into_inner();
+        if r.id.is_empty() {
+            return Ok(None);
+        }
+        let outputs = self.outputs(r.properties, state, false, "read", req.urn)?;
+        let inputs = match r.inputs {
+            Some(i) if !i.fields.is_empty() => {
+                let mut i = unmarshal(Some(i), "inputs", false)
+                    .map_err(|m| self.bad_answer("read", req.urn, m))?;
+                if !self.protocol().accept_secrets {
+                    annotate_secrets(&mut i, req.inputs);
+                }
+                i
+            }
+            _ => req.inputs.clone(),
+        };
+        Ok(Some(ObjectState {
+            id: r.id,
+            inputs,
+            outputs,
+        }))
+    }
+
+    async fn update(&self, req: ResourceRequest<'_>) -> Result<ObjectState> {
+        let unknown = self.unknown_config();
+        if req.preview && (unknown || !self.protocol().supports_preview) {
+            return Ok(ObjectState {
+                id: req.id.to_owned(),
+                inputs: req.inputs.clone(),
+                outputs: if unknown {
+                    PropertyMap::new()
+                } else {
+                    req.inputs.clone()
+                },
+            });
+        }
+        if unknown {
+            return Err(self.bad_answer(
+                "update",
+                req.urn,
+                "the provider's configuration is unknown outside a preview".into(),
+            ));
+        }
+        let (name, ty) = name_and_type(req.urn, req.ty);
+        let empty = PropertyMap::new();
+        let olds = self.how(false);
+        let call = pb::UpdateRequest {
+            id: req.id.to_owned(),
+            urn: req.urn.as_str().to_owned(),
+            olds: Some(marshal(req.old_outputs.unwrap_or(&empty), olds)),
+            news: Some(marshal(req.inputs, self.how(req.preview))),
+            timeout: seconds(req.timeout),
+            ignore_changes: req.ignore_changes.to_vec(),
+            preview: req.preview,
+            old_inputs: Some(marshal(req.old_inputs.unwrap_or(&empty), olds)),
+            name,
+            r#type: ty,
+        };
+        let r = self
+            .client
+            .clone()
+            .update(call)
+            .await
+            .map_err(|s| self.failed("update", req.urn, &s))?
+            .into_inner();
+        let outputs = self.outputs(r.properties, req.inputs, req.preview, "update", req.urn)?;
+        Ok(ObjectState {
+            id: req.id.to_owned(),
+            inputs: req.inputs.clone(),
+            outputs,
+        })
+    }
+
+    async fn delete(&self, req: ResourceRequest<'_>) -> Result<()> {
+        if req.preview {
+            return Ok(());
+        }
+        if self.unknown_config() {
+            return Err(self.bad_answer(
+                "delete",
+                req.urn,
+                "the provider's configuration is unknown".into(),
+            ));
+        }
+        let (name, ty) = name_and_type(req.urn, req.ty);
+        let how = self.how(false);
+        let call = pb::DeleteRequest {
+            id: req.id.to_owned(),
+            urn: req.urn.as_str().to_owned(),
+            properties: Some(marshal(req.old_outputs.unwrap_or(req.inputs), how)),
+            timeout: seconds(req.timeout),
+            old_inputs: Some(marshal(req.inputs, how)),
+            name,
+            r#type: ty,
+        };
+        self.client
+            .clone()
+            .delete(call)
+            .await
+            .map_err(|s| self.failed("delete", req.urn, &s))?;
+        Ok(())
+    }
+}
