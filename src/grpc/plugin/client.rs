@@ -1147,3 +1147,353 @@ impl Provider for PluginProvider {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::property::{SIG_KEY, SIG_SECRET};
+    use prost_types::value::Kind;
+
+    fn s(v: &str) -> PropertyValue {
+        PropertyValue::String(v.to_owned())
+    }
+
+    fn secret(v: PropertyValue) -> PropertyValue {
+        PropertyValue::Secret(Secret::plaintext(v))
+    }
+
+    fn map(pairs: Vec<(&str, PropertyValue)>) -> PropertyMap {
+        pairs.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+    }
+
+    fn plain(keep_unknowns: bool) -> Marshal {
+        Marshal {
+            keep_unknowns,
+            accepts: Accepts {
+                secrets: false,
+                resources: false,
+            },
+        }
+    }
+
+    fn string_of(v: &prost_types::Value) -> Option<&str> {
+        match &v.kind {
+            Some(Kind::StringValue(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn unknowns_are_dropped_unless_kept() {
+        let m = map(vec![
+            ("a", PropertyValue::Computed),
+            (
+                "b",
+                PropertyValue::Array(vec![s("x"), PropertyValue::Computed]),
+            ),
+            (
+                "c",
+                PropertyValue::Object(map(vec![("d", PropertyValue::Computed)])),
+            ),
+            ("e", secret(PropertyValue::Computed)),
+            ("f", s("kept")),
+        ]);
+        let dropped = marshal(&m, plain(false));
+        assert!(!dropped.fields.contains_key("a"));
+        assert!(!dropped.fields.contains_key("e"));
+        match &dropped.fields["b"].kind {
+            Some(Kind::ListValue(l)) => assert_eq!(l.values.len(), 1),
+            other => panic!("{other:?}"),
+        }
+        match &dropped.fields["c"].kind {
+            Some(Kind::StructValue(s)) => assert!(s.fields.is_empty()),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(string_of(&dropped.fields["f"]), Some("kept"));
+        let kept = marshal(&m, plain(true));
+        assert_eq!(string_of(&kept.fields["a"]), Some(UNKNOWN_VALUE));
+        assert_eq!(string_of(&kept.fields["e"]), Some(UNKNOWN_VALUE));
+    }
+
+    #[test]
+    fn secrets_go_plain_unless_accepted() {
+        let m = map(vec![("pw", secret(s("hunter2")))]);
+        let sent = marshal(&m, plain(false));
+        assert_eq!(string_of(&sent.fields["pw"]), Some("hunter2"));
+        let how = Marshal {
+            keep_unknowns: false,
+            accepts: Accepts {
+                secrets: true,
+                resources: true,
+            },
+        };
+        let sent = marshal(&m, how);
+        match &sent.fields["pw"].kind {
+            Some(Kind::StructValue(st)) => {
+                assert_eq!(string_of(&st.fields[SIG_KEY]), Some(SIG_SECRET));
+                assert_eq!(string_of(&st.fields["value"]), Some("hunter2"));
+            }
+            other => panic!("{other:?}"),
+        }
+        // And a signed secret decodes back to a secret.
+        let back = unmarshal(Some(sent), "properties", false).unwrap();
+        assert_eq!(back["pw"], secret(s("hunter2")));
+    }
+
+    fn wire(pairs: Vec<(&str, Kind)>) -> prost_types::Struct {
+        prost_types::Struct {
+            fields: pairs
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.into()))
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn every_unknown_sentinel_decodes_as_computed_and_is_refused_outside_a_preview() {
+        for sentinel in UNKNOWN_SENTINELS {
+            let st = wire(vec![(
+                "k",
+                Kind::ListValue(prost_types::ListValue {
+                    values: vec![Kind::StringValue(sentinel.to_owned()).into()],
+                }),
+            )]);
+            let m = unmarshal(Some(st.clone()), "properties", true).unwrap();
+            assert_eq!(
+                m["k"],
+                PropertyValue::Array(vec![PropertyValue::Computed]),
+                "{sentinel}"
+            );
+            let e = unmarshal(Some(st), "properties", false).unwrap_err();
+            assert_eq!(e, "properties.k is unknown outside a preview");
+        }
+        assert_eq!(unmarshal(None, "properties", false), Ok(PropertyMap::new()));
+    }
+
+    #[test]
+    fn outputs_are_re_marked_secret_by_key() {
+        let inputs = map(vec![
+            ("pw", secret(s("x"))),
+            (
+                "nested",
+                PropertyValue::Object(map(vec![("inner", secret(s("y"))), ("open", s("z"))])),
+            ),
+            ("list", PropertyValue::Array(vec![s("a"), secret(s("b"))])),
+            ("plain", s("p")),
+        ]);
+        let mut outputs = map(vec![
+            ("pw", s("x")),
+            (
+                "nested",
+                PropertyValue::Object(map(vec![("inner", s("y")), ("open", s("z"))])),
+            ),
+            ("list", PropertyValue::Array(vec![s("a"), s("b")])),
+            ("plain", s("p")),
+            ("new", s("n")),
+        ]);
+        annotate_secrets(&mut outputs, &inputs);
+        assert_eq!(outputs["pw"], secret(s("x")));
+        assert_eq!(
+            outputs["nested"],
+            PropertyValue::Object(map(vec![("inner", secret(s("y"))), ("open", s("z"))]))
+        );
+        // A secret inside a non-object taints the whole value.
+        assert_eq!(
+            outputs["list"],
+            secret(PropertyValue::Array(vec![s("a"), s("b")]))
+        );
+        assert_eq!(outputs["plain"], s("p"));
+        assert_eq!(outputs["new"], s("n"));
+    }
+
+    #[test]
+    fn property_paths_reduce_to_top_level_keys() {
+        assert_eq!(top_level_key("a"), "a");
+        assert_eq!(top_level_key("a.b[0]"), "a");
+        assert_eq!(top_level_key("tags[\"x\"]"), "tags");
+        assert_eq!(top_level_key("[\"x.y\"].z"), "x.y");
+        assert_eq!(top_level_key("[3]"), "[3]");
+    }
+
+    fn pdiff(kind: pb::property_diff::Kind) -> pb::PropertyDiff {
+        pb::PropertyDiff {
+            kind: kind as i32,
+            input_diff: true,
+        }
+    }
+
+    #[test]
+    fn diff_responses_map_to_keels() {
+        use pb::diff_response::DiffChanges;
+        use pb::property_diff::Kind as K;
+        let old = map(vec![("a", s("1")), ("b", s("1"))]);
+        let new = map(vec![("a", s("2")), ("b", s("1"))]);
+        let resp = |changes: DiffChanges| pb::DiffResponse {
+            changes: changes as i32,
+            ..Default::default()
+        };
+
+        let d = diff_response(&resp(DiffChanges::DiffNone), &old, &new);
+        assert_eq!((d.kind, d.changed_keys.len()), (DiffKind::Same, 0));
+
+        // Some, without keys: the inputs say which.
+        let d = diff_response(&resp(DiffChanges::DiffSome), &old, &new);
+        assert_eq!(d.kind, DiffKind::Update);
+        assert_eq!(d.changed_keys, ["a".to_owned()].into());
+
+        // Unknown: decided by the inputs.
+        let d = diff_response(&resp(DiffChanges::DiffUnknown), &old, &new);
+        assert_eq!(d.kind, DiffKind::Update);
+        let d = diff_response(&resp(DiffChanges::DiffUnknown), &old, &old);
+        assert_eq!(d.kind, DiffKind::Same);
+
+        let mut r = resp(DiffChanges::DiffSome);
+        r.replaces = vec!["b.c".into()];
+        r.delete_before_replace = true;
+        let d = diff_response(&r, &old, &new);
+        assert_eq!(d.kind, DiffKind::Replace);
+        assert_eq!(d.replace_keys, ["b".to_owned()].into());
+        assert!(d.changed_keys.contains("b") && d.delete_before_replace);
+
+        let mut r = resp(DiffChanges::DiffSome);
+        r.detailed_diff = [
+            ("x[0]".to_owned(), pdiff(K::UpdateReplace)),
+            ("y".to_owned(), pdiff(K::Add)),
+        ]
+        .into();
+        // Read only when hasDetailedDiff says so.
+        let d = diff_response(&r, &old, &new);
+        assert_eq!(d.kind, DiffKind::Update);
+        assert_eq!(d.changed_keys, ["a".to_owned()].into());
+        r.has_detailed_diff = true;
+        let d = diff_response(&r, &old, &new);
+        assert_eq!(d.kind, DiffKind::Replace);
+        assert_eq!(d.replace_keys, ["x".to_owned()].into());
+        assert_eq!(d.changed_keys, ["x".to_owned(), "y".to_owned()].into());
+    }
+
+    #[test]
+    fn config_variables_are_namespaced_strings_without_version() {
+        let inputs = map(vec![
+            ("region", s("us-west-2")),
+            ("retries", PropertyValue::Number(3.into())),
+            ("token", secret(s("t0k"))),
+            ("tags", PropertyValue::Object(map(vec![("a", s("b"))]))),
+            ("version", s("6.0.0")),
+            (INTERNAL_KEY, PropertyValue::Object(PropertyMap::new())),
+        ]);
+        let vars = config_variables("aws", &inputs);
+        assert_eq!(vars.len(), 4, "{vars:?}");
+        assert_eq!(vars["aws:config:region"], "us-west-2");
+        assert_eq!(vars["aws:config:retries"], "3");
+        assert_eq!(vars["aws:config:token"], "t0k");
+        assert_eq!(vars["aws:config:tags"], r#"{"a":"b"}"#);
+        assert!(!strip_internal(&inputs).contains_key(INTERNAL_KEY));
+        assert!(!config_has_unknowns(&inputs));
+        let mut unknown_version = inputs.clone();
+        unknown_version.insert("version".into(), PropertyValue::Computed);
+        assert!(!config_has_unknowns(&unknown_version));
+        unknown_version.insert("region".into(), PropertyValue::Computed);
+        assert!(config_has_unknowns(&unknown_version));
+    }
+
+    fn details<M: prost::Message>(name: &str, m: &M) -> Vec<u8> {
+        RpcStatus {
+            code: 2,
+            message: "boom".into(),
+            details: vec![prost_types::Any {
+                type_url: format!("type.googleapis.com/{name}"),
+                value: m.encode_to_vec(),
+            }],
+        }
+        .encode_to_vec()
+    }
+
+    #[test]
+    fn an_init_failure_is_decoded_from_the_status_details() {
+        let f = pb::ErrorResourceInitFailed {
+            id: "i-1".into(),
+            properties: Some(wire(vec![("ip", Kind::StringValue("10.0.0.1".into()))])),
+            reasons: vec!["health check failed".into()],
+            inputs: None,
+            refresh_before_update: false,
+        };
+        let bytes = details("pulumirpc.ErrorResourceInitFailed", &f);
+        let got = init_failure(&bytes).expect("decoded");
+        assert_eq!(got.id, "i-1");
+        assert_eq!(got.outputs, map(vec![("ip", s("10.0.0.1"))]));
+        assert_eq!(got.reasons, vec!["health check failed".to_owned()]);
+        assert_eq!(got.inputs, None);
+
+        let status = Status::with_details(Code::Unknown, "boom", bytes.into());
+        let msg = status_message("plugin pulumi-resource-x v1.0.0", &status);
+        assert!(
+            msg.starts_with("plugin pulumi-resource-x v1.0.0: Unknown: boom"),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("exists (id `i-1`)") && msg.contains("health check failed"),
+            "{msg}"
+        );
+        assert!(!msg.contains("state is unknown"), "{msg}");
+
+        assert_eq!(init_failure(&[]), None);
+        assert_eq!(init_failure(b"\xff\xff"), None);
+    }
+
+    #[test]
+    fn only_internal_dataloss_and_unknown_mean_an_unknown_state() {
+        for (code, unknown) in [
+            (Code::Internal, true),
+            (Code::DataLoss, true),
+            (Code::Unknown, true),
+            (Code::InvalidArgument, false),
+            (Code::NotFound, false),
+            (Code::Unavailable, false),
+        ] {
+            let msg = status_message("p", &Status::new(code, "x"));
+            assert_eq!(msg.contains("state is unknown"), unknown, "{code:?}: {msg}");
+        }
+    }
+
+    #[test]
+    fn missing_configuration_keys_are_named() {
+        let m = pb::ConfigureErrorMissingKeys {
+            missing_keys: vec![
+                pb::configure_error_missing_keys::MissingKey {
+                    name: "aws:region".into(),
+                    description: "the region".into(),
+                },
+                pb::configure_error_missing_keys::MissingKey {
+                    name: "aws:profile".into(),
+                    description: String::new(),
+                },
+            ],
+        };
+        let bytes = details("pulumirpc.ConfigureErrorMissingKeys", &m);
+        assert_eq!(
+            missing_config_keys(&bytes),
+            vec![
+                "aws:region (the region)".to_owned(),
+                "aws:profile".to_owned()
+            ]
+        );
+        assert!(missing_config_keys(&[]).is_empty());
+    }
+
+    #[test]
+    fn unimplemented_includes_pulumis_quirks() {
+        let un = Status::new(Code::Unimplemented, "no");
+        assert!(is_unimplemented(&un, "aws"));
+        let internal = Status::new(Code::Internal, "x");
+        assert!(is_unimplemented(&internal, "pulumi-nodejs"));
+        assert!(!is_unimplemented(&internal, "aws"));
+        let k8s = Status::new(Code::Unknown, "rpc error: Unimplemented");
+        assert!(is_unimplemented(&k8s, "kubernetes"));
+        assert!(!is_unimplemented(&k8s, "aws"));
+        assert!(!is_unimplemented(
+            &Status::new(Code::Unknown, "x"),
+            "kubernetes"
+        ));
+    }
+}
