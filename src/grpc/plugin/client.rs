@@ -1496,4 +1496,360 @@ mod tests {
             "kubernetes"
         ));
     }
+
+    /// An in-process plugin that records what keel sends: the wiring of
+    /// the calls (which RPC, which fields) without a real plugin.
+    mod fake {
+        use std::sync::{Arc, Mutex};
+
+        use tonic::{Request, Response, Status};
+
+        use super::super::*;
+        use crate::grpc::pb::resource_provider_server::{ResourceProvider, ResourceProviderServer};
+
+        #[derive(Default)]
+        pub(super) struct Seen {
+            pub calls: Vec<&'static str>,
+            pub configure: Option<pb::ConfigureRequest>,
+            pub check: Option<pb::CheckRequest>,
+            pub creates: Vec<pb::CreateRequest>,
+        }
+
+        #[derive(Clone, Default)]
+        pub(super) struct Fake {
+            pub handshake: bool,
+            pub seen: Arc<Mutex<Seen>>,
+        }
+
+        fn unimplemented<T>() -> std::result::Result<Response<T>, Status> {
+            Err(Status::unimplemented("not here"))
+        }
+
+        #[tonic::async_trait]
+        impl ResourceProvider for Fake {
+            async fn handshake(
+                &self,
+                _r: Request<pb::ProviderHandshakeRequest>,
+            ) -> std::result::Result<Response<pb::ProviderHandshakeResponse>, Status> {
+                self.seen.locked().calls.push("Handshake");
+                if !self.handshake {
+                    return unimplemented();
+                }
+                Ok(Response::new(pb::ProviderHandshakeResponse {
+                    accept_secrets: true,
+                    accept_resources: true,
+                    ..Default::default()
+                }))
+            }
+            async fn get_schema(
+                &self,
+                _r: Request<pb::GetSchemaRequest>,
+            ) -> std::result::Result<Response<pb::GetSchemaResponse>, Status> {
+                unimplemented()
+            }
+            async fn check_config(
+                &self,
+                r: Request<pb::CheckRequest>,
+            ) -> std::result::Result<Response<pb::CheckResponse>, Status> {
+                self.seen.locked().calls.push("CheckConfig");
+                // Answers the news without `version` (keel restores it).
+                let mut news = r.into_inner().news.unwrap_or_default();
+                news.fields.remove("version");
+                Ok(Response::new(pb::CheckResponse {
+                    inputs: Some(news),
+                    failures: Vec::new(),
+                }))
+            }
+            async fn diff_config(
+                &self,
+                _r: Request<pb::DiffRequest>,
+            ) -> std::result::Result<Response<pb::DiffResponse>, Status> {
+                unimplemented()
+            }
+            async fn configure(
+                &self,
+                r: Request<pb::ConfigureRequest>,
+            ) -> std::result::Result<Response<pb::ConfigureResponse>, Status> {
+                let mut seen = self.seen.locked();
+                seen.calls.push("Configure");
+                seen.configure = Some(r.into_inner());
+                Ok(Response::new(pb::ConfigureResponse::default()))
+            }
+            async fn invoke(
+                &self,
+                _r: Request<pb::InvokeRequest>,
+            ) -> std::result::Result<Response<pb::InvokeResponse>, Status> {
+                unimplemented()
+            }
+            async fn check(
+                &self,
+                r: Request<pb::CheckRequest>,
+            ) -> std::result::Result<Response<pb::CheckResponse>, Status> {
+                let r = r.into_inner();
+                let news = r.news.clone();
+                let mut seen = self.seen.locked();
+                seen.calls.push("Check");
+                seen.check = Some(r);
+                Ok(Response::new(pb::CheckResponse {
+                    inputs: news,
+                    failures: Vec::new(),
+                }))
+            }
+            async fn diff(
+                &self,
+                _r: Request<pb::DiffRequest>,
+            ) -> std::result::Result<Response<pb::DiffResponse>, Status> {
+                unimplemented()
+            }
+            async fn create(
+                &self,
+                r: Request<pb::CreateRequest>,
+            ) -> std::result::Result<Response<pb::CreateResponse>, Status> {
+                let r = r.into_inner();
+                let props = r.properties.clone();
+                let fail = props
+                    .as_ref()
+                    .is_some_and(|p| p.fields.contains_key("initfail"));
+                let preview = r.preview;
+                {
+                    let mut seen = self.seen.locked();
+                    seen.calls.push("Create");
+                    seen.creates.push(r);
+                }
+                if fail {
+                    let f = pb::ErrorResourceInitFailed {
+                        id: "i-9".into(),
+                        properties: props,
+                        reasons: vec!["not healthy".into()],
+                        ..Default::default()
+                    };
+                    let details = RpcStatus {
+                        code: Code::Unknown as i32,
+                        message: "init failed".into(),
+                        details: vec![prost_types::Any {
+                            type_url: "type.googleapis.com/pulumirpc.ErrorResourceInitFailed"
+                                .into(),
+                            value: f.encode_to_vec(),
+                        }],
+                    };
+                    return Err(Status::with_details(
+                        Code::Unknown,
+                        "init failed",
+                        details.encode_to_vec().into(),
+                    ));
+                }
+                Ok(Response::new(pb::CreateResponse {
+                    id: if preview {
+                        String::new()
+                    } else {
+                        "id-1".into()
+                    },
+                    properties: props,
+                    refresh_before_update: false,
+                }))
+            }
+            async fn read(
+                &self,
+                _r: Request<pb::ReadRequest>,
+            ) -> std::result::Result<Response<pb::ReadResponse>, Status> {
+                unimplemented()
+            }
+            async fn update(
+                &self,
+                _r: Request<pb::UpdateRequest>,
+            ) -> std::result::Result<Response<pb::UpdateResponse>, Status> {
+                unimplemented()
+            }
+            async fn delete(
+                &self,
+                _r: Request<pb::DeleteRequest>,
+            ) -> std::result::Result<Response<()>, Status> {
+                self.seen.locked().calls.push("Delete");
+                Ok(Response::new(()))
+            }
+            async fn cancel(&self, _r: Request<()>) -> std::result::Result<Response<()>, Status> {
+                unimplemented()
+            }
+            async fn get_plugin_info(
+                &self,
+                _r: Request<()>,
+            ) -> std::result::Result<Response<pb::PluginInfo>, Status> {
+                Ok(Response::new(pb::PluginInfo {
+                    version: "1.2.3".into(),
+                }))
+            }
+        }
+
+        /// Serves `fake` on a free port; a channel to it.
+        pub(super) async fn serve(fake: Fake) -> tonic::transport::Channel {
+            let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+                .await
+                .unwrap();
+            let address = listener.local_addr().unwrap();
+            let incoming = tonic::transport::server::TcpIncoming::from(listener);
+            tokio::spawn(
+                tonic::transport::Server::builder()
+                    .add_service(ResourceProviderServer::new(fake))
+                    .serve_with_incoming(incoming),
+            );
+            tonic::transport::Channel::from_shared(format!("http://{address}"))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap()
+        }
+    }
+
+    fn urn() -> Urn {
+        Urn::parse("urn:pulumi:dev::p::fake:index:Thing::t").unwrap()
+    }
+
+    fn ty() -> TypeToken {
+        TypeToken::parse("fake:index:Thing").unwrap()
+    }
+
+    #[tokio::test]
+    async fn with_a_handshake_secrets_go_signed_and_previews_are_sent() {
+        let f = fake::Fake {
+            handshake: true,
+            ..Default::default()
+        };
+        let seen = f.seen.clone();
+        let p = PluginProvider::connect("fake", fake::serve(f).await, None, None)
+            .await
+            .unwrap();
+        assert_eq!(p.plugin_name(), "plugin pulumi-resource-fake v1.2.3");
+        let proto = p.protocol();
+        assert!(proto.handshake && proto.accept_secrets && proto.supports_preview);
+
+        let config = map(vec![
+            ("version", s("1.2.3")),
+            ("region", secret(s("r1"))),
+            (INTERNAL_KEY, PropertyValue::Object(PropertyMap::new())),
+        ]);
+        p.configure(&config).await.unwrap();
+        {
+            let seen = seen.locked();
+            assert_eq!(seen.calls, ["Handshake", "CheckConfig", "Configure"]);
+            let c = seen.configure.as_ref().unwrap();
+            assert!(c.accept_secrets && c.accept_resources);
+            let args = c.args.as_ref().unwrap();
+            // `version` restored after CheckConfig dropped it; `__internal`
+            // never sent; the secret signed in `args`.
+            assert_eq!(string_of(&args.fields["version"]), Some("1.2.3"));
+            assert!(!args.fields.contains_key(INTERNAL_KEY));
+            assert!(matches!(
+                args.fields["region"].kind,
+                Some(Kind::StructValue(_))
+            ));
+            assert_eq!(c.variables.len(), 1);
+            assert_eq!(c.variables["fake:config:region"], "r1");
+        }
+
+        let (urn, ty) = (urn(), ty());
+        let inputs = map(vec![
+            ("pw", secret(s("x"))),
+            ("later", PropertyValue::Computed),
+        ]);
+        let mut r = ResourceRequest::new(&urn, &ty, "", &inputs);
+        r.preview = true;
+        let checked = p.check(r).await.unwrap();
+        assert_eq!(checked, inputs);
+        {
+            let seen = seen.locked();
+            let c = seen.check.as_ref().unwrap();
+            // `olds` is `{}`, never absent; the secret is signed; the
+            // unknown kept in a preview.
+            assert_eq!(c.olds, Some(prost_types::Struct::default()));
+            let news = c.news.as_ref().unwrap();
+            assert!(matches!(news.fields["pw"].kind, Some(Kind::StructValue(_))));
+            assert_eq!(string_of(&news.fields["later"]), Some(UNKNOWN_VALUE));
+            assert_eq!(c.random_seed.len(), 32);
+        }
+
+        let mut r = ResourceRequest::new(&urn, &ty, "", &inputs);
+        r.preview = true;
+        let preview = p.create(r).await.unwrap();
+        assert_eq!(preview.outputs["later"], PropertyValue::Computed);
+
+        let known = map(vec![("pw", secret(s("x")))]);
+        let mut r = ResourceRequest::new(&urn, &ty, "", &known);
+        r.timeout = Some(std::time::Duration::from_secs(90));
+        let created = p.create(r).await.unwrap();
+        assert_eq!(created.id, "id-1");
+        assert_eq!(created.outputs, known);
+        {
+            let seen = seen.locked();
+            let (pre, real) = (&seen.creates[0], &seen.creates[1]);
+            assert!(pre.preview && !real.preview);
+            assert_eq!(real.timeout, 90.0);
+            assert_eq!(
+                (real.name.as_str(), real.r#type.as_str()),
+                ("t", "fake:index:Thing")
+            );
+        }
+
+        let mut r = ResourceRequest::new(&urn, &ty, "id-1", &known);
+        r.preview = true;
+        p.delete(r).await.unwrap();
+        assert!(
+            !seen.locked().calls.contains(&"Delete"),
+            "a preview delete was sent"
+        );
+        p.delete(ResourceRequest::new(&urn, &ty, "id-1", &known))
+            .await
+            .unwrap();
+        assert!(seen.locked().calls.contains(&"Delete"));
+    }
+
+    #[tokio::test]
+    async fn an_init_failure_is_kept_for_the_caller() {
+        let f = fake::Fake::default();
+        let p = PluginProvider::connect("fake", fake::serve(f).await, None, None)
+            .await
+            .unwrap();
+        p.configure(&PropertyMap::new()).await.unwrap();
+        let (urn, ty) = (urn(), ty());
+        let inputs = map(vec![("initfail", s("yes"))]);
+        let e = p
+            .create(ResourceRequest::new(&urn, &ty, "", &inputs))
+            .await
+            .unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains(urn.as_str()), "{text}");
+        assert!(
+            text.contains("plugin pulumi-resource-fake v1.2.3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("exists (id `i-9`)") && text.contains("not healthy"),
+            "{text}"
+        );
+        let f = p.take_init_failure(&urn).expect("kept");
+        assert_eq!((f.id.as_str(), &f.outputs), ("i-9", &inputs));
+        assert_eq!(p.take_init_failure(&urn), None, "taken once");
+    }
+
+    #[tokio::test]
+    async fn unknown_configuration_skips_configure_and_short_circuits() {
+        let f = fake::Fake::default();
+        let seen = f.seen.clone();
+        let p = PluginProvider::connect("fake", fake::serve(f).await, None, None)
+            .await
+            .unwrap();
+        let config = map(vec![("region", PropertyValue::Computed)]);
+        p.configure(&config).await.unwrap();
+        let (urn, ty) = (urn(), ty());
+        let inputs = map(vec![("a", s("1"))]);
+        let mut r = ResourceRequest::new(&urn, &ty, "", &inputs);
+        r.preview = true;
+        assert_eq!(p.check(r.clone()).await.unwrap(), inputs);
+        let created = p.create(r).await.unwrap();
+        assert!(created.outputs.is_empty());
+        assert!(p
+            .create(ResourceRequest::new(&urn, &ty, "", &inputs))
+            .await
+            .is_err());
+        assert_eq!(seen.locked().calls, ["Handshake", "CheckConfig"]);
+    }
 }
