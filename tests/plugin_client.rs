@@ -232,4 +232,16 @@ async fn plugin_failures_name_the_resource_and_the_plugin() {
     // The server aborts with UNKNOWN: the object's state is unknown.
     assert!(message.contains("state is unknown"), "{message}");
     assert_eq!(p.take_init_failure(&urn), None);
+
+    // The dynamic provider has no functions.
+    let e = p
+        .invoke("pulumi-python:dynamic:fn", &PropertyMap::new(), false)
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().starts_with(
+            "Invoke of plugin pulumi-resource-pulumi-python v0.1.0 failed: Unimplemented"
+        ),
+        "{e}"
+    );
 }

@@ -1577,9 +1577,22 @@ mod tests {
             }
             async fn invoke(
                 &self,
-                _r: Request<pb::InvokeRequest>,
+                r: Request<pb::InvokeRequest>,
             ) -> std::result::Result<Response<pb::InvokeResponse>, Status> {
-                unimplemented()
+                // Echoes its arguments; refuses a `bad` one.
+                let args = r.into_inner().args.unwrap_or_default();
+                let failures = if args.fields.contains_key("bad") {
+                    vec![pb::CheckFailure {
+                        property: "bad".into(),
+                        reason: "no".into(),
+                    }]
+                } else {
+                    Vec::new()
+                };
+                Ok(Response::new(pb::InvokeResponse {
+                    r#return: Some(args),
+                    failures,
+                }))
             }
             async fn check(
                 &self,
@@ -1828,6 +1841,46 @@ mod tests {
         let f = p.take_init_failure(&urn).expect("kept");
         assert_eq!((f.id.as_str(), &f.outputs), ("i-9", &inputs));
         assert_eq!(p.take_init_failure(&urn), None, "taken once");
+    }
+
+    #[tokio::test]
+    async fn invoke_results_are_secret_when_a_plain_sent_argument_was() {
+        let f = fake::Fake::default();
+        let p = PluginProvider::connect("fake", fake::serve(f).await, None, None)
+            .await
+            .unwrap();
+        p.configure(&PropertyMap::new()).await.unwrap();
+        assert!(!p.protocol().accept_secrets);
+        let args = map(vec![
+            ("key", secret(s("k"))),
+            ("n", PropertyValue::Number(1.into())),
+            ("later", PropertyValue::Computed),
+        ]);
+        let ret = p
+            .invoke("fake:index:get", &args, false)
+            .await
+            .unwrap()
+            .unwrap();
+        // Sent plain (the echo is not signed), unknowns dropped; every
+        // result re-marked secret.
+        assert_eq!(
+            ret,
+            map(vec![
+                ("key", secret(s("k"))),
+                ("n", secret(PropertyValue::Number(1.into()))),
+            ])
+        );
+        let refused = map(vec![("bad", s("x"))]);
+        assert_eq!(
+            p.invoke("fake:index:get", &refused, false).await.unwrap(),
+            Err(vec!["bad: no".to_owned()])
+        );
+        let e = p.get_schema().await.unwrap_err();
+        assert_eq!(e.call, "GetSchema");
+        assert!(
+            e.to_string().contains("plugin pulumi-resource-fake v1.2.3"),
+            "{e}"
+        );
     }
 
     #[tokio::test]
