@@ -39,7 +39,7 @@ use crate::grpc::convert::{decode_struct, encode_struct, Accepts};
 use crate::grpc::pb;
 use crate::grpc::pb::resource_provider_client::ResourceProviderClient;
 use crate::locks::MutexExt;
-use crate::model::property::{Secret, UNKNOWN_VALUE};
+use crate::model::property::{Archive, Asset, Secret, UNKNOWN_VALUE};
 use crate::model::{PropertyMap, PropertyValue, TypeToken, Urn};
 use crate::provider::{
     changed_keys, DiffConfigRequest, DiffKind, DiffResponse, ObjectState, Provider, ProviderError,
@@ -194,40 +194,134 @@ pub fn is_unimplemented(status: &Status, package: &str) -> bool {
 pub struct Marshal {
     /// Unknowns are sent (else the key or element is dropped).
     pub keep_unknowns: bool,
+    /// Assets and archives that have a hash are sent as their hash only
+    /// (Diff, and the old state in Update, Read and Delete).
+    pub hash_only_assets: bool,
     /// What the plugin accepts.
     pub accepts: Accepts,
 }
 
 /// A property map as a wire `Struct` (spec §5).
 pub fn marshal(m: &PropertyMap, how: Marshal) -> prost_types::Struct {
-    if how.keep_unknowns {
+    if how.keep_unknowns && !how.hash_only_assets {
         encode_struct(m, how.accepts)
     } else {
-        encode_struct(&drop_unknowns(m), how.accepts)
+        encode_struct(&prepare_map(m, how), how.accepts)
     }
 }
 
 /// `m` without unknown values: a key (or array element) whose value is
 /// unknown is dropped, as Pulumi does when a call does not keep unknowns.
 pub fn drop_unknowns(m: &PropertyMap) -> PropertyMap {
+    prepare_map(
+        m,
+        Marshal {
+            keep_unknowns: false,
+            hash_only_assets: false,
+            accepts: Accepts {
+                secrets: true,
+                resources: true,
+            },
+        },
+    )
+}
+
+fn prepare_map(m: &PropertyMap, how: Marshal) -> PropertyMap {
     m.iter()
-        .filter_map(|(k, v)| without_unknowns(v).map(|v| (k.clone(), v)))
+        .filter_map(|(k, v)| prepare(v, how).map(|v| (k.clone(), v)))
         .collect()
 }
 
-fn without_unknowns(v: &PropertyValue) -> Option<PropertyValue> {
+fn prepare(v: &PropertyValue, how: Marshal) -> Option<PropertyValue> {
     match v {
-        PropertyValue::Computed => None,
-        PropertyValue::Output(o) if o.value.is_none() => None,
+        PropertyValue::Computed if !how.keep_unknowns => None,
+        PropertyValue::Output(o) if o.value.is_none() && !how.keep_unknowns => None,
+        PropertyValue::Asset(a) if how.hash_only_assets && a.hash.is_some() => {
+            Some(PropertyValue::Asset(Asset {
+                hash: a.hash.clone(),
+                ..Asset::default()
+            }))
+        }
+        PropertyValue::Archive(a) if how.hash_only_assets && a.hash.is_some() => {
+            Some(PropertyValue::Archive(Archive {
+                hash: a.hash.clone(),
+                ..Archive::default()
+            }))
+        }
         PropertyValue::Array(a) => Some(PropertyValue::Array(
-            a.iter().filter_map(without_unknowns).collect(),
+            a.iter().filter_map(|v| prepare(v, how)).collect(),
         )),
-        PropertyValue::Object(m) => Some(PropertyValue::Object(drop_unknowns(m))),
+        PropertyValue::Object(m) => Some(PropertyValue::Object(prepare_map(m, how))),
         PropertyValue::Secret(Secret::Plaintext(p)) => {
-            let inner = without_unknowns(p.value())?;
+            let inner = prepare(p.value(), how)?;
             Some(PropertyValue::Secret(Secret::plaintext(inner)))
         }
         other => Some(other.clone()),
+    }
+}
+
+/// Puts back the contents of assets and archives a plugin echoed as their
+/// hash only (after Read), from the same hash in `sources` (Pulumi's
+/// `restoreElidedAssetContents`).
+pub fn restore_elided_assets(outputs: &mut PropertyMap, sources: &[&PropertyMap]) {
+    let mut full = HashMap::new();
+    for m in sources {
+        for v in m.values() {
+            collect_assets(v, &mut full);
+        }
+    }
+    if full.is_empty() {
+        return;
+    }
+    for v in outputs.values_mut() {
+        restore_value(v, &full);
+    }
+}
+
+fn collect_assets(v: &PropertyValue, full: &mut HashMap<String, PropertyValue>) {
+    match v {
+        PropertyValue::Asset(a) if !is_elided_asset(a) => {
+            if let Some(h) = &a.hash {
+                full.insert(h.clone(), v.clone());
+            }
+        }
+        PropertyValue::Archive(a) if !is_elided_archive(a) => {
+            if let Some(h) = &a.hash {
+                full.insert(h.clone(), v.clone());
+            }
+        }
+        PropertyValue::Array(a) => a.iter().for_each(|v| collect_assets(v, full)),
+        PropertyValue::Object(m) => m.values().for_each(|v| collect_assets(v, full)),
+        PropertyValue::Secret(Secret::Plaintext(p)) => collect_assets(p.value(), full),
+        _ => {}
+    }
+}
+
+fn is_elided_asset(a: &Asset) -> bool {
+    a.text.is_none() && a.path.is_none() && a.uri.is_none()
+}
+
+fn is_elided_archive(a: &Archive) -> bool {
+    a.assets.is_none() && a.path.is_none() && a.uri.is_none()
+}
+
+fn restore_value(v: &mut PropertyValue, full: &HashMap<String, PropertyValue>) {
+    let hash = match &*v {
+        PropertyValue::Asset(a) if is_elided_asset(a) => a.hash.clone(),
+        PropertyValue::Archive(a) if is_elided_archive(a) => a.hash.clone(),
+        _ => None,
+    };
+    if let Some(found) = hash.and_then(|h| full.get(&h)) {
+        if std::mem::discriminant(found) == std::mem::discriminant(&*v) {
+            *v = found.clone();
+        }
+        return;
+    }
+    match v {
+        PropertyValue::Array(a) => a.iter_mut().for_each(|v| restore_value(v, full)),
+        PropertyValue::Object(m) => m.values_mut().for_each(|v| restore_value(v, full)),
+        PropertyValue::Secret(Secret::Plaintext(p)) => restore_value(p.value_mut(), full),
+        _ => {}
     }
 }
 
@@ -622,7 +716,7 @@ impl PluginProvider {
         }
         let req = pb::InvokeRequest {
             tok: token.to_owned(),
-            args: Some(marshal(args, self.how(false))),
+            args: Some(marshal(args, self.how(false, false))),
             preview,
         };
         let resp = self
@@ -693,10 +787,11 @@ impl PluginProvider {
     }
 
     /// The marshalling options of a call.
-    fn how(&self, keep_unknowns: bool) -> Marshal {
+    fn how(&self, keep_unknowns: bool, hash_only_assets: bool) -> Marshal {
         let p = self.protocol();
         Marshal {
             keep_unknowns,
+            hash_only_assets,
             accepts: Accepts {
                 secrets: p.accept_secrets,
                 resources: p.accept_resources,
@@ -756,6 +851,7 @@ impl Provider for PluginProvider {
         let config = strip_internal(inputs);
         let plain = Marshal {
             keep_unknowns: true,
+            hash_only_assets: false,
             accepts: Accepts {
                 secrets: false,
                 resources: false,
@@ -809,6 +905,7 @@ impl Provider for PluginProvider {
                 &checked,
                 Marshal {
                     keep_unknowns: true,
+                    hash_only_assets: false,
                     accepts: Accepts {
                         secrets: true,
                         resources: true,
@@ -861,7 +958,7 @@ impl Provider for PluginProvider {
             return Ok(req.inputs.clone());
         }
         let (name, ty) = name_and_type(req.urn, req.ty);
-        let how = self.how(req.preview);
+        let how = self.how(req.preview, false);
         let mut seed = vec![0u8; 32];
         let _ = getrandom::fill(&mut seed);
         let call = pb::CheckRequest {
@@ -907,7 +1004,7 @@ impl Provider for PluginProvider {
             });
         }
         let (name, ty) = name_and_type(req.urn, req.ty);
-        let how = self.how(req.preview);
+        let how = self.how(req.preview, true);
         let call = pb::DiffRequest {
             id: req.id.to_owned(),
             urn: req.urn.as_str().to_owned(),
@@ -935,6 +1032,7 @@ impl Provider for PluginProvider {
         let new_inputs = strip_internal(req.new_inputs);
         let plain = Marshal {
             keep_unknowns: true,
+            hash_only_assets: false,
             accepts: Accepts {
                 secrets: false,
                 resources: false,
@@ -994,7 +1092,7 @@ impl Provider for PluginProvider {
         let (name, ty) = name_and_type(req.urn, req.ty);
         let call = pb::CreateRequest {
             urn: req.urn.as_str().to_owned(),
-            properties: Some(marshal(req.inputs, self.how(req.preview))),
+            properties: Some(marshal(req.inputs, self.how(req.preview, false))),
             timeout: seconds(req.timeout),
             preview: req.preview,
             name,
@@ -1027,7 +1125,7 @@ impl Provider for PluginProvider {
             ));
         }
         let (name, ty) = name_and_type(req.urn, req.ty);
-        let how = self.how(false);
+        let how = self.how(false, true);
         let state = req.old_outputs.unwrap_or(req.inputs);
         let call = pb::ReadRequest {
             id: req.id.to_owned(),
@@ -1048,7 +1146,8 @@ impl Provider for PluginProvider {
         if r.id.is_empty() {
             return Ok(None);
         }
-        let outputs = self.outputs(r.properties, state, false, "read", req.urn)?;
+        let mut outputs = self.outputs(r.properties, state, false, "read", req.urn)?;
+        restore_elided_assets(&mut outputs, &[state, req.inputs]);
         let inputs = match r.inputs {
             Some(i) if !i.fields.is_empty() => {
                 let mut i = unmarshal(Some(i), "inputs", false)
@@ -1056,6 +1155,7 @@ impl Provider for PluginProvider {
                 if !self.protocol().accept_secrets {
                     annotate_secrets(&mut i, req.inputs);
                 }
+                restore_elided_assets(&mut i, &[req.inputs, state]);
                 i
             }
             _ => req.inputs.clone(),
@@ -1089,12 +1189,12 @@ impl Provider for PluginProvider {
         }
         let (name, ty) = name_and_type(req.urn, req.ty);
         let empty = PropertyMap::new();
-        let olds = self.how(false);
+        let olds = self.how(false, true);
         let call = pb::UpdateRequest {
             id: req.id.to_owned(),
             urn: req.urn.as_str().to_owned(),
             olds: Some(marshal(req.old_outputs.unwrap_or(&empty), olds)),
-            news: Some(marshal(req.inputs, self.how(req.preview))),
+            news: Some(marshal(req.inputs, self.how(req.preview, false))),
             timeout: seconds(req.timeout),
             ignore_changes: req.ignore_changes.to_vec(),
             preview: req.preview,
@@ -1129,7 +1229,7 @@ impl Provider for PluginProvider {
             ));
         }
         let (name, ty) = name_and_type(req.urn, req.ty);
-        let how = self.how(false);
+        let how = self.how(false, true);
         let call = pb::DeleteRequest {
             id: req.id.to_owned(),
             urn: req.urn.as_str().to_owned(),
@@ -1169,6 +1269,7 @@ mod tests {
     fn plain(keep_unknowns: bool) -> Marshal {
         Marshal {
             keep_unknowns,
+            hash_only_assets: false,
             accepts: Accepts {
                 secrets: false,
                 resources: false,
@@ -1222,6 +1323,7 @@ mod tests {
         assert_eq!(string_of(&sent.fields["pw"]), Some("hunter2"));
         let how = Marshal {
             keep_unknowns: false,
+            hash_only_assets: false,
             accepts: Accepts {
                 secrets: true,
                 resources: true,
@@ -1304,6 +1406,57 @@ mod tests {
         );
         assert_eq!(outputs["plain"], s("p"));
         assert_eq!(outputs["new"], s("n"));
+    }
+
+    #[test]
+    fn assets_go_as_their_hash_where_pulumi_elides_them_and_come_back_whole() {
+        let full = PropertyValue::Asset(Asset {
+            hash: Some("abc".into()),
+            text: Some("hello".into()),
+            ..Asset::default()
+        });
+        let elided = PropertyValue::Asset(Asset {
+            hash: Some("abc".into()),
+            ..Asset::default()
+        });
+        let no_hash = PropertyValue::Asset(Asset {
+            text: Some("t".into()),
+            ..Asset::default()
+        });
+        let m = map(vec![
+            ("a", full.clone()),
+            (
+                "nested",
+                PropertyValue::Object(map(vec![("b", full.clone())])),
+            ),
+            ("c", no_hash.clone()),
+        ]);
+        let mut how = plain(true);
+        how.hash_only_assets = true;
+        let sent = unmarshal(Some(marshal(&m, how)), "properties", true).unwrap();
+        assert_eq!(sent["a"], elided);
+        assert_eq!(
+            sent["nested"],
+            PropertyValue::Object(map(vec![("b", elided.clone())]))
+        );
+        assert_eq!(sent["c"], no_hash, "an asset without a hash goes whole");
+        let whole = unmarshal(Some(marshal(&m, plain(true))), "properties", true).unwrap();
+        assert_eq!(whole, m);
+
+        let mut back = sent.clone();
+        restore_elided_assets(&mut back, &[&m]);
+        assert_eq!(back, m);
+        // Another hash is left as it came.
+        let mut other = map(vec![(
+            "a",
+            PropertyValue::Asset(Asset {
+                hash: Some("zzz".into()),
+                ..Asset::default()
+            }),
+        )]);
+        let before = other.clone();
+        restore_elided_assets(&mut other, &[&m]);
+        assert_eq!(other, before);
     }
 
     #[test]
