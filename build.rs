@@ -1,13 +1,17 @@
 //! Compiles `proto/pulumirpc.proto` (the resource-monitor subset keel
-//! serves) with protox, a pure-Rust protobuf compiler: no system `protoc`.
-//! Only with the `grpc` feature; without it there is nothing to build.
+//! serves) and `proto/provider.proto` (the resource-provider subset keel
+//! drives as a client) with protox, a pure-Rust protobuf compiler: no
+//! system `protoc`. Both are package `pulumirpc`, so they generate one
+//! module. Only with the `grpc` feature; without it there is nothing to
+//! build.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("cargo:rerun-if-changed=build.rs");
     #[cfg(feature = "grpc")]
     {
         println!("cargo:rerun-if-changed=proto/pulumirpc.proto");
-        let fds = protox::compile(["pulumirpc.proto"], ["proto"])?;
+        println!("cargo:rerun-if-changed=proto/provider.proto");
+        let fds = protox::compile(["pulumirpc.proto", "provider.proto"], ["proto"])?;
         tonic_prost_build::configure()
             .build_client(true)
             .build_server(true)

@@ -8,13 +8,15 @@
 //! persister as every other program:
 //!
 //! - [`pb`]: the protocol messages, generated at build time from
-//!   `proto/pulumirpc.proto` (a hand-written subset) by protox and
-//!   tonic-prost-build;
+//!   `proto/pulumirpc.proto` and `proto/provider.proto` (hand-written
+//!   subsets) by protox and tonic-prost-build;
 //! - [`convert`]: protobuf `Struct` <-> [`crate::model::PropertyValue`] and
 //!   request -> [`crate::source::goal::Goal`] (pure, tested directly);
 //! - [`callbacks`]: state-migration callbacks that call back into the SDK's
 //!   `Callbacks` service;
 //! - [`monitor`]: the two services and the server's lifetime;
+//! - [`plugin`]: the other direction, keel as the client of a provider
+//!   plugin's `ResourceProvider` service (`proto/provider.proto`);
 //! - [`python`]: a Python program directory as a [`crate::actors::Program`]
 //!   (starts the interpreter with keel's runner);
 //! - [`plugin`]: Pulumi resource-provider plugins (finding and starting them).
