@@ -803,6 +803,39 @@ impl PluginProvider {
         *self.configured.locked() == Configured::Unknown
     }
 
+    /// The answer to a create or update the plugin is not asked: in a
+    /// preview without preview support, or with unknown configuration, the
+    /// inputs stand for the outputs (with unknown configuration Pulumi
+    /// answers empty outputs); outside a preview, unknown configuration is
+    /// an error. `None`: send it.
+    fn not_sent(
+        &self,
+        operation: &'static str,
+        req: &ResourceRequest<'_>,
+        id: &str,
+    ) -> Option<Result<ObjectState>> {
+        let unknown = self.unknown_config();
+        if req.preview && (unknown || !self.protocol().supports_preview) {
+            return Some(Ok(ObjectState {
+                id: id.to_owned(),
+                inputs: req.inputs.clone(),
+                outputs: if unknown {
+                    PropertyMap::new()
+                } else {
+                    req.inputs.clone()
+                },
+            }));
+        }
+        if unknown {
+            return Some(Err(self.bad_answer(
+                operation,
+                req.urn,
+                "the provider's configuration is unknown outside a preview".into(),
+            )));
+        }
+        None
+    }
+
     /// Decodes outputs and re-marks secrets for a plugin that took them
     /// plain.
     fn outputs(
@@ -1068,26 +1101,8 @@ impl Provider for PluginProvider {
     }
 
     async fn create(&self, req: ResourceRequest<'_>) -> Result<ObjectState> {
-        let unknown = self.unknown_config();
-        if req.preview && (unknown || !self.protocol().supports_preview) {
-            // Not sent: the inputs stand for the outputs (with unknown
-            // config, Pulumi answers empty outputs).
-            return Ok(ObjectState {
-                id: String::new(),
-                inputs: req.inputs.clone(),
-                outputs: if unknown {
-                    PropertyMap::new()
-                } else {
-                    req.inputs.clone()
-                },
-            });
-        }
-        if unknown {
-            return Err(self.bad_answer(
-                "create",
-                req.urn,
-                "the provider's configuration is unknown outside a preview".into(),
-            ));
+        if let Some(answer) = self.not_sent("create", &req, "") {
+            return answer;
         }
         let (name, ty) = name_and_type(req.urn, req.ty);
         let call = pb::CreateRequest {
@@ -1168,24 +1183,8 @@ impl Provider for PluginProvider {
     }
 
     async fn update(&self, req: ResourceRequest<'_>) -> Result<ObjectState> {
-        let unknown = self.unknown_config();
-        if req.preview && (unknown || !self.protocol().supports_preview) {
-            return Ok(ObjectState {
-                id: req.id.to_owned(),
-                inputs: req.inputs.clone(),
-                outputs: if unknown {
-                    PropertyMap::new()
-                } else {
-                    req.inputs.clone()
-                },
-            });
-        }
-        if unknown {
-            return Err(self.bad_answer(
-                "update",
-                req.urn,
-                "the provider's configuration is unknown outside a preview".into(),
-            ));
+        if let Some(answer) = self.not_sent("update", &req, req.id) {
+            return answer;
         }
         let (name, ty) = name_and_type(req.urn, req.ty);
         let empty = PropertyMap::new();
