@@ -73,4 +73,21 @@ impl ProviderRegistry {
         map.insert(key.to_owned(), p.clone());
         p
     }
+
+    /// Ends the operation's providers: [`Provider::shutdown`] on every
+    /// instance made so far (each once, even when shared by several
+    /// references), which are forgotten: a later [`ProviderRegistry::get`]
+    /// makes new ones.
+    pub async fn shutdown(&self) {
+        let made: Vec<Arc<dyn Provider>> =
+            self.instances.locked().drain().map(|(_, p)| p).collect();
+        let mut done: Vec<Arc<dyn Provider>> = Vec::new();
+        for p in made {
+            if done.iter().any(|d| Arc::ptr_eq(d, &p)) {
+                continue;
+            }
+            p.shutdown().await;
+            done.push(p);
+        }
+    }
 }
