@@ -22,6 +22,7 @@ use super::CliError;
 use crate::config::StackConfig;
 use crate::engine::{Engine, EngineConfig, EngineError, Outcome};
 use crate::events::{EngineEvent, EventSink};
+use crate::grpc::plugin::served::{PluginServed, DYNAMIC_PYTHON};
 use crate::grpc::python::{PythonOptions, PythonProgram, PythonProject};
 use crate::model::{CheckpointFile, Deployment, Urn};
 use crate::persist::backend::{write_base_with, Backend, BackendError, OpenStack};
@@ -138,9 +139,26 @@ fn sim_config(a: &SimArgs, file: Option<&ProgramFile>) -> SimConfig {
 /// The providers of an operation: the simulated cloud, and the built-in
 /// `pulumi` package, whose stack references read the backend's stacks
 /// (with the passphrase the operation uses).
-fn registry(backend: &Path, cloud: std::sync::Arc<SimCloud>) -> ProviderRegistry {
+/// The providers of an operation: package `pulumi` built in; Pulumi's
+/// Python dynamic providers (package `pulumi-python`) served by the
+/// dynamic-provider plugin run with the program's interpreter (in the
+/// program's directory `dir`, when there is one), as Pulumi does; every
+/// other package by the simulated cloud.
+fn registry(
+    backend: &Path,
+    cloud: std::sync::Arc<SimCloud>,
+    dir: Option<PathBuf>,
+) -> ProviderRegistry {
     let passphrase = crate::secrets::passphrase_from_env().ok().flatten();
-    ProviderRegistry::simulated(cloud).with_stack_outputs(std::sync::Arc::new(
+    let python = PythonOptions::from_env(EventSink::default()).python;
+    let factory = move |pkg: &str| -> std::sync::Arc<dyn crate::provider::Provider> {
+        if pkg == DYNAMIC_PYTHON {
+            std::sync::Arc::new(PluginServed::python_dynamic(&python, dir.as_deref()))
+        } else {
+            cloud.provider(pkg)
+        }
+    };
+    ProviderRegistry::new(std::sync::Arc::new(factory)).with_stack_outputs(std::sync::Arc::new(
         Backend::new(backend).with_passphrase(passphrase),
     ))
 }
@@ -638,8 +656,9 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         config.detailed_diffs = a.diff;
         config.package_config = source.package_config();
         let can_store_secrets = open.crypter.manager().is_some();
+        let dir = source.dir();
         let program = source.into_program(&config.events, parallel, can_store_secrets);
-        let engine = Engine::new(config, registry(backend, cloud));
+        let engine = Engine::new(config, registry(backend, cloud, Some(dir)));
         let mut prior = std::mem::take(&mut open.deployment);
         if a.change.refresh {
             prior = refreshed(&engine, prior).await?;
@@ -708,8 +727,9 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         config.detailed_diffs = a.diff;
         config.package_config = source.package_config();
         // A preview writes nothing: secrets need no provider yet.
+        let dir = source.dir();
         let program = source.into_program(&config.events, a.parallel, true);
-        let engine = Engine::new(config, registry(backend, cloud));
+        let engine = Engine::new(config, registry(backend, cloud, Some(dir)));
         let prior = if a.change.refresh {
             refreshed(&engine, loaded.deployment).await?
         } else {
@@ -798,7 +818,8 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
         );
         config.events = EventSink::new(tx);
         config.update = options;
-        let engine = Engine::new(config, registry(backend, cloud));
+        let dir = source.as_ref().map(ProgramSource::dir);
+        let engine = Engine::new(config, registry(backend, cloud, dir));
         let prior = std::mem::take(&mut open.deployment);
         let result = match op {
             Op::Destroy => drive(engine.destroy(prior, persister), rx, &mut display).await,
