@@ -456,6 +456,17 @@ fn a_dynamic_provider_writes_a_real_file_and_its_output_is_stable() {
             .unwrap_or_else(|| panic!("a token in {note}"))
             .to_owned()
     };
+    // The output says which packages were real.
+    let said: Vec<String> = events(&out)
+        .into_iter()
+        .filter(|e| e["event"] == "diagnostic")
+        .filter_map(|e| e["message"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        said.iter()
+            .any(|m| m.contains("package `pulumi-python` is served by its plugin (real)")),
+        "{said:?}"
+    );
     let first = token(&k);
     assert_eq!(first.len(), 32, "{first}");
     let out = k.ok(&["up", "--yes", "--json", "--program", &dir]);
@@ -466,4 +477,31 @@ fn a_dynamic_provider_writes_a_real_file_and_its_output_is_stable() {
     let out = k.ok(&["destroy", "--yes", "--json", "--program", &dir]);
     assert!(!file.exists(), "the provider deleted the file: {out}");
     assert!(k.resources().is_empty());
+}
+
+/// `--providers plugins`: every package but keel's own is served by its
+/// discovered plugin; one found nowhere fails the operation with an error
+/// naming the package and the places looked, and nothing is simulated.
+#[test]
+fn with_providers_plugins_a_missing_plugin_is_an_error_naming_where_keel_looked() {
+    let mut k = keel();
+    let home = k.path().join("pulumi-home");
+    std::fs::create_dir_all(home.join("plugins")).expect("plugin cache");
+    k.env
+        .push(("PULUMI_HOME".into(), home.display().to_string()));
+    k.env
+        .push(("PULUMI_IGNORE_AMBIENT_PLUGINS".into(), "1".into()));
+    let dir = program("site-v1");
+    let out = k.run(&["up", "--yes", "--providers", "plugins", "--program", &dir]);
+    let text = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("no plugin for package `aws`"), "{text}");
+    assert!(
+        text.contains(&home.join("plugins").display().to_string()),
+        "{text}"
+    );
+    assert!(k.cloud().is_empty(), "nothing simulated: {:?}", k.cloud());
+    // The default is the simulated cloud, as before.
+    k.ok(&["up", "--yes", "--program", &dir]);
+    assert!(!k.cloud().is_empty());
 }
