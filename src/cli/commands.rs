@@ -186,7 +186,11 @@ fn registry(
 ) -> ProviderRegistry {
     let passphrase = crate::secrets::passphrase_from_env().ok().flatten();
     let python = PythonOptions::from_env(EventSink::default()).python;
-    let env = DiscoveryEnv::from_process(dir.as_deref());
+    // Read (the project's `Pulumi.yaml` too) only when plugins are asked for.
+    let env = match providers {
+        Providers::Plugins => DiscoveryEnv::from_process(dir.as_deref()),
+        Providers::Sim => DiscoveryEnv::default(),
+    };
     let served = served.clone();
     let factory = move |pkg: &str| -> std::sync::Arc<dyn crate::provider::Provider> {
         if pkg == DYNAMIC_PYTHON {
