@@ -467,6 +467,9 @@ fn a_dynamic_provider_writes_a_real_file_and_its_output_is_stable() {
             .any(|m| m.contains("package `pulumi-python` is served by its plugin (real)")),
         "{said:?}"
     );
+    // The plugin's stderr is the operation's diagnostic.
+    let wrote = format!("[pulumi-resource-pulumi-python] writing {}", file.display());
+    assert!(said.contains(&wrote), "{wrote} in {said:?}");
     let first = token(&k);
     assert_eq!(first.len(), 32, "{first}");
     let out = k.ok(&["up", "--yes", "--json", "--program", &dir]);

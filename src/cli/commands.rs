@@ -195,10 +195,15 @@ fn registry(
     let factory = move |pkg: &str| -> std::sync::Arc<dyn crate::provider::Provider> {
         if pkg == DYNAMIC_PYTHON {
             served.plugin(pkg);
-            std::sync::Arc::new(PluginServed::python_dynamic(&python, dir.as_deref()))
+            std::sync::Arc::new(
+                PluginServed::python_dynamic(&python, dir.as_deref())
+                    .with_events(served.events.clone()),
+            )
         } else if providers == Providers::Plugins {
             served.plugin(pkg);
-            std::sync::Arc::new(PluginServed::discovered(pkg, env.clone()))
+            std::sync::Arc::new(
+                PluginServed::discovered(pkg, env.clone()).with_events(served.events.clone()),
+            )
         } else {
             cloud.provider(pkg)
         }

@@ -19,6 +19,7 @@ use tokio::sync::OnceCell;
 use super::client::PluginProvider;
 use super::discovery::{self, DiscoveryEnv, PluginKind, PluginLaunch, PluginSource};
 use super::host::{Diagnostic, PluginProcess, Stream};
+use crate::events::{EngineEvent, EventSink};
 use crate::locks::MutexExt;
 use crate::model::{PropertyMap, PropertyValue, TypeToken, Urn};
 use crate::provider::{
@@ -55,6 +56,8 @@ pub struct PluginServed {
     version: Mutex<Option<String>>,
     running: OnceCell<std::result::Result<Running, String>>,
     default_urn: Urn,
+    /// Where the plugin's output lines go besides tracing.
+    events: Option<EventSink>,
 }
 
 impl PluginServed {
@@ -101,7 +104,16 @@ impl PluginServed {
             version: Mutex::new(None),
             running: OnceCell::new(),
             default_urn,
+            events: None,
         }
+    }
+
+    /// The same provider, its plugin's output lines also sent to `events`
+    /// as `info` diagnostics (`[pulumi-resource-<pkg>] <line>`).
+    #[must_use]
+    pub fn with_events(mut self, events: EventSink) -> Self {
+        self.events = Some(events);
+        self
     }
 
     /// Whether the plugin was started (successfully) in this operation.
@@ -129,16 +141,26 @@ impl PluginServed {
             Source::Discover(env) => discovery::find(env, &self.package, version.as_deref())
                 .map_err(|e| format!("cannot serve package `{}`: {e}", self.package))?,
         };
-        let process = PluginProcess::start(&launch, None, log_diagnostic)
-            .await
-            .map_err(|e| {
-                format!(
-                    "cannot serve package `{}`{} with {}: {e}",
-                    self.package,
-                    version.map(|v| format!(" v{v}")).unwrap_or_default(),
-                    launch.describe()
-                )
-            })?;
+        let events = self.events.clone();
+        let process = PluginProcess::start(&launch, None, move |d: Diagnostic| {
+            if let Some(events) = &events {
+                events.send(EngineEvent::Diagnostic {
+                    severity: "info".into(),
+                    urn: None,
+                    message: format!("[{}] {}", discovery::executable_name(&d.package), d.line),
+                });
+            }
+            log_diagnostic(d);
+        })
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot serve package `{}`{} with {}: {e}",
+                self.package,
+                version.map(|v| format!(" v{v}")).unwrap_or_default(),
+                launch.describe()
+            )
+        })?;
         let dir = launch
             .dir
             .as_deref()

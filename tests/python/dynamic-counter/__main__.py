@@ -3,10 +3,12 @@
 `Note` writes `content` to the file at `path` (its ID) and answers a random
 `token`, which a later update keeps: keel's test checks that the file
 exists after `up`, that the token is in the state and unchanged by a second
-`up`, and that `destroy` removes the file.
+`up`, and that `destroy` removes the file. What `create` prints to stderr
+reaches keel's output as a diagnostic.
 """
 
 import os
+import sys
 import uuid
 
 import pulumi
@@ -15,6 +17,7 @@ from pulumi.dynamic import CreateResult, DiffResult, Resource, ResourceProvider,
 
 class NoteProvider(ResourceProvider):
     def create(self, props):
+        print(f"writing {props['path']}", file=sys.stderr, flush=True)
         with open(props["path"], "w", encoding="utf-8") as f:
             f.write(props["content"])
         return CreateResult(
