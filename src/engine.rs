@@ -333,7 +333,22 @@ impl Engine {
         .await
     }
 
+    /// Runs one operation, then ends its providers (plugin processes
+    /// stop), whether it succeeded or not.
     async fn run(
+        &self,
+        mode: Mode,
+        preview: bool,
+        prior: Deployment,
+        program: Option<Arc<dyn Program>>,
+        persister: Box<dyn Persister>,
+    ) -> Result<Outcome> {
+        let r = self.operate(mode, preview, prior, program, persister).await;
+        self.registry.shutdown().await;
+        r
+    }
+
+    async fn operate(
         &self,
         mode: Mode,
         preview: bool,

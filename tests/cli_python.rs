@@ -426,3 +426,85 @@ fn python_secrets_need_a_passphrase_and_never_reach_disk_in_plaintext() {
     let shown = k.ok(&["stack", "export", "--show-secrets"]);
     assert!(shown.contains("exported-hunter2"), "{shown}");
 }
+
+/// Pulumi's `tests/integration/dynamic/python`, in keel's words: a dynamic
+/// provider (`pulumi-python:dynamic:Resource`) is served by the
+/// `python -m pulumi.dynamic` plugin, never by the simulated cloud. Its
+/// `create()` writes a real file and answers a random token, which is in the
+/// state and the same after a second `up`; `destroy` removes the file.
+#[test]
+fn a_dynamic_provider_writes_a_real_file_and_its_output_is_stable() {
+    let mut k = keel();
+    // The SDK sends the serialized provider (`__provider`) as a secret.
+    k.passphrase = Some("password".into());
+    let file = k.path().join("note.txt");
+    k.env
+        .push(("KEEL_TEST_FILE".into(), file.display().to_string()));
+    let dir = program("dynamic-counter");
+    let out = k.ok(&["up", "--yes", "--json", "--program", &dir]);
+    assert_eq!(
+        std::fs::read_to_string(&file).expect("the provider wrote the file"),
+        "written by a dynamic provider",
+        "{out}"
+    );
+    let token = |k: &Keel| {
+        let state = k.export();
+        let note = resource(&state, "note");
+        assert_eq!(note["type"], "pulumi-python:dynamic:Resource", "{note}");
+        note["outputs"]["token"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a token in {note}"))
+            .to_owned()
+    };
+    // The output says which packages were real.
+    let said: Vec<String> = events(&out)
+        .into_iter()
+        .filter(|e| e["event"] == "diagnostic")
+        .filter_map(|e| e["message"].as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        said.iter()
+            .any(|m| m.contains("package `pulumi-python` is served by its plugin (real)")),
+        "{said:?}"
+    );
+    // The plugin's stderr is the operation's diagnostic.
+    let wrote = format!("[pulumi-resource-pulumi-python] writing {}", file.display());
+    assert!(said.contains(&wrote), "{wrote} in {said:?}");
+    let first = token(&k);
+    assert_eq!(first.len(), 32, "{first}");
+    let out = k.ok(&["up", "--yes", "--json", "--program", &dir]);
+    all_same(&out);
+    assert_eq!(token(&k), first, "{out}");
+    // Nothing of the simulated cloud served it.
+    assert!(k.cloud().is_empty(), "{:?}", k.cloud());
+    let out = k.ok(&["destroy", "--yes", "--json", "--program", &dir]);
+    assert!(!file.exists(), "the provider deleted the file: {out}");
+    assert!(k.resources().is_empty());
+}
+
+/// `--providers plugins`: every package but keel's own is served by its
+/// discovered plugin; one found nowhere fails the operation with an error
+/// naming the package and the places looked, and nothing is simulated.
+#[test]
+fn with_providers_plugins_a_missing_plugin_is_an_error_naming_where_keel_looked() {
+    let mut k = keel();
+    let home = k.path().join("pulumi-home");
+    std::fs::create_dir_all(home.join("plugins")).expect("plugin cache");
+    k.env
+        .push(("PULUMI_HOME".into(), home.display().to_string()));
+    k.env
+        .push(("PULUMI_IGNORE_AMBIENT_PLUGINS".into(), "1".into()));
+    let dir = program("site-v1");
+    let out = k.run(&["up", "--yes", "--providers", "plugins", "--program", &dir]);
+    let text = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("no plugin for package `aws`"), "{text}");
+    assert!(
+        text.contains(&home.join("plugins").display().to_string()),
+        "{text}"
+    );
+    assert!(k.cloud().is_empty(), "nothing simulated: {:?}", k.cloud());
+    // The default is the simulated cloud, as before.
+    k.ok(&["up", "--yes", "--program", &dir]);
+    assert!(!k.cloud().is_empty());
+}

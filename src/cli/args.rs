@@ -294,6 +294,22 @@ pub struct SimArgs {
     /// Seed of the simulated cloud's failure draws.
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub sim_seed: u64,
+    /// Who serves the packages: `sim`, the simulated cloud; `plugins`, each
+    /// package's Pulumi plugin (`pulumi-resource-<pkg>`, found as Pulumi
+    /// finds it; a missing one is an error). Package `pulumi` is keel's
+    /// own and Python dynamic providers always run in their plugin.
+    #[arg(long, value_enum, default_value_t = Providers::Sim)]
+    pub providers: Providers,
+}
+
+/// The `--providers` flag's values.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, ValueEnum)]
+pub enum Providers {
+    /// The simulated cloud.
+    #[default]
+    Sim,
+    /// Real provider plugins.
+    Plugins,
 }
 
 fn parse_rate(s: &str) -> Result<f64, String> {

@@ -11,8 +11,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::args::{
-    Cli, CloudCommand, Command, EngineArgs, FilterArgs, OpArgs, PreviewArgs, SimArgs, StackCommand,
-    StateCommand, UpArgs,
+    Cli, CloudCommand, Command, EngineArgs, FilterArgs, OpArgs, PreviewArgs, Providers, SimArgs,
+    StackCommand, StateCommand, UpArgs,
 };
 use super::display::{out, show_value, Display, Style};
 use super::program::ProgramFile;
@@ -22,6 +22,8 @@ use super::CliError;
 use crate::config::StackConfig;
 use crate::engine::{Engine, EngineConfig, EngineError, Outcome};
 use crate::events::{EngineEvent, EventSink};
+use crate::grpc::plugin::discovery::DiscoveryEnv;
+use crate::grpc::plugin::served::{PluginServed, DYNAMIC_PYTHON};
 use crate::grpc::python::{PythonOptions, PythonProgram, PythonProject};
 use crate::model::{CheckpointFile, Deployment, Urn};
 use crate::persist::backend::{write_base_with, Backend, BackendError, OpenStack};
@@ -138,9 +140,75 @@ fn sim_config(a: &SimArgs, file: Option<&ProgramFile>) -> SimConfig {
 /// The providers of an operation: the simulated cloud, and the built-in
 /// `pulumi` package, whose stack references read the backend's stacks
 /// (with the passphrase the operation uses).
-fn registry(backend: &Path, cloud: std::sync::Arc<SimCloud>) -> ProviderRegistry {
+/// Says, once per package, that a plugin (real) serves it: a diagnostic
+/// of the operation (the simulated cloud, the default, says nothing).
+#[derive(Debug, Clone)]
+struct ServedBy {
+    said: std::sync::Arc<std::sync::Mutex<BTreeSet<String>>>,
+    events: EventSink,
+}
+
+impl ServedBy {
+    fn new(events: &EventSink) -> Self {
+        Self {
+            said: std::sync::Arc::default(),
+            events: events.clone(),
+        }
+    }
+
+    fn plugin(&self, package: &str) {
+        use crate::locks::MutexExt;
+        if self.said.locked().insert(package.to_owned()) {
+            self.events.send(crate::events::EngineEvent::Diagnostic {
+                severity: "info".into(),
+                urn: None,
+                message: format!(
+                    "package `{package}` is served by its plugin (real), not by the simulated cloud"
+                ),
+            });
+        }
+    }
+}
+
+/// The providers of an operation: package `pulumi` built in; Pulumi's
+/// Python dynamic providers (package `pulumi-python`) served by the
+/// dynamic-provider plugin run with the program's interpreter (in the
+/// program's directory `dir`, when there is one), as Pulumi does; every
+/// other package by the simulated cloud (`--providers sim`) or by its
+/// discovered plugin (`--providers plugins`). `served` says which plugins
+/// serve.
+fn registry(
+    backend: &Path,
+    cloud: std::sync::Arc<SimCloud>,
+    dir: Option<PathBuf>,
+    providers: Providers,
+    served: &ServedBy,
+) -> ProviderRegistry {
     let passphrase = crate::secrets::passphrase_from_env().ok().flatten();
-    ProviderRegistry::simulated(cloud).with_stack_outputs(std::sync::Arc::new(
+    let python = PythonOptions::from_env(EventSink::default()).python;
+    // Read (the project's `Pulumi.yaml` too) only when plugins are asked for.
+    let env = match providers {
+        Providers::Plugins => DiscoveryEnv::from_process(dir.as_deref()),
+        Providers::Sim => DiscoveryEnv::default(),
+    };
+    let served = served.clone();
+    let factory = move |pkg: &str| -> std::sync::Arc<dyn crate::provider::Provider> {
+        if pkg == DYNAMIC_PYTHON {
+            served.plugin(pkg);
+            std::sync::Arc::new(
+                PluginServed::python_dynamic(&python, dir.as_deref())
+                    .with_events(served.events.clone()),
+            )
+        } else if providers == Providers::Plugins {
+            served.plugin(pkg);
+            std::sync::Arc::new(
+                PluginServed::discovered(pkg, env.clone()).with_events(served.events.clone()),
+            )
+        } else {
+            cloud.provider(pkg)
+        }
+    };
+    ProviderRegistry::new(std::sync::Arc::new(factory)).with_stack_outputs(std::sync::Arc::new(
         Backend::new(backend).with_passphrase(passphrase),
     ))
 }
@@ -638,8 +706,13 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         config.detailed_diffs = a.diff;
         config.package_config = source.package_config();
         let can_store_secrets = open.crypter.manager().is_some();
+        let dir = source.dir();
         let program = source.into_program(&config.events, parallel, can_store_secrets);
-        let engine = Engine::new(config, registry(backend, cloud));
+        let served = ServedBy::new(&config.events);
+        let engine = Engine::new(
+            config,
+            registry(backend, cloud, Some(dir), a.sim.providers, &served),
+        );
         let mut prior = std::mem::take(&mut open.deployment);
         if a.change.refresh {
             prior = refreshed(&engine, prior).await?;
@@ -708,8 +781,13 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         config.detailed_diffs = a.diff;
         config.package_config = source.package_config();
         // A preview writes nothing: secrets need no provider yet.
+        let dir = source.dir();
         let program = source.into_program(&config.events, a.parallel, true);
-        let engine = Engine::new(config, registry(backend, cloud));
+        let served = ServedBy::new(&config.events);
+        let engine = Engine::new(
+            config,
+            registry(backend, cloud, Some(dir), a.sim.providers, &served),
+        );
         let prior = if a.change.refresh {
             refreshed(&engine, loaded.deployment).await?
         } else {
@@ -798,7 +876,12 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
         );
         config.events = EventSink::new(tx);
         config.update = options;
-        let engine = Engine::new(config, registry(backend, cloud));
+        let dir = source.as_ref().map(ProgramSource::dir);
+        let served = ServedBy::new(&config.events);
+        let engine = Engine::new(
+            config,
+            registry(backend, cloud, dir, a.sim.providers, &served),
+        );
         let prior = std::mem::take(&mut open.deployment);
         let result = match op {
             Op::Destroy => drive(engine.destroy(prior, persister), rx, &mut display).await,

@@ -310,4 +310,10 @@ pub trait Provider: Send + Sync + 'static {
             message: "the provider has no migration for this type".into(),
         })
     }
+
+    /// Releases what the provider holds for the operation (a plugin
+    /// process: stopped, killed after a grace period). The engine calls it
+    /// on every instance the operation made, once the operation ends,
+    /// successfully or not; no call follows it. The default does nothing.
+    async fn shutdown(&self) {}
 }

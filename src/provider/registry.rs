@@ -73,4 +73,113 @@ impl ProviderRegistry {
         map.insert(key.to_owned(), p.clone());
         p
     }
+
+    /// Ends the operation's providers: [`Provider::shutdown`] on every
+    /// instance made so far (each once, even when shared by several
+    /// references), which are forgotten: a later [`ProviderRegistry::get`]
+    /// makes new ones.
+    pub async fn shutdown(&self) {
+        let made: Vec<Arc<dyn Provider>> =
+            self.instances.locked().drain().map(|(_, p)| p).collect();
+        let mut done: Vec<Arc<dyn Provider>> = Vec::new();
+        for p in made {
+            if done.iter().any(|d| Arc::ptr_eq(d, &p)) {
+                continue;
+            }
+            p.shutdown().await;
+            done.push(p);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::PropertyMap;
+    use crate::provider::{DiffResponse, ObjectState, ProviderError, ResourceRequest, Result};
+    use async_trait::async_trait;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Counts its shutdowns; every other call fails.
+    struct Counting(Arc<AtomicUsize>);
+
+    fn refused(req: &ResourceRequest<'_>) -> ProviderError {
+        ProviderError::Failed {
+            operation: "create",
+            urn: req.urn.clone(),
+            message: "not in this test".into(),
+        }
+    }
+
+    #[async_trait]
+    impl Provider for Counting {
+        fn package(&self) -> &str {
+            "counting"
+        }
+        async fn configure(&self, _: &PropertyMap) -> Result<()> {
+            Ok(())
+        }
+        async fn check(&self, req: ResourceRequest<'_>) -> Result<PropertyMap> {
+            Err(refused(&req))
+        }
+        async fn diff(&self, req: ResourceRequest<'_>) -> Result<DiffResponse> {
+            Err(refused(&req))
+        }
+        async fn create(&self, req: ResourceRequest<'_>) -> Result<ObjectState> {
+            Err(refused(&req))
+        }
+        async fn read(&self, req: ResourceRequest<'_>) -> Result<Option<ObjectState>> {
+            Err(refused(&req))
+        }
+        async fn update(&self, req: ResourceRequest<'_>) -> Result<ObjectState> {
+            Err(refused(&req))
+        }
+        async fn delete(&self, req: ResourceRequest<'_>) -> Result<()> {
+            Err(refused(&req))
+        }
+        async fn shutdown(&self) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn reference(name: &str) -> ProviderRef {
+        let urn = crate::model::Urn::parse(&format!(
+            "urn:pulumi:dev::p::pulumi:providers:counting::{name}"
+        ))
+        .expect("urn");
+        ProviderRef::new(urn, "id").expect("reference")
+    }
+
+    #[tokio::test]
+    async fn shutdown_ends_every_instance_made_once_and_forgets_them() {
+        let made = Arc::new(AtomicUsize::new(0));
+        let stopped = Arc::new(AtomicUsize::new(0));
+        let (m, s) = (made.clone(), stopped.clone());
+        let registry = ProviderRegistry::new(Arc::new(move |_: &str| {
+            m.fetch_add(1, Ordering::SeqCst);
+            Arc::new(Counting(s.clone())) as Arc<dyn Provider>
+        }));
+        registry.get(&reference("a"));
+        registry.get(&reference("a"));
+        registry.get(&reference("b"));
+        assert_eq!(made.load(Ordering::SeqCst), 2);
+        registry.shutdown().await;
+        assert_eq!(stopped.load(Ordering::SeqCst), 2);
+        // Forgotten: a second shutdown ends nothing; a new get makes anew.
+        registry.shutdown().await;
+        assert_eq!(stopped.load(Ordering::SeqCst), 2);
+        registry.get(&reference("a"));
+        assert_eq!(made.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_shared_instance_is_shut_down_once() {
+        let stopped = Arc::new(AtomicUsize::new(0));
+        let shared: Arc<dyn Provider> = Arc::new(Counting(stopped.clone()));
+        let registry = ProviderRegistry::new(Arc::new(move |_: &str| shared.clone()));
+        registry.get(&reference("a"));
+        registry.get(&reference("b"));
+        registry.shutdown().await;
+        assert_eq!(stopped.load(Ordering::SeqCst), 1);
+    }
 }

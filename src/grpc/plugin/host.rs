@@ -624,7 +624,18 @@ impl PluginProcess {
     /// Stops it: closes keel's connection, interrupts its process group,
     /// waits up to `grace`, then kills the group. The caller sends
     /// `Cancel` first if it wants the plugin to know (spec §9).
+    ///
+    /// Every line it printed has reached the diagnostics when this returns
+    /// (its output is read to the end, for up to 5 s after the exit).
     pub async fn shutdown(mut self, grace: Duration) -> Stopped {
+        let stopped = self.stop(grace).await;
+        for reader in std::mem::take(&mut self.readers) {
+            let _ = tokio::time::timeout(REAP, reader).await;
+        }
+        stopped
+    }
+
+    async fn stop(&mut self, grace: Duration) -> Stopped {
         self.channel = None;
         if let Some(status) = self.exited() {
             return Stopped {

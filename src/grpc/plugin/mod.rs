@@ -7,8 +7,11 @@
 //!   shutdown);
 //! - [`client`]: [`client::PluginProvider`], keel's
 //!   [`crate::provider::Provider`] over a connected plugin, and the sans-IO
-//!   marshalling it uses.
+//!   marshalling it uses;
+//! - [`served`]: [`served::PluginServed`], a package served by a plugin
+//!   started on first use and stopped when the operation ends.
 
 pub mod client;
 pub mod discovery;
 pub mod host;
+pub mod served;

@@ -1,0 +1,341 @@
+//! A package served by a real plugin within one operation:
+//! [`PluginServed`] is a keel [`Provider`] that finds and starts its
+//! plugin on first use (discovery with the provider's `version` input, or
+//! a fixed launch such as the dynamic-provider server), forwards every call
+//! to a [`PluginProvider`] over it, and stops it when the operation ends
+//! ([`Provider::shutdown`]). Dropping it kills the plugin's process group.
+//!
+//! A plugin that cannot be found or started fails every call with
+//! [`ProviderError::Failed`] naming the package, the version and where keel
+//! looked; it is not retried within the operation.
+
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::OnceCell;
+
+use super::client::PluginProvider;
+use super::discovery::{self, DiscoveryEnv, PluginKind, PluginLaunch, PluginSource};
+use super::host::{Diagnostic, PluginProcess, Stream};
+use crate::events::{EngineEvent, EventSink};
+use crate::locks::MutexExt;
+use crate::model::{PropertyMap, PropertyValue, TypeToken, Urn};
+use crate::provider::{
+    DiffConfigRequest, DiffResponse, ObjectState, Provider, ProviderError, ResourceRequest, Result,
+    SchemaInfo, SchemaState,
+};
+
+/// How long a plugin has to stop after the interrupt before it is killed.
+const GRACE: Duration = Duration::from_secs(5);
+
+/// Where the plugin comes from.
+#[derive(Debug, Clone)]
+enum Source {
+    /// Discovered for the package (and the configured version).
+    Discover(Box<DiscoveryEnv>),
+    /// Always this launch.
+    Fixed(Box<PluginLaunch>),
+}
+
+/// A running plugin and keel's client of it.
+#[derive(Debug)]
+struct Running {
+    /// Taken by [`Provider::shutdown`].
+    process: Mutex<Option<PluginProcess>>,
+    provider: PluginProvider,
+}
+
+/// A package's provider, served by a plugin started on first use.
+#[derive(Debug)]
+pub struct PluginServed {
+    package: String,
+    source: Source,
+    /// The version the provider resource asked for (its `version` input).
+    version: Mutex<Option<String>>,
+    running: OnceCell<std::result::Result<Running, String>>,
+    default_urn: Urn,
+    /// Where the plugin's output lines go besides tracing.
+    events: Option<EventSink>,
+}
+
+impl PluginServed {
+    /// `package`, served by the plugin discovery finds in `env`.
+    pub fn discovered(package: impl Into<String>, env: DiscoveryEnv) -> Self {
+        Self::with_source(package.into(), Source::Discover(Box::new(env)))
+    }
+
+    /// `package`, served by starting `launch`.
+    pub fn fixed(package: impl Into<String>, launch: PluginLaunch) -> Self {
+        Self::with_source(package.into(), Source::Fixed(Box::new(launch)))
+    }
+
+    /// Pulumi's dynamic providers (package `pulumi-python`), served as
+    /// Pulumi's `pulumi-resource-pulumi-python` does: `<python> -u -m
+    /// pulumi.dynamic`, with `python` the program's interpreter, in
+    /// `dir` (the program's directory).
+    pub fn python_dynamic(python: impl AsRef<Path>, dir: Option<&Path>) -> Self {
+        let launch = PluginLaunch {
+            package: DYNAMIC_PYTHON.to_owned(),
+            version: None,
+            found_version: None,
+            program: python.as_ref().to_owned(),
+            args: vec!["-u".into(), "-m".into(), "pulumi.dynamic".into()],
+            dir: dir.map(Path::to_owned),
+            env: Vec::new(),
+            source: PluginSource::Path(python.as_ref().to_owned()),
+            kind: PluginKind::Python,
+        };
+        Self::fixed(DYNAMIC_PYTHON, launch)
+    }
+
+    fn with_source(package: String, source: Source) -> Self {
+        let default_urn = Urn::parse(&format!(
+            "urn:pulumi:keel::keel::pulumi:providers:{package}::default"
+        ))
+        .unwrap_or_else(|_| {
+            Urn::parse("urn:pulumi:keel::keel::pulumi:providers:unknown::default")
+                .expect("a valid URN")
+        });
+        Self {
+            package,
+            source,
+            version: Mutex::new(None),
+            running: OnceCell::new(),
+            default_urn,
+            events: None,
+        }
+    }
+
+    /// The same provider, its plugin's output lines also sent to `events`
+    /// as `info` diagnostics (`[pulumi-resource-<pkg>] <line>`).
+    #[must_use]
+    pub fn with_events(mut self, events: EventSink) -> Self {
+        self.events = Some(events);
+        self
+    }
+
+    /// Whether the plugin was started (successfully) in this operation.
+    pub fn started(&self) -> bool {
+        matches!(self.running.get(), Some(Ok(_)))
+    }
+
+    /// The running plugin's client, started now if need be.
+    async fn provider(&self, operation: &'static str, urn: &Urn) -> Result<&PluginProvider> {
+        let running = self.running.get_or_init(|| self.start()).await;
+        match running {
+            Ok(r) => Ok(&r.provider),
+            Err(message) => Err(ProviderError::Failed {
+                operation,
+                urn: urn.clone(),
+                message: message.clone(),
+            }),
+        }
+    }
+
+    async fn start(&self) -> std::result::Result<Running, String> {
+        let version = self.version.locked().clone();
+        let launch = match &self.source {
+            Source::Fixed(l) => (**l).clone(),
+            Source::Discover(env) => discovery::find(env, &self.package, version.as_deref())
+                .map_err(|e| format!("cannot serve package `{}`: {e}", self.package))?,
+        };
+        let events = self.events.clone();
+        let process = PluginProcess::start(&launch, None, move |d: Diagnostic| {
+            if let Some(events) = &events {
+                events.send(EngineEvent::Diagnostic {
+                    severity: "info".into(),
+                    urn: None,
+                    message: format!("[{}] {}", discovery::executable_name(&d.package), d.line),
+                });
+            }
+            log_diagnostic(d);
+        })
+        .await
+        .map_err(|e| {
+            format!(
+                "cannot serve package `{}`{} with {}: {e}",
+                self.package,
+                version.map(|v| format!(" v{v}")).unwrap_or_default(),
+                launch.describe()
+            )
+        })?;
+        let dir = launch
+            .dir
+            .as_deref()
+            .or_else(|| launch.program.parent())
+            .map(|d| d.display().to_string());
+        let provider = PluginProvider::connect(
+            self.package.clone(),
+            process.channel(),
+            None,
+            dir.as_deref(),
+        )
+        .await
+        .map_err(|e| format!("cannot serve package `{}`: {e}", self.package))?;
+        tracing::debug!(
+            "started {} for package `{}`",
+            launch.describe(),
+            self.package
+        );
+        Ok(Running {
+            process: Mutex::new(Some(process)),
+            provider,
+        })
+    }
+}
+
+/// The package of Pulumi's Python dynamic providers.
+pub const DYNAMIC_PYTHON: &str = "pulumi-python";
+
+/// A plugin's output line, as a tracing event.
+#[allow(clippy::needless_pass_by_value)]
+fn log_diagnostic(d: Diagnostic) {
+    match d.stream {
+        Stream::Stderr => tracing::warn!(package = %d.package, "plugin: {}", d.line),
+        Stream::Stdout => tracing::info!(package = %d.package, "plugin: {}", d.line),
+    }
+}
+
+#[async_trait]
+impl Provider for PluginServed {
+    fn package(&self) -> &str {
+        &self.package
+    }
+
+    async fn configure(&self, inputs: &PropertyMap) -> Result<()> {
+        if let Some(PropertyValue::String(v)) = inputs.get("version") {
+            if self.running.get().is_none() {
+                *self.version.locked() = Some(v.clone());
+            }
+        }
+        self.provider("configure", &self.default_urn)
+            .await?
+            .configure(inputs)
+            .await
+    }
+
+    async fn check(&self, req: ResourceRequest<'_>) -> Result<PropertyMap> {
+        self.provider("check", req.urn).await?.check(req).await
+    }
+
+    async fn diff(&self, req: ResourceRequest<'_>) -> Result<DiffResponse> {
+        self.provider("diff", req.urn).await?.diff(req).await
+    }
+
+    async fn diff_config(&self, req: DiffConfigRequest<'_>) -> Result<DiffResponse> {
+        self.provider("diff", &self.default_urn)
+            .await?
+            .diff_config(req)
+            .await
+    }
+
+    async fn create(&self, req: ResourceRequest<'_>) -> Result<ObjectState> {
+        self.provider("create", req.urn).await?.create(req).await
+    }
+
+    async fn read(&self, req: ResourceRequest<'_>) -> Result<Option<ObjectState>> {
+        self.provider("read", req.urn).await?.read(req).await
+    }
+
+    async fn update(&self, req: ResourceRequest<'_>) -> Result<ObjectState> {
+        self.provider("update", req.urn).await?.update(req).await
+    }
+
+    async fn delete(&self, req: ResourceRequest<'_>) -> Result<()> {
+        self.provider("delete", req.urn).await?.delete(req).await
+    }
+
+    async fn find(&self, urn: &Urn, ty: &TypeToken) -> Result<Option<ObjectState>> {
+        self.provider("read", urn).await?.find(urn, ty).await
+    }
+
+    async fn find_all(&self, urn: &Urn, ty: &TypeToken) -> Result<Vec<ObjectState>> {
+        self.provider("read", urn).await?.find_all(urn, ty).await
+    }
+
+    fn schema(&self, ty: &TypeToken) -> Option<SchemaInfo> {
+        // Asking would start the plugin; only a running one is asked.
+        match self.running.get() {
+            Some(Ok(r)) => r.provider.schema(ty),
+            _ => None,
+        }
+    }
+
+    async fn migrate_state(
+        &self,
+        urn: &Urn,
+        ty: &TypeToken,
+        old_version: u64,
+        state: SchemaState,
+    ) -> Result<SchemaState> {
+        self.provider("migrate", urn)
+            .await?
+            .migrate_state(urn, ty, old_version, state)
+            .await
+    }
+
+    async fn shutdown(&self) {
+        if let Some(Ok(r)) = self.running.get() {
+            let process = r.process.locked().take();
+            if let Some(p) = process {
+                let stopped = p.shutdown(GRACE).await;
+                tracing::debug!("stopped the plugin of `{}`: {stopped:?}", self.package);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn urn() -> Urn {
+        Urn::parse("urn:pulumi:dev::p::aws:s3/bucket:Bucket::b").expect("urn")
+    }
+
+    #[tokio::test]
+    async fn a_missing_plugin_fails_every_call_naming_package_version_and_places() {
+        let env = DiscoveryEnv {
+            path: Some(std::ffi::OsString::from("/nonexistent-keel-dir")),
+            ..DiscoveryEnv::default()
+        };
+        let p = PluginServed::discovered("aws", env);
+        let mut config = PropertyMap::new();
+        config.insert("version".into(), PropertyValue::String("6.1.0".into()));
+        let err = p.configure(&config).await.expect_err("no plugin");
+        let text = err.to_string();
+        assert!(text.contains("`aws`"), "{text}");
+        assert!(text.contains("v6.1.0"), "{text}");
+        assert!(text.contains("/nonexistent-keel-dir"), "{text}");
+        assert!(!p.started());
+        let ty = TypeToken::parse("aws:s3/bucket:Bucket").expect("type");
+        let inputs = PropertyMap::new();
+        let err = p
+            .create(ResourceRequest::new(&urn(), &ty, "", &inputs))
+            .await
+            .expect_err("no plugin");
+        assert!(matches!(
+            err,
+            ProviderError::Failed {
+                operation: "create",
+                ..
+            }
+        ));
+        // Nothing runs: shutting down is a no-op.
+        p.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn a_plugin_that_cannot_start_names_the_launch() {
+        let p = PluginServed::python_dynamic("/nonexistent-keel-python", None);
+        let err = p
+            .configure(&PropertyMap::new())
+            .await
+            .expect_err("cannot start");
+        let text = err.to_string();
+        assert!(text.contains("pulumi-python"), "{text}");
+        assert!(text.contains("/nonexistent-keel-python"), "{text}");
+    }
+}
