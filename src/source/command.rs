@@ -164,15 +164,8 @@ impl CommandCallback {
             }
             Err(e) => return Err(e),
         };
-        let mut cmd = tokio::process::Command::new(&program);
-        cmd.args(&self.argv[1..])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        // Its own process group, so that what it starts dies with it.
-        #[cfg(unix)]
-        cmd.process_group(0);
+        let mut cmd = supervised(&program);
+        cmd.args(&self.argv[1..]);
         if let Some(d) = &self.dir {
             cmd.current_dir(d);
         }
@@ -438,6 +431,20 @@ fn kind(v: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
+}
+
+/// A child process keel supervises (a migration callback, a provider
+/// plugin): stdin, stdout and stderr piped, killed when dropped, and in its
+/// own process group, so that what it starts dies with it.
+pub(crate) fn supervised(program: impl AsRef<std::ffi::OsStr>) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    #[cfg(unix)]
+    cmd.process_group(0);
+    cmd
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -318,17 +318,10 @@ impl PluginProcess {
         options: HostOptions,
     ) -> Result<Self, HostError> {
         let plugin = launch.describe();
-        let mut cmd = tokio::process::Command::new(&launch.program);
+        let mut cmd = crate::source::command::supervised(&launch.program);
         cmd.args(&launch.args)
             .args(engine_address)
-            .envs(launch.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
-        // Its own process group, so that what it starts dies with it.
-        #[cfg(unix)]
-        cmd.process_group(0);
+            .envs(launch.env.iter().map(|(k, v)| (k, v)));
         if let Some(d) = &launch.dir {
             cmd.current_dir(d);
         }
