@@ -7,6 +7,7 @@
 //! failure (an error or a panic in a handler) into an operation error; an
 //! unsupervised ractor actor's panic would vanish.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -383,6 +384,10 @@ impl Engine {
             Mode::Destroy => Vec::new(),
             _ => crate::provider::schema::upgrade(&self.registry, &mut prior.resources).await?,
         };
+        // What served each package, as recorded, carried into this
+        // operation's manifest (a crash keeps the record).
+        prior.record_serving(&BTreeMap::new());
+        let served_before = std::mem::take(&mut prior.manifest.plugins);
         let olds = SnapshotBuilder::share_resources(&mut prior);
         let upgrades: Vec<_> = upgraded
             .iter()
@@ -395,6 +400,7 @@ impl Engine {
         let snippets = prior.snippets.clone();
         let extensions = prior.extensions.clone();
         prior.manifest = Manifest::keel(self.config.clock.now_rfc3339());
+        prior.manifest.plugins = served_before;
         let builder = SnapshotBuilder::new(prior, olds.clone());
         let (builder, persister) = if rebase {
             let (r, builder, persister) = tokio::task::spawn_blocking(move || {
@@ -607,7 +613,17 @@ impl Engine {
             None => (None, None, Vec::new(), Vec::new()),
         };
         let mut errors = gen_errors.unwrap_or_else(|| vec!["the step generator stopped".into()]);
-        let snapshot = match persist.call(PersistMsg::Finish, None).await {
+        let served: BTreeMap<String, String> = self
+            .registry
+            .served()
+            .into_iter()
+            .map(|(pkg, how)| (pkg, how.as_str().to_owned()))
+            .collect();
+        let finish = served.clone();
+        let snapshot = match persist
+            .call(|reply| PersistMsg::Finish(finish, reply), None)
+            .await
+        {
             Ok(ractor::rpc::CallResult::Success(Ok(s))) => s,
             Ok(ractor::rpc::CallResult::Success(Err(e))) => {
                 errors.push(e.to_string());
@@ -640,6 +656,7 @@ impl Engine {
             failures,
             errors,
             rules,
+            served,
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         };
         self.config

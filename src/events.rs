@@ -89,6 +89,11 @@ pub struct Summary {
     /// written as their ids.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub rules: Vec<crate::model::rule::Rule>,
+    /// What served each package the operation used (`simulated`,
+    /// `plugin`, `builtin`, `embedded`): a simulated deployment never
+    /// passes for a real one.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub served: BTreeMap<String, String>,
     /// Wall time in milliseconds.
     #[serde(rename = "durationMs")]
     pub duration_ms: f64,

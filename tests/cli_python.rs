@@ -297,14 +297,38 @@ fn check(case: &FixtureCase) {
     let path = k.write("import.json", &file.to_string());
     k.ok(&["stack", "import", "--stack", case.stack, "--file", &path]);
     let before = k.files();
-    let out = k.ok(&[
-        "preview",
-        "--json",
-        "--stack",
-        case.stack,
-        "--program",
-        &program(case.program),
-    ]);
+    // Pulumi deployed these stacks with real plugins: keel previews them on
+    // the simulated cloud only when told to, and says so.
+    let (out, err) = k.expect(
+        0,
+        &[
+            "preview",
+            "--json",
+            "--providers",
+            "sim",
+            "--stack",
+            case.stack,
+            "--program",
+            &program(case.program),
+        ],
+    );
+    let providers = file["deployment"]["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .any(|r| {
+            r["type"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("pulumi:providers:"))
+        });
+    let said = format!("{out}{err}").contains(
+        "is recorded as served by its plugin (real objects), but this preview uses the simulated cloud",
+    );
+    assert_eq!(
+        said, providers,
+        "{}: the preview says it simulates a real stack's packages: {out}{err}",
+        case.file
+    );
     all_same(&out);
     let imported = file["deployment"]["resources"]
         .as_array()
@@ -472,6 +496,15 @@ fn a_dynamic_provider_writes_a_real_file_and_its_output_is_stable() {
     assert!(said.contains(&wrote), "{wrote} in {said:?}");
     let first = token(&k);
     assert_eq!(first.len(), 32, "{first}");
+    // The summary and the state say the package was real.
+    assert_eq!(summary(&out)["served"]["pulumi-python"], "plugin", "{out}");
+    let plugins = &k.export()["deployment"]["manifest"]["plugins"];
+    assert!(
+        plugins.as_array().is_some_and(|p| p
+            .iter()
+            .any(|e| e["name"] == "pulumi-python" && e["servedBy"] == "plugin")),
+        "{plugins}"
+    );
     let out = k.ok(&["up", "--yes", "--json", "--program", &dir]);
     all_same(&out);
     assert_eq!(token(&k), first, "{out}");

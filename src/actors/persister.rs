@@ -82,8 +82,9 @@ impl Actor for PersisterActor {
             PersistMsg::Snapshot(reply) => {
                 let _ = reply.send(state.builder.snapshot());
             }
-            PersistMsg::Finish(reply) => {
+            PersistMsg::Finish(served, reply) => {
                 let PersisterState { builder, persister } = state;
+                builder.set_served(served);
                 let r = blocking(|| persister.finish(builder));
                 let _ = reply.send(r);
             }

@@ -221,8 +221,13 @@ pub(crate) enum PersistMsg {
     Mutate(Mutation, RpcReplyPort<Result<(), PersistError>>),
     /// The current deployment (in memory).
     Snapshot(RpcReplyPort<Deployment>),
-    /// The operation ended: persist and return the final deployment.
-    Finish(RpcReplyPort<Result<Deployment, PersistError>>),
+    /// The operation ended: record what served each package (`package` ->
+    /// serving name, in the manifest), persist and return the final
+    /// deployment.
+    Finish(
+        std::collections::BTreeMap<String, String>,
+        RpcReplyPort<Result<Deployment, PersistError>>,
+    ),
     /// Bytes written and fsyncs issued.
     Io(RpcReplyPort<(u64, u64)>),
 }

@@ -296,10 +296,13 @@ pub struct SimArgs {
     pub sim_seed: u64,
     /// Who serves the packages: `sim`, the simulated cloud; `plugins`, each
     /// package's Pulumi plugin (`pulumi-resource-<pkg>`, found as Pulumi
-    /// finds it; a missing one is an error). Package `pulumi` is keel's
-    /// own and Python dynamic providers always run in their plugin.
-    #[arg(long, value_enum, default_value_t = Providers::Sim)]
-    pub providers: Providers,
+    /// finds it; a missing one is an error). Without it: the config key
+    /// `keel:providers`, else what the stack's state records per package,
+    /// else `sim`. Switching a recorded package is refused. Package
+    /// `pulumi` is keel's own and Python dynamic providers always run in
+    /// their plugin.
+    #[arg(long, value_enum)]
+    pub providers: Option<Providers>,
 }
 
 /// The `--providers` flag's values.

@@ -17,6 +17,7 @@ use super::args::{
 use super::display::{out, show_value, Display, Style};
 use super::program::ProgramFile;
 use super::run::{CliProgram, FileProgram};
+use super::serving::{self, Choice, Origin};
 use super::show;
 use super::CliError;
 use crate::config::StackConfig;
@@ -170,6 +171,22 @@ impl ServedBy {
     }
 }
 
+/// The explicit choice of serving: the flag, else the program's or the
+/// stack's `keel:providers` setting (once the stack's config is applied).
+fn explicit_serving(
+    flag: Option<Providers>,
+    source: Option<&ProgramSource>,
+) -> Result<Option<(Providers, Origin)>, CliError> {
+    if let Some(p) = flag {
+        return Ok(Some((p, Origin::Flag)));
+    }
+    Ok(source
+        .map(ProgramSource::providers_setting)
+        .transpose()?
+        .flatten()
+        .map(|p| (p, Origin::Setting)))
+}
+
 /// The providers of an operation: package `pulumi` built in; Pulumi's
 /// Python dynamic providers (package `pulumi-python`) served by the
 /// dynamic-provider plugin run with the program's interpreter (in the
@@ -177,21 +194,35 @@ impl ServedBy {
 /// other package by the simulated cloud (`--providers sim`) or by its
 /// discovered plugin (`--providers plugins`). `served` says which plugins
 /// serve.
+///
+/// Before anything runs, the plugin of every package that must be real
+/// and that the stack's state or the program file already names is
+/// looked for ([`preflight`]): a missing one fails the operation once,
+/// naming package, version and places, instead of at each resource.
+///
+/// # Errors
+/// [`CliError::NoPlugin`].
 fn registry(
     backend: &Path,
     cloud: std::sync::Arc<SimCloud>,
     dir: Option<PathBuf>,
-    providers: Providers,
+    choice: &Choice,
     served: &ServedBy,
-) -> ProviderRegistry {
+    named: &[(String, Option<String>)],
+) -> Result<ProviderRegistry, CliError> {
     let passphrase = crate::secrets::passphrase_from_env().ok().flatten();
     let python = PythonOptions::from_env(EventSink::default()).python;
     // Read (the project's `Pulumi.yaml` too) only when plugins are asked for.
-    let env = match providers {
-        Providers::Plugins => DiscoveryEnv::from_process(dir.as_deref()),
-        Providers::Sim => DiscoveryEnv::default(),
+    let any_plugin = choice.default == Providers::Plugins
+        || choice.packages.values().any(|p| *p == Providers::Plugins);
+    let env = if any_plugin {
+        DiscoveryEnv::from_process(dir.as_deref())
+    } else {
+        DiscoveryEnv::default()
     };
+    preflight(&env, choice, named)?;
     let served = served.clone();
+    let choice = choice.clone();
     let factory = move |pkg: &str| -> std::sync::Arc<dyn crate::provider::Provider> {
         if pkg == DYNAMIC_PYTHON {
             served.plugin(pkg);
@@ -199,7 +230,7 @@ fn registry(
                 PluginServed::python_dynamic(&python, dir.as_deref())
                     .with_events(served.events.clone()),
             )
-        } else if providers == Providers::Plugins {
+        } else if choice.of(pkg) == Providers::Plugins {
             served.plugin(pkg);
             std::sync::Arc::new(
                 PluginServed::discovered(pkg, env.clone()).with_events(served.events.clone()),
@@ -208,9 +239,58 @@ fn registry(
             cloud.provider(pkg)
         }
     };
-    ProviderRegistry::new(std::sync::Arc::new(factory)).with_stack_outputs(std::sync::Arc::new(
-        Backend::new(backend).with_passphrase(passphrase),
-    ))
+    Ok(
+        ProviderRegistry::new(std::sync::Arc::new(factory)).with_stack_outputs(
+            std::sync::Arc::new(Backend::new(backend).with_passphrase(passphrase)),
+        ),
+    )
+}
+
+/// Looks for the plugin of each `named` package (with the version asked
+/// for, if any) that `choice` serves by plugin.
+///
+/// # Errors
+/// [`CliError::NoPlugin`] for the first one missing.
+fn preflight(
+    env: &DiscoveryEnv,
+    choice: &Choice,
+    named: &[(String, Option<String>)],
+) -> Result<(), CliError> {
+    for (package, version) in named {
+        if package == "pulumi" || package == DYNAMIC_PYTHON {
+            continue;
+        }
+        if choice.of(package) == Providers::Plugins {
+            crate::grpc::plugin::discovery::find(env, package, version.as_deref())
+                .map_err(|source| CliError::NoPlugin { source })?;
+        }
+    }
+    Ok(())
+}
+
+/// The packages a stack's state and a program file name: each provider
+/// resource's package with its `version` input, and each program-file
+/// resource's package.
+fn named_packages(prior: &Deployment, file: Option<&ProgramFile>) -> Vec<(String, Option<String>)> {
+    let mut out: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for s in &prior.resources {
+        if let Some(pkg) = s.ty.as_str().strip_prefix("pulumi:providers:") {
+            let version = match s.inputs.get("version") {
+                Some(crate::model::PropertyValue::String(v)) => Some(v.clone()),
+                _ => None,
+            };
+            let e = out.entry(pkg.to_owned()).or_default();
+            if e.is_none() {
+                *e = version;
+            }
+        }
+    }
+    for r in file.into_iter().flat_map(|f| f.resources.values()) {
+        if !r.component {
+            out.entry(r.ty.package().to_owned()).or_default();
+        }
+    }
+    out.into_iter().collect()
 }
 
 fn load_cloud(
@@ -361,7 +441,9 @@ impl ProgramSource {
     fn package_config(&self) -> BTreeMap<String, crate::model::PropertyValue> {
         use crate::model::PropertyValue;
         let project = format!("{}:", self.name());
-        let foreign = |k: &str| k.contains(':') && !k.starts_with(&project);
+        // `keel:` keys are keel's own settings, not a package's.
+        let foreign =
+            |k: &str| k.contains(':') && !k.starts_with(&project) && !k.starts_with("keel:");
         match self {
             Self::File(f) => f
                 .config
@@ -382,6 +464,26 @@ impl ProgramSource {
                 .map(|(k, v)| (k.clone(), PropertyValue::String(v.clone())))
                 .collect(),
         }
+    }
+
+    /// The program's (or, once applied, the stack's) `keel:providers`
+    /// setting.
+    ///
+    /// # Errors
+    /// A value other than `sim` or `plugins`.
+    fn providers_setting(&self) -> Result<Option<Providers>, CliError> {
+        let value = match self {
+            Self::File(f) => match f.config.get(super::serving::SETTING) {
+                Some(crate::model::PropertyValue::String(v)) => Some(v.clone()),
+                Some(other) => Some(other.to_json().to_string()),
+                None => None,
+            },
+            Self::Python(p) => p.config.get(super::serving::SETTING).cloned(),
+        };
+        value
+            .as_deref()
+            .map(super::serving::parse_setting)
+            .transpose()
     }
 
     /// Refuses, before anything runs, a program file that creates secrets
@@ -680,8 +782,27 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         check_project(&stack, &source, &a.program, &open.deployment)?;
         let program_urns = source.file().map(|f| f.expected_urns(&stack));
         check_names(&options, program_urns.as_ref(), &stack, &open.deployment)?;
-        let sim_warnings = sim_fail_warnings(&a.sim, program_urns.as_ref(), &open.deployment);
+        let mut sim_warnings = sim_fail_warnings(&a.sim, program_urns.as_ref(), &open.deployment);
+        let choice = serving::choose(
+            &stack,
+            explicit_serving(a.sim.providers, Some(&source))?,
+            &open.deployment.recorded_serving(),
+            false,
+        )?;
+        sim_warnings.extend(choice.warnings.iter().cloned());
         cloud.set_secrets(open.crypter.clone());
+        // Plugins are looked for before the stack's journal is touched.
+        let (tx, rx) = mpsc::unbounded_channel();
+        let events = EventSink::new(tx);
+        let served = ServedBy::new(&events);
+        let registry = registry(
+            backend,
+            cloud,
+            Some(source.dir()),
+            &choice,
+            &served,
+            &named_packages(&open.deployment, source.file()),
+        )?;
         let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
         let mut display = Display::new(
             Style::choose(a.output.json),
@@ -693,26 +814,20 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         for w in open.warnings.iter().chain(&sim_warnings) {
             display.diagnostic("warning", w);
         }
-        let (tx, rx) = mpsc::unbounded_channel();
         let EngineArgs {
             parallel,
             continue_on_error,
             yes: _,
         } = a.engine;
         let mut config = engine_config(&stack, source.name(), parallel, continue_on_error);
-        config.events = EventSink::new(tx);
+        config.events = events;
         config.update = options;
         config.program_dir = Some(source.dir());
         config.detailed_diffs = a.diff;
         config.package_config = source.package_config();
         let can_store_secrets = open.crypter.manager().is_some();
-        let dir = source.dir();
         let program = source.into_program(&config.events, parallel, can_store_secrets);
-        let served = ServedBy::new(&config.events);
-        let engine = Engine::new(
-            config,
-            registry(backend, cloud, Some(dir), a.sim.providers, &served),
-        );
+        let engine = Engine::new(config, registry);
         let mut prior = std::mem::take(&mut open.deployment);
         if a.change.refresh {
             prior = refreshed(&engine, prior).await?;
@@ -752,7 +867,14 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         check_project(&stack, &source, &a.program, &loaded.deployment)?;
         let program_urns = source.file().map(|f| f.expected_urns(&stack));
         check_names(&options, program_urns.as_ref(), &stack, &loaded.deployment)?;
-        let sim_warnings = sim_fail_warnings(&a.sim, program_urns.as_ref(), &loaded.deployment);
+        let mut sim_warnings = sim_fail_warnings(&a.sim, program_urns.as_ref(), &loaded.deployment);
+        let choice = serving::choose(
+            &stack,
+            explicit_serving(a.sim.providers, Some(&source))?,
+            &loaded.deployment.recorded_serving(),
+            true,
+        )?;
+        sim_warnings.extend(choice.warnings.iter().cloned());
         // A saved plan is written with the stack's secrets encrypted: a
         // program file creating secrets on a stack that cannot encrypt
         // them is refused before it runs.
@@ -782,11 +904,12 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         config.package_config = source.package_config();
         // A preview writes nothing: secrets need no provider yet.
         let dir = source.dir();
+        let named = named_packages(&loaded.deployment, source.file());
         let program = source.into_program(&config.events, a.parallel, true);
         let served = ServedBy::new(&config.events);
         let engine = Engine::new(
             config,
-            registry(backend, cloud, Some(dir), a.sim.providers, &served),
+            registry(backend, cloud, Some(dir), &choice, &served, &named)?,
         );
         let prior = if a.change.refresh {
             refreshed(&engine, loaded.deployment).await?
@@ -852,9 +975,16 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
         // Only the stack's resources can be named: the program's are not run.
         let none = BTreeSet::new();
         check_names(&options, Some(&none), &stack, &open.deployment)?;
-        let sim_warnings = sim_fail_warnings(&a.sim, Some(&none), &open.deployment);
+        let mut sim_warnings = sim_fail_warnings(&a.sim, Some(&none), &open.deployment);
+        // The stack's config is not read here: the flag, else the record.
+        let choice = serving::choose(
+            &stack,
+            explicit_serving(a.sim.providers, None)?,
+            &open.deployment.recorded_serving(),
+            false,
+        )?;
+        sim_warnings.extend(choice.warnings.iter().cloned());
         cloud.set_secrets(open.crypter.clone());
-        let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
         let project = source
             .as_ref()
             .map_or_else(|| project_of(&open.deployment), |s| s.name().to_owned());
@@ -878,10 +1008,17 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
         config.update = options;
         let dir = source.as_ref().map(ProgramSource::dir);
         let served = ServedBy::new(&config.events);
-        let engine = Engine::new(
-            config,
-            registry(backend, cloud, dir, a.sim.providers, &served),
-        );
+        let registry = registry(
+            backend,
+            cloud,
+            dir,
+            &choice,
+            &served,
+            &named_packages(&open.deployment, None),
+        )?;
+        // Plugins are looked for before the stack's journal is touched.
+        let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
+        let engine = Engine::new(config, registry);
         let prior = std::mem::take(&mut open.deployment);
         let result = match op {
             Op::Destroy => drive(engine.destroy(prior, persister), rx, &mut display).await,

@@ -410,6 +410,20 @@ pub fn summary_table(operation: &str, s: &Summary) -> Vec<String> {
     if s.steps.len() > 1 {
         lines.push(format!("  {:<20} {total:>5}", "total"));
     }
+    // Who served the packages, real or simulated, never left to guess.
+    let shown: Vec<String> = s
+        .served
+        .iter()
+        .filter(|(_, how)| how.as_str() != "builtin")
+        .map(|(pkg, how)| match how.as_str() {
+            "plugin" => format!("{pkg} (plugin: real)"),
+            "simulated" => format!("{pkg} (simulated: nothing real)"),
+            other => format!("{pkg} ({other})"),
+        })
+        .collect();
+    if !shown.is_empty() {
+        lines.push(format!("  packages: {}", shown.join(", ")));
+    }
     lines
 }
 

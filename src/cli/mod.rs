@@ -20,6 +20,7 @@ pub mod display;
 pub mod import;
 pub mod program;
 pub mod run;
+pub mod serving;
 pub mod show;
 pub mod template;
 
@@ -47,6 +48,26 @@ pub enum CliError {
         flag: &'static str,
         /// What is wrong.
         message: String,
+    },
+    /// An explicit choice of serving contradicts the state's record.
+    #[error("package `{package}` of stack `{stack}` is recorded as served by {recorded}, but this operation asks for {asked}; refusing, since that side does not hold these objects: serve it as recorded (`--providers {keep}`), or first destroy its resources as they were deployed")]
+    ServingConflict {
+        /// The stack.
+        stack: String,
+        /// The package.
+        package: String,
+        /// What the state records.
+        recorded: &'static str,
+        /// What was asked, and by what.
+        asked: String,
+        /// The flag value that keeps the record.
+        keep: &'static str,
+    },
+    /// A package that must be served by its plugin has none.
+    #[error("{source}; install it (`pulumi plugin install resource <package>`), name it in the project's `plugins.providers`, or serve the package by the simulated cloud (`--providers sim`) if nothing real is deployed")]
+    NoPlugin {
+        /// Where keel looked.
+        source: Box<crate::grpc::plugin::discovery::DiscoveryError>,
     },
     /// A stack name that cannot name a directory and a URN part.
     #[error("invalid stack name `{0}`: use letters, digits, `-`, `_` and `.`")]
@@ -222,6 +243,7 @@ impl CliError {
         match self {
             Self::Unsupported(_)
             | Self::BadFlag { .. }
+            | Self::ServingConflict { .. }
             | Self::BadStackName(_)
             | Self::NoStack { .. }
             | Self::Program(_)
@@ -243,6 +265,7 @@ impl CliError {
             | Self::Runtime(_)
             | Self::Failed { .. }
             | Self::ConfigNotSet { .. }
+            | Self::NoPlugin { .. }
             | Self::Engine(_) => 1,
         }
     }

@@ -128,7 +128,82 @@ json_object! {
     }
 }
 
+/// The key keel adds to its manifest `plugins` entries: what served the
+/// package (`simulated`, `plugin`, `builtin`, `embedded`). Pulumi reads
+/// the entries' `name`, `path`, `type` and `version` and ignores it.
+pub const SERVED_BY: &str = "servedBy";
+
+/// The package of a provider resource type (`pulumi:providers:<pkg>`).
+fn provider_package(ty: &str) -> Option<&str> {
+    ty.strip_prefix("pulumi:providers:")
+        .filter(|p| !p.is_empty())
+}
+
 impl Deployment {
+    /// What served each package with a provider resource here, as the
+    /// manifest records it: keel's `plugins` entries carry [`SERVED_BY`];
+    /// a deployment Pulumi wrote (a manifest version not keel's) was
+    /// served by plugins, every package but the built-in `pulumi`.
+    /// Packages with no record are absent.
+    pub fn recorded_serving(&self) -> BTreeMap<String, String> {
+        let mut out = BTreeMap::new();
+        for entry in &self.manifest.plugins {
+            let name = entry.get("name").and_then(serde_json::Value::as_str);
+            let served = entry.get(SERVED_BY).and_then(serde_json::Value::as_str);
+            if let (Some(name), Some(served)) = (name, served) {
+                out.insert(name.to_owned(), served.to_owned());
+            }
+        }
+        let by_pulumi =
+            !self.manifest.version.is_empty() && !self.manifest.version.starts_with("keel-");
+        if by_pulumi {
+            for s in &self.resources {
+                if let Some(pkg) = provider_package(s.ty.as_str()).filter(|p| *p != "pulumi") {
+                    out.entry(pkg.to_owned())
+                        .or_insert_with(|| "plugin".to_owned());
+                }
+            }
+        }
+        out
+    }
+
+    /// Rewrites the manifest's `plugins`: one entry per package with a
+    /// provider resource here (its `version` input when it has one),
+    /// served as `served` says, else as recorded; a package with neither
+    /// gets no entry.
+    pub fn record_serving(&mut self, served: &BTreeMap<String, String>) {
+        let recorded = self.recorded_serving();
+        let mut entries: BTreeMap<&str, (String, &str)> = BTreeMap::new();
+        for s in &self.resources {
+            let Some(pkg) = provider_package(s.ty.as_str()) else {
+                continue;
+            };
+            let Some(how) = served.get(pkg).or_else(|| recorded.get(pkg)) else {
+                continue;
+            };
+            let version = match s.inputs.get("version") {
+                Some(super::PropertyValue::String(v)) => v.clone(),
+                _ => String::new(),
+            };
+            let e = entries.entry(pkg).or_insert_with(|| (String::new(), how));
+            if e.0.is_empty() {
+                e.0 = version;
+            }
+        }
+        self.manifest.plugins = entries
+            .into_iter()
+            .map(|(name, (version, how))| {
+                serde_json::json!({
+                    "name": name,
+                    "path": "",
+                    "type": "resource",
+                    "version": version,
+                    SERVED_BY: how,
+                })
+            })
+            .collect();
+    }
+
     /// A new empty deployment written by keel at `time`.
     pub fn new(time: String) -> Self {
         Self {

@@ -129,6 +129,9 @@ pub struct SnapshotBuilder {
     /// Resources a refresh found gone, with their parents: references to
     /// them are dropped from the others (children move to the parent).
     vanished: HashMap<crate::model::Urn, crate::model::Urn>,
+    /// What served each package in this operation (recorded in the
+    /// manifest of every snapshot: [`Deployment::record_serving`]).
+    served: BTreeMap<String, String>,
 }
 
 fn key(s: &StateRef) -> usize {
@@ -153,6 +156,7 @@ impl SnapshotBuilder {
             pending: BTreeMap::new(),
             split: 0,
             vanished: HashMap::new(),
+            served: BTreeMap::new(),
         }
     }
 
@@ -274,7 +278,15 @@ impl SnapshotBuilder {
     pub fn snapshot_committed(&self) -> Deployment {
         let mut d = self.base.clone();
         d.resources = self.ordered_live().1;
+        d.record_serving(&self.served);
         d
+    }
+
+    /// Records what served each package in this operation (`package` ->
+    /// [`crate::provider::Serving`] name), for the manifests of the
+    /// snapshots written from now on.
+    pub fn set_served(&mut self, served: BTreeMap<String, String>) {
+        self.served.extend(served);
     }
 
     /// The live states in snapshot order, and their snapshot form

@@ -213,6 +213,10 @@ impl BuiltinProvider {
 
 #[async_trait]
 impl Provider for BuiltinProvider {
+    fn serving(&self) -> crate::provider::Serving {
+        crate::provider::Serving::Builtin
+    }
+
     fn package(&self) -> &str {
         "pulumi"
     }

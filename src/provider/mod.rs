@@ -316,4 +316,60 @@ pub trait Provider: Send + Sync + 'static {
     /// on every instance the operation made, once the operation ends,
     /// successfully or not; no call follows it. The default does nothing.
     async fn shutdown(&self) {}
+
+    /// What serves this provider's objects ([`Serving`]): whether they are
+    /// real or simulated. The default is [`Serving::Embedded`], a provider
+    /// the embedding program wrote.
+    fn serving(&self) -> Serving {
+        Serving::Embedded
+    }
+}
+
+/// What serves a package's objects. Recorded per package in the state (the
+/// manifest's `plugins` entries, key `servedBy`) and shown in the summary,
+/// so that nobody mistakes a simulated deployment for a real one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Serving {
+    /// Keel's simulated cloud: nothing real exists.
+    Simulated,
+    /// The package's provider plugin: real objects.
+    Plugin,
+    /// Built into keel (package `pulumi`: stack references).
+    Builtin,
+    /// A provider the program embedding keel supplied.
+    Embedded,
+}
+
+impl Serving {
+    /// The name written in state and events.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Simulated => "simulated",
+            Self::Plugin => "plugin",
+            Self::Builtin => "builtin",
+            Self::Embedded => "embedded",
+        }
+    }
+
+    /// The serving a name stands for.
+    pub fn parse(s: &str) -> Option<Self> {
+        Some(match s {
+            "simulated" => Self::Simulated,
+            "plugin" => Self::Plugin,
+            "builtin" => Self::Builtin,
+            "embedded" => Self::Embedded,
+            _ => return None,
+        })
+    }
+
+    /// Whether the objects are real (a plugin's) rather than simulated.
+    pub fn is_real(self) -> bool {
+        matches!(self, Self::Plugin)
+    }
+}
+
+impl std::fmt::Display for Serving {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }

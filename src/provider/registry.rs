@@ -5,13 +5,13 @@
 //! one instance.
 
 use crate::locks::MutexExt;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
 use crate::model::ProviderRef;
 
-use super::Provider;
+use super::{Provider, Serving};
 
 /// Makes a provider instance for a package.
 pub type ProviderFactory = Arc<dyn Fn(&str) -> Arc<dyn Provider> + Send + Sync>;
@@ -21,6 +21,9 @@ pub type ProviderFactory = Arc<dyn Fn(&str) -> Arc<dyn Provider> + Send + Sync>;
 pub struct ProviderRegistry {
     factory: ProviderFactory,
     instances: Arc<Mutex<HashMap<String, Arc<dyn Provider>>>>,
+    /// What served each package an instance was made for (kept across
+    /// [`ProviderRegistry::shutdown`]).
+    served: Arc<Mutex<BTreeMap<String, Serving>>>,
 }
 
 impl fmt::Debug for ProviderRegistry {
@@ -35,6 +38,7 @@ impl ProviderRegistry {
         Self {
             factory,
             instances: Arc::new(Mutex::new(HashMap::new())),
+            served: Arc::default(),
         }
     }
 
@@ -71,7 +75,17 @@ impl ProviderRegistry {
         }
         let p = (self.factory)(reference.package());
         map.insert(key.to_owned(), p.clone());
+        drop(map);
+        self.served
+            .locked()
+            .insert(reference.package().to_owned(), p.serving());
         p
+    }
+
+    /// What served each package this registry made a provider for, so far
+    /// in the operation.
+    pub fn served(&self) -> BTreeMap<String, Serving> {
+        self.served.locked().clone()
     }
 
     /// Ends the operation's providers: [`Provider::shutdown`] on every

@@ -1162,6 +1162,10 @@ impl SimProvider {
 
 #[async_trait]
 impl Provider for SimProvider {
+    fn serving(&self) -> crate::provider::Serving {
+        crate::provider::Serving::Simulated
+    }
+
     fn package(&self) -> &str {
         &self.package
     }

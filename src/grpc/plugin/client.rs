@@ -873,6 +873,10 @@ fn name_and_type(urn: &Urn, ty: &TypeToken) -> (String, String) {
 
 #[async_trait]
 impl Provider for PluginProvider {
+    fn serving(&self) -> crate::provider::Serving {
+        crate::provider::Serving::Plugin
+    }
+
     fn package(&self) -> &str {
         &self.package
     }

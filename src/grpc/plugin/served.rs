@@ -200,6 +200,10 @@ fn log_diagnostic(d: Diagnostic) {
 
 #[async_trait]
 impl Provider for PluginServed {
+    fn serving(&self) -> crate::provider::Serving {
+        crate::provider::Serving::Plugin
+    }
+
     fn package(&self) -> &str {
         &self.package
     }
