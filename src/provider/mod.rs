@@ -23,7 +23,7 @@ pub use schema::{SchemaInfo, SchemaState, SchemaUpgradeError};
 pub use sim::{SchemaDef, SimCloud, SimConfig, SimProvider};
 
 /// A provider's failure.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ProviderError {
     /// The operation failed in the cloud.
     #[error("{operation} of {urn} failed: {message}")]
@@ -68,6 +68,25 @@ pub enum ProviderError {
         /// The schema version its state was written with.
         old_version: u64,
         /// Why.
+        message: String,
+    },
+    /// The object was made (or changed) but failed to initialise: it
+    /// exists, and its state is recorded with these reasons as its
+    /// `initErrors` while the step fails (Pulumi's
+    /// `ErrorResourceInitFailed`). The next update of the resource is an
+    /// update even when its inputs are unchanged, so that the provider can
+    /// finish it.
+    #[error("{operation} of {urn} failed: {message}")]
+    InitFailed {
+        /// `create`, `update` or `read`.
+        operation: &'static str,
+        /// The resource.
+        urn: Urn,
+        /// The object as it now exists.
+        object: Box<ObjectState>,
+        /// Why it failed to initialise.
+        reasons: Vec<String>,
+        /// The provider's message.
         message: String,
     },
 }

@@ -33,7 +33,7 @@ pub struct SchemaState {
 
 /// Why the prior states could not be upgraded to their types' current
 /// schema versions. The operation fails before planning; nothing changed.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum SchemaUpgradeError {
     /// A state was written with a schema version above the current one.
     #[error("cannot use the state of {urn} (type {ty}): it has schema version {version}, above the current version {current} of provider {provider}; schema downgrades are not supported: use a provider that knows schema version {version}")]

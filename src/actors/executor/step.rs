@@ -12,7 +12,7 @@ use crate::model::step::{lock, share, StateRef, StepKind};
 use crate::model::{PropertyMap, ProviderRef, State, Urn};
 use crate::persist::{Change, Mutation, PersistError};
 use crate::plan::step::Step;
-use crate::provider::{schema, ProviderError, ResourceRequest};
+use crate::provider::{schema, ObjectState, ProviderError, ResourceRequest};
 use crate::source::goal::Registered;
 use crate::source::hooks::{HookArgs, HookPoint, ResourceHooks};
 use crate::sync::gate::Reservation;
@@ -203,6 +203,59 @@ async fn bracket<'a, T>(
     }
 }
 
+/// What a create or update made: the object, and the init failure when it
+/// exists but failed to initialise (its state is still written).
+struct Made {
+    object: ObjectState,
+    init_failure: Option<ProviderError>,
+}
+
+/// [`bracket`] for a create or update: an init failure
+/// ([`ProviderError::InitFailed`]) is not a failed operation but one that
+/// made an object, which the caller writes with its `initErrors` before
+/// failing the step.
+async fn bracket_made<'a>(
+    shared: &'a ExecShared,
+    kind: OperationType,
+    state: &State,
+    call: impl std::future::Future<Output = Result<ObjectState, ProviderError>>,
+) -> Result<(Made, Begun<'a>), StepError> {
+    let call = async {
+        match call.await {
+            Ok(object) => Ok(Made {
+                object,
+                init_failure: None,
+            }),
+            Err(ProviderError::InitFailed {
+                operation,
+                urn,
+                object,
+                reasons,
+                message,
+            }) => Ok(Made {
+                object: (*object).clone(),
+                init_failure: Some(ProviderError::InitFailed {
+                    operation,
+                    urn,
+                    object,
+                    reasons,
+                    message,
+                }),
+            }),
+            Err(e) => Err(e),
+        }
+    };
+    bracket(shared, kind, state, call).await
+}
+
+/// The reasons of an init failure (none: empty).
+fn init_errors(e: Option<&ProviderError>) -> Vec<String> {
+    match e {
+        Some(ProviderError::InitFailed { reasons, .. }) => reasons.clone(),
+        _ => Vec::new(),
+    }
+}
+
 /// Records that a begun operation failed (nothing changed).
 async fn fail(shared: &ExecShared, begun: Begun<'_>) -> Result<(), PersistError> {
     if shared.config.preview {
@@ -381,11 +434,11 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 let prior_outputs = old.as_ref().map(|o| &o.outputs);
                 hook(hooks, HookPoint::BeforeUpdate, &new, prior_outputs)?;
                 let mut attempt = 0;
-                let (obj, op) = loop {
+                let (made, op) = loop {
                     attempt += 1;
                     let req = request(&new, old.as_ref(), preview, new.custom_timeouts.update.0);
-                    match bracket(shared, OperationType::Updating, &new, provider.update(req)).await
-                    {
+                    let call = provider.update(req);
+                    match bracket_made(shared, OperationType::Updating, &new, call).await {
                         Ok(v) => break v,
                         Err(e) if retry(hooks, HookPoint::BeforeUpdate, &new, &e, attempt) => {
                             continue
@@ -393,51 +446,55 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                         Err(e) => return Err(e),
                     }
                 };
-                new.outputs = obj.outputs;
+                new.outputs = made.object.outputs;
+                new.init_errors = init_errors(made.init_failure.as_ref());
                 new.mark_secret_outputs();
                 new.modified = stamp;
                 schema::stamp(&*provider, &mut new);
-                // After hooks run once the result is durable.
-                return end_write(
-                    shared,
-                    op,
-                    old_ref,
-                    new,
-                    false,
-                    hooks,
-                    Some(HookPoint::AfterUpdate),
-                )
-                .await;
+                // After hooks run once the result is durable (not after an
+                // init failure: the step failed, its object recorded).
+                let after = made
+                    .init_failure
+                    .is_none()
+                    .then_some(HookPoint::AfterUpdate);
+                let reg = end_write(shared, op, old_ref, new, false, hooks, after).await?;
+                return match made.init_failure {
+                    Some(e) => Err(e.into()),
+                    None => Ok(reg),
+                };
             }
             hook(hooks, HookPoint::BeforeCreate, &new, None)?;
             let mut attempt = 0;
-            let (obj, op) = loop {
+            // An init failure is never retried: the object exists, and a
+            // second create would make another.
+            let (made, op) = loop {
                 attempt += 1;
                 let req = request(&new, None, preview, new.custom_timeouts.create.0);
-                match bracket(shared, OperationType::Creating, &new, provider.create(req)).await {
+                let call = provider.create(req);
+                match bracket_made(shared, OperationType::Creating, &new, call).await {
                     Ok(v) => break v,
                     Err(e) if retry(hooks, HookPoint::BeforeCreate, &new, &e, attempt) => continue,
                     Err(e) => return Err(e),
                 }
             };
-            new.id = obj.id;
-            new.outputs = obj.outputs;
+            new.id = made.object.id;
+            new.outputs = made.object.outputs;
+            new.init_errors = init_errors(made.init_failure.as_ref());
             new.mark_secret_outputs();
             schema::stamp(&*provider, &mut new);
             if !preview {
                 new.created = stamp.clone();
                 new.modified = stamp;
             }
-            end_write(
-                shared,
-                op,
-                old_ref,
-                new,
-                mark_old_delete,
-                hooks,
-                Some(HookPoint::AfterCreate),
-            )
-            .await
+            let after = made
+                .init_failure
+                .is_none()
+                .then_some(HookPoint::AfterCreate);
+            let reg = end_write(shared, op, old_ref, new, mark_old_delete, hooks, after).await?;
+            match made.init_failure {
+                Some(e) => Err(e.into()),
+                None => Ok(reg),
+            }
         }
         StepKind::Delete | StepKind::DeleteReplaced | StepKind::RemovePendingReplace => {
             let old_ref =

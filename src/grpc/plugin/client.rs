@@ -21,13 +21,13 @@
 //!   preview.
 //! - Errors name the resource and the plugin (package and version);
 //!   `Internal`/`DataLoss`/`Unknown` say the object's state is unknown; an
-//!   `ErrorResourceInitFailed` detail is decoded ([`InitFailure`]) and kept
-//!   for the caller ([`PluginProvider::take_init_failure`]), since
-//!   [`ProviderError`] has no place for state.
+//!   `ErrorResourceInitFailed` detail is decoded ([`InitFailure`]) into
+//!   [`ProviderError::InitFailed`], carrying the object that exists so the
+//!   executor records it with its `initErrors`.
 //!
 //! The marshalling is in free functions (sans-IO), tested without a plugin.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
@@ -551,7 +551,6 @@ pub struct PluginProvider {
     client: ResourceProviderClient<Channel>,
     protocol: Mutex<Protocol>,
     configured: Mutex<Configured>,
-    init_failures: Mutex<BTreeMap<String, InitFailure>>,
 }
 
 impl PluginProvider {
@@ -577,7 +576,6 @@ impl PluginProvider {
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             protocol: Mutex::new(Protocol::default()),
             configured: Mutex::new(Configured::No),
-            init_failures: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -676,14 +674,6 @@ impl PluginProvider {
         *self.protocol.locked()
     }
 
-    /// The init failure of the last `Create`/`Update`/`Read` of `urn` that
-    /// failed with an `ErrorResourceInitFailed` detail, taken (the object
-    /// exists: its ID and outputs belong in the state with the reasons as
-    /// `initErrors`, which keel's [`Provider`] trait cannot return).
-    pub fn take_init_failure(&self, urn: &Urn) -> Option<InitFailure> {
-        self.init_failures.locked().remove(urn.as_str())
-    }
-
     /// The plugin's schema (`GetSchema`, version 0), as JSON text.
     ///
     /// # Errors
@@ -766,10 +756,21 @@ impl PluginProvider {
     }
 
     fn failed(&self, operation: &'static str, urn: &Urn, s: &Status) -> ProviderError {
-        if let Some(f) = init_failure(s.details()) {
-            self.init_failures
-                .locked()
-                .insert(urn.as_str().to_owned(), f);
+        let message = status_message(&self.plugin_name(), s);
+        if matches!(operation, "create" | "update" | "read") {
+            if let Some(f) = init_failure(s.details()) {
+                return ProviderError::InitFailed {
+                    operation,
+                    urn: urn.clone(),
+                    object: Box::new(ObjectState {
+                        id: f.id,
+                        inputs: f.inputs.unwrap_or_default(),
+                        outputs: f.outputs,
+                    }),
+                    reasons: f.reasons,
+                    message,
+                };
+            }
         }
         ProviderError::Failed {
             operation,
@@ -1972,7 +1973,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn an_init_failure_is_kept_for_the_caller() {
+    async fn an_init_failure_carries_the_object_that_exists() {
         let f = fake::Fake::default();
         let p = PluginProvider::connect("fake", fake::serve(f).await, None, None)
             .await
@@ -1994,9 +1995,17 @@ mod tests {
             text.contains("exists (id `i-9`)") && text.contains("not healthy"),
             "{text}"
         );
-        let f = p.take_init_failure(&urn).expect("kept");
-        assert_eq!((f.id.as_str(), &f.outputs), ("i-9", &inputs));
-        assert_eq!(p.take_init_failure(&urn), None, "taken once");
+        let ProviderError::InitFailed {
+            object, reasons, ..
+        } = e
+        else {
+            panic!("an init failure, not {e:?}")
+        };
+        assert_eq!((object.id.as_str(), &object.outputs), ("i-9", &inputs));
+        assert!(
+            reasons.iter().any(|r| r.contains("not healthy")),
+            "{reasons:?}"
+        );
     }
 
     #[tokio::test]

@@ -371,7 +371,13 @@ impl Planner {
         {
             DiffKind::Replace
         } else {
-            diff.as_ref().map_or(DiffKind::Same, |d| d.kind)
+            match diff.as_ref().map_or(DiffKind::Same, |d| d.kind) {
+                // An object that failed to initialise is updated even with
+                // unchanged inputs, so that its provider can finish it, as
+                // Pulumi does.
+                DiffKind::Same if !old.init_errors.is_empty() => DiffKind::Update,
+                kind => kind,
+            }
         };
         (kind, diff)
     }
