@@ -813,6 +813,7 @@ async fn check_and_diff(
                 changed_keys: Default::default(),
                 replace_keys: ["provider".to_owned()].into(),
                 delete_before_replace: false,
+                detailed: Vec::new(),
             }));
         }
     }

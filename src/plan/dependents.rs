@@ -107,6 +107,7 @@ impl DependentWalk {
             changed_keys: Default::default(),
             replace_keys: Default::default(),
             delete_before_replace: false,
+            detailed: Vec::new(),
         };
         while self.next_request().is_some() {
             self.answer(&replace);

@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use super::step::{lock, Step, StepKind};
 use crate::model::property::{Archive, Asset};
 use crate::model::{PropertyMap, PropertyValue};
-use crate::provider::DiffResponse;
+use crate::provider::{DetailedKind, DiffResponse};
 
 pub use crate::model::step::{ChangeKind, PropertyChange, StepDiff};
 
@@ -28,14 +28,20 @@ pub fn step_diff(step: &Step, detailed: bool) -> Option<StepDiff> {
     match step.kind {
         StepKind::Update | StepKind::CreateReplacement => {
             let new = step.new.as_ref()?;
-            let old = step.old.as_ref().map(|o| lock(o).inputs.clone());
-            let old = old.as_ref().unwrap_or(&empty);
-            Some(diff_inputs(
-                old,
-                &new.inputs,
-                step.provider_diff.as_deref(),
-                detailed,
-            ))
+            let (old, old_outputs) = step.old.as_ref().map_or_else(
+                || (PropertyMap::new(), PropertyMap::new()),
+                |o| {
+                    let o = lock(o);
+                    (o.inputs.clone(), o.outputs.clone())
+                },
+            );
+            let mut d = diff_inputs(&old, &new.inputs, step.provider_diff.as_deref(), detailed);
+            if let Some(answer) = step.provider_diff.as_deref() {
+                if detailed && !answer.detailed.is_empty() {
+                    d.detailed = provider_detailed(answer, &old, &old_outputs, &new.inputs);
+                }
+            }
+            Some(d)
         }
         StepKind::Create | StepKind::Import if detailed => {
             let new = step.new.as_ref()?;
@@ -98,6 +104,116 @@ pub fn diff_inputs(
         }
     }
     out
+}
+
+/// The provider's own detailed diff, with the values at its paths: the
+/// old value from the old inputs (or, for a change the provider found
+/// against the object, the old outputs) and the new from the new inputs.
+pub fn provider_detailed(
+    answer: &DiffResponse,
+    old_inputs: &PropertyMap,
+    old_outputs: &PropertyMap,
+    new: &PropertyMap,
+) -> Vec<PropertyChange> {
+    answer
+        .detailed
+        .iter()
+        .map(|d| {
+            let olds = if d.input_diff {
+                old_inputs
+            } else {
+                old_outputs
+            };
+            let (old, new) = (at_path(olds, &d.path), at_path(new, &d.path));
+            PropertyChange {
+                path: d.path.clone(),
+                kind: match d.kind {
+                    DetailedKind::Add => ChangeKind::Add,
+                    DetailedKind::Delete => ChangeKind::Delete,
+                    DetailedKind::Update => ChangeKind::Update,
+                },
+                replace: d.replace,
+                old: match d.kind {
+                    DetailedKind::Add => None,
+                    _ => old.map(render),
+                },
+                new: match d.kind {
+                    DetailedKind::Delete => None,
+                    _ => new.map(render),
+                },
+            }
+        })
+        .collect()
+}
+
+/// The segments of a property path: `a.b[0]["c.d"]` -> `a`, `b`, `0`,
+/// `c.d` (`None` for a path that does not parse).
+fn path_segments(path: &str) -> Option<Vec<String>> {
+    let mut out = Vec::new();
+    let mut chars = path.chars().peekable();
+    let mut name = String::new();
+    while let Some(c) = chars.next() {
+        match c {
+            // After `]` the name is empty: `a[0].b`.
+            '.' if name.is_empty() && out.is_empty() => return None,
+            '.' => {
+                if !name.is_empty() {
+                    out.push(std::mem::take(&mut name));
+                }
+            }
+            '[' => {
+                if !name.is_empty() {
+                    out.push(std::mem::take(&mut name));
+                }
+                if chars.peek() == Some(&'"') {
+                    chars.next();
+                    let mut key = String::new();
+                    loop {
+                        match chars.next()? {
+                            '\\' => key.push(chars.next()?),
+                            '"' => break,
+                            c => key.push(c),
+                        }
+                    }
+                    out.push(key);
+                } else {
+                    let mut index = String::new();
+                    while let Some(&c) = chars.peek() {
+                        if c == ']' {
+                            break;
+                        }
+                        index.push(c);
+                        chars.next();
+                    }
+                    out.push(index);
+                }
+                if chars.next()? != ']' {
+                    return None;
+                }
+            }
+            c => name.push(c),
+        }
+    }
+    if !name.is_empty() {
+        out.push(name);
+    }
+    Some(out)
+}
+
+/// The value at a property path (none when absent or a secret is in the
+/// way: a secret's inside is never read).
+fn at_path<'a>(map: &'a PropertyMap, path: &str) -> Option<&'a PropertyValue> {
+    let segments = path_segments(path)?;
+    let (first, rest) = segments.split_first()?;
+    let mut v = map.get(first)?;
+    for seg in rest {
+        v = match v {
+            PropertyValue::Object(m) => m.get(seg)?,
+            PropertyValue::Array(a) => a.get(seg.parse::<usize>().ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(v)
 }
 
 /// Appends the leaves where `old` and `new` differ under `path`.
@@ -261,6 +377,7 @@ mod tests {
             changed_keys: ["region".to_owned(), "index".to_owned()].into(),
             replace_keys: ["region".to_owned()].into(),
             delete_before_replace: false,
+            detailed: Vec::new(),
         };
         let d = diff_inputs(&old, &new, Some(&answer), true);
         assert_eq!(d.diffs, ["index", "region"]);
@@ -272,6 +389,82 @@ mod tests {
                 ("region".into(), ChangeKind::Update, true)
             ]
         );
+    }
+
+    #[test]
+    fn the_providers_detailed_diff_is_shown_at_its_paths() {
+        use crate::provider::{DetailedDiff, DiffKind};
+        let old = map(json!({"tags": {"a.b": "x"}, "rules": [{"port": 80}], "pw": "p"}));
+        let outputs = map(json!({"arn": "arn:old"}));
+        let mut new = map(json!({"tags": {"a.b": "y"}, "rules": [{"port": 443}]}));
+        new.insert(
+            "pw".into(),
+            PropertyValue::Secret(Secret::plaintext(PropertyValue::from("hunter2"))),
+        );
+        let entry = |path: &str, kind, replace, input_diff| DetailedDiff {
+            path: path.into(),
+            kind,
+            replace,
+            input_diff,
+        };
+        let answer = DiffResponse {
+            kind: DiffKind::Replace,
+            changed_keys: ["tags", "rules", "pw"].map(String::from).into(),
+            replace_keys: ["rules"].map(String::from).into(),
+            delete_before_replace: false,
+            detailed: vec![
+                entry(r#"tags["a.b"]"#, DetailedKind::Update, false, true),
+                entry("rules[0].port", DetailedKind::Update, true, true),
+                entry("pw", DetailedKind::Update, false, true),
+                entry("arn", DetailedKind::Delete, false, false),
+            ],
+        };
+        let got = provider_detailed(&answer, &old, &outputs, &new);
+        let shown: Vec<_> = got
+            .iter()
+            .map(|c| {
+                (
+                    c.path.as_str(),
+                    c.kind,
+                    c.replace,
+                    c.old.clone(),
+                    c.new.clone(),
+                )
+            })
+            .collect();
+        use ChangeKind::*;
+        assert_eq!(
+            shown,
+            vec![
+                (
+                    r#"tags["a.b"]"#,
+                    Update,
+                    false,
+                    Some(json!("x")),
+                    Some(json!("y"))
+                ),
+                (
+                    "rules[0].port",
+                    Update,
+                    true,
+                    Some(json!(80)),
+                    Some(json!(443))
+                ),
+                (
+                    "pw",
+                    Update,
+                    false,
+                    Some(json!("p")),
+                    Some(json!("[secret]"))
+                ),
+                ("arn", Delete, false, Some(json!("arn:old")), None),
+            ]
+        );
+        assert_eq!(
+            path_segments(r#"a.b[0]["c\"d"]"#).unwrap(),
+            ["a", "b", "0", "c\"d"]
+        );
+        assert_eq!(path_segments("a[0"), None);
     }
 
     #[test]

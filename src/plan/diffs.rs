@@ -77,6 +77,7 @@ mod tests {
             changed_keys: changed.iter().map(|s| (*s).to_owned()).collect(),
             replace_keys: BTreeSet::new(),
             delete_before_replace: false,
+            detailed: Vec::new(),
         }
     }
 

@@ -251,6 +251,7 @@ impl Provider for BuiltinProvider {
             changed_keys: Default::default(),
             replace_keys: Default::default(),
             delete_before_replace: false,
+            detailed: Vec::new(),
         };
         if changed {
             d.kind = DiffKind::Replace;

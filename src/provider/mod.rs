@@ -116,6 +116,34 @@ pub struct DiffResponse {
     pub replace_keys: BTreeSet<String>,
     /// The provider requires delete-before-replace for this resource.
     pub delete_before_replace: bool,
+    /// The provider's own property-level diff (Pulumi's detailed diff),
+    /// shown by `--diff` instead of keel's comparison of the inputs; empty
+    /// when the provider gave none.
+    pub detailed: Vec<DetailedDiff>,
+}
+
+/// One property change as the provider reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DetailedDiff {
+    /// The property path (`tags.env`, `rules[0]`, `labels["a.b"]`).
+    pub path: String,
+    /// Added, deleted or updated.
+    pub kind: DetailedKind,
+    /// The change forces a replacement.
+    pub replace: bool,
+    /// Compared with the old inputs (else with the old outputs).
+    pub input_diff: bool,
+}
+
+/// What happened to a property.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DetailedKind {
+    /// It is new.
+    Add,
+    /// It is gone.
+    Delete,
+    /// It changed.
+    Update,
 }
 
 /// A request about one resource.
@@ -247,6 +275,7 @@ pub trait Provider: Send + Sync + 'static {
             changed_keys,
             replace_keys: BTreeSet::new(),
             delete_before_replace: false,
+            detailed: Vec::new(),
         })
     }
 

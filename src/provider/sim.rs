@@ -1134,6 +1134,7 @@ impl SimCloud {
             replace_keys,
             // Two facets of a type cannot coexist on one host.
             delete_before_replace: facet || self.config.delete_before_replace_types.contains(ty),
+            detailed: Vec::new(),
         }
     }
 }
@@ -1212,6 +1213,7 @@ impl Provider for SimProvider {
             replace_keys: changed_keys.clone(),
             changed_keys,
             delete_before_replace: false,
+            detailed: Vec::new(),
         })
     }
 

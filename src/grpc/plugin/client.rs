@@ -42,8 +42,8 @@ use crate::locks::MutexExt;
 use crate::model::property::{Archive, Asset, Secret, UNKNOWN_VALUE};
 use crate::model::{PropertyMap, PropertyValue, TypeToken, Urn};
 use crate::provider::{
-    changed_keys, DiffConfigRequest, DiffKind, DiffResponse, ObjectState, Provider, ProviderError,
-    ResourceRequest, Result,
+    changed_keys, DetailedDiff, DetailedKind, DiffConfigRequest, DiffKind, DiffResponse,
+    ObjectState, Provider, ProviderError, ResourceRequest, Result,
 };
 
 /// The largest message keel accepts from a plugin (Pulumi's 400 MiB).
@@ -420,8 +420,8 @@ pub fn top_level_key(path: &str) -> String {
 /// `replaces` is non-empty or a detailed diff kind is `*_REPLACE`;
 /// `DIFF_UNKNOWN` decided by comparing old and new inputs, as Pulumi's
 /// engine does, and so are the changed keys of a change whose keys the
-/// plugin does not name. Detailed-diff paths are reduced to their top-level keys
-/// (keel's [`DiffResponse`] holds keys, not paths).
+/// plugin does not name. Detailed-diff paths give the changed and replaced
+/// top-level keys, and are kept whole for `--diff` ([`DiffResponse::detailed`]).
 pub fn diff_response(
     resp: &pb::DiffResponse,
     old_inputs: &PropertyMap,
@@ -466,11 +466,34 @@ pub fn diff_response(
     if kind == DiffKind::Same {
         changed.clear();
     }
+    let mut detailed: Vec<DetailedDiff> = if resp.has_detailed_diff && kind != DiffKind::Same {
+        resp.detailed_diff
+            .iter()
+            .map(|(path, d)| DetailedDiff {
+                path: path.clone(),
+                kind: match d.kind() {
+                    Kind::Add | Kind::AddReplace => DetailedKind::Add,
+                    Kind::Delete | Kind::DeleteReplace => DetailedKind::Delete,
+                    Kind::Update | Kind::UpdateReplace => DetailedKind::Update,
+                },
+                replace: matches!(
+                    d.kind(),
+                    Kind::AddReplace | Kind::DeleteReplace | Kind::UpdateReplace
+                ),
+                input_diff: d.input_diff,
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    // The wire map has no order: paths sorted, for stable output.
+    detailed.sort_by(|a, b| a.path.cmp(&b.path));
     DiffResponse {
         kind,
         changed_keys: changed,
         replace_keys,
         delete_before_replace: resp.delete_before_replace,
+        detailed,
     }
 }
 
@@ -1039,6 +1062,7 @@ impl Provider for PluginProvider {
                 changed_keys: changed,
                 replace_keys: BTreeSet::new(),
                 delete_before_replace: false,
+                detailed: Vec::new(),
             });
         }
         let (name, ty) = name_and_type(req.urn, req.ty);
@@ -1099,6 +1123,7 @@ impl Provider for PluginProvider {
                     changed_keys: changed,
                     replace_keys: BTreeSet::new(),
                     delete_before_replace: false,
+                    detailed: Vec::new(),
                 })
             }
             Err(s) => Err(self.failed("diff", req.urn, &s)),
@@ -1527,6 +1552,19 @@ mod tests {
         assert_eq!(d.kind, DiffKind::Replace);
         assert_eq!(d.replace_keys, ["x".to_owned()].into());
         assert_eq!(d.changed_keys, ["x".to_owned(), "y".to_owned()].into());
+        // The paths themselves are kept for `--diff`.
+        let kept: Vec<_> = d
+            .detailed
+            .iter()
+            .map(|e| (e.path.as_str(), e.kind, e.replace))
+            .collect();
+        assert_eq!(
+            kept,
+            [
+                ("x[0]", DetailedKind::Update, true),
+                ("y", DetailedKind::Add, false)
+            ]
+        );
     }
 
     #[test]

@@ -215,6 +215,7 @@ impl FakeProvider {
             changed_keys: changed,
             replace_keys: replace,
             delete_before_replace,
+            detailed: Vec::new(),
         }
     }
 
@@ -247,6 +248,7 @@ impl FakeProvider {
                     changed_keys: BTreeSet::new(),
                     replace_keys: ["provider".to_owned()].into(),
                     delete_before_replace: false,
+                    detailed: Vec::new(),
                 });
             }
         }

@@ -100,6 +100,7 @@ fn diff(kind: DiffKind, changed: &[&str], replace: &[&str], dbr: bool) -> DiffRe
         changed_keys: set(changed),
         replace_keys: set(replace),
         delete_before_replace: dbr,
+        detailed: Vec::new(),
     }
 }
 
