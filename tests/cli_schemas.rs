@@ -117,3 +117,57 @@ resources: {}
     );
     assert!(!k.path().join(".keel").join("stacks").exists());
 }
+
+/// Outputs only a real provider computes, given to the simulated cloud per
+/// type (issue 18, item 8): unknown in a preview, computed from the
+/// object's ID and inputs in an update, flowing to the resources and
+/// outputs that read them.
+#[test]
+fn schemas_give_the_simulated_cloud_computed_outputs() {
+    let k = Keel::new();
+    let program = k.write_file(
+        "web.yaml",
+        r#"
+name: web
+schemas:
+  aws:ec2/instance:Instance:
+    outputs:
+      publicIp: "203.0.113.{inputs.slot}"
+      arn: "arn:aws:ec2:us-east-1:123456789012:instance/{id}"
+resources:
+  web: { type: "aws:ec2/instance:Instance", properties: { slot: 7 } }
+  dns:
+    type: "aws:route53/record:Record"
+    properties: { target: "${web.publicIp}" }
+outputs:
+  ip: ${web.publicIp}
+"#,
+    );
+    let p = program.to_str().unwrap();
+    let out = k.ok(&["preview", "--program", p]);
+    assert!(out.contains("ip: (unknown until the update)"), "{out}");
+    let out = k.ok(&["up", "--yes", "--program", p]);
+    assert!(out.contains("ip: 203.0.113.7"), "{out}");
+    let state = k.export();
+    let web = resource(&state, "web");
+    let id = web["id"].as_str().expect("id");
+    assert_eq!(web["outputs"]["publicIp"], "203.0.113.7", "{web}");
+    assert_eq!(
+        web["outputs"]["arn"],
+        format!("arn:aws:ec2:us-east-1:123456789012:instance/{id}"),
+        "{web}"
+    );
+    assert_eq!(resource(&state, "dns")["inputs"]["target"], "203.0.113.7");
+    all_same(&k.ok(&["up", "--yes", "--json", "--program", p]));
+
+    // A template that is not text is refused before anything runs.
+    let bad = k.write_file(
+        "bad.yaml",
+        "name: web\nschemas:\n  aws:ec2/instance:Instance:\n    outputs: {publicIp: [1]}\nresources: {}\n",
+    );
+    let (_, err) = k.expect(2, &["up", "--program", bad.to_str().unwrap()]);
+    assert!(
+        err.contains("schemas.aws:ec2/instance:Instance.outputs.publicIp"),
+        "{err}"
+    );
+}

@@ -32,6 +32,7 @@ fn schema(version: u64, renames: &[(&str, &str)]) -> SchemaDef {
             .iter()
             .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
             .collect(),
+        ..SchemaDef::default()
     }
 }
 

@@ -27,8 +27,10 @@
 //!
 //! The top-level `schemas` key (`architecture.md` §8) declares the
 //! simulated cloud's schema version per type token:
-//! `{type: {version: N, renames: {old: new}}}`; its migration renames the
-//! keys in inputs and outputs.
+//! `{type: {version: N, renames: {old: new}, outputs: {key: template}}}`;
+//! its migration renames the keys in inputs and outputs. `outputs` gives
+//! the type outputs only a real provider would compute (templates with
+//! `{id}`, `{type}`, `{inputs.KEY}`); `version` may then be left out (0).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
@@ -50,7 +52,7 @@ pub const MAX_PROGRAM_FILE: u64 = 64 << 20;
 /// The top-level keys of a program file.
 const TOP_KEYS: &[&str] = &["name", "config", "resources", "outputs", "schemas"];
 /// The keys of one type's schema under `schemas`.
-const SCHEMA_KEYS: &[&str] = &["version", "renames"];
+const SCHEMA_KEYS: &[&str] = &["version", "renames", "outputs"];
 /// The keys of a resource.
 const RESOURCE_KEYS: &[&str] = &["type", "component", "properties", "options"];
 /// The keys of a resource's options.
@@ -828,7 +830,8 @@ impl Checker {
         name.map(|_| file)
     }
 
-    /// The `schemas` section: per type token, a version and key renames.
+    /// The `schemas` section: per type token, a version, key renames and
+    /// computed outputs.
     fn schemas(&mut self, m: &Map<String, Value>) -> BTreeMap<String, crate::provider::SchemaDef> {
         let mut out = BTreeMap::new();
         for (ty, v) in m {
@@ -847,10 +850,22 @@ impl Checker {
                     schema.version = n.as_u64().unwrap_or_default();
                 }
                 Some(other) => self.wrong(&join(&key, "version"), "a whole number >= 0", other),
+                // Computed outputs alone need no version.
+                None if def.contains_key("outputs") => {}
                 None => self.issue(
                     join(&key, "version"),
                     "missing: the schema version is required",
                 ),
+            }
+            if let Some(o) = def
+                .get("outputs")
+                .and_then(|v| self.mapping(&join(&key, "outputs"), v))
+            {
+                for (name, template) in o {
+                    if let Some(t) = self.nonempty(&join(&join(&key, "outputs"), name), template) {
+                        schema.outputs.insert(name.clone(), t);
+                    }
+                }
             }
             if let Some(r) = def
                 .get("renames")

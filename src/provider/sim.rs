@@ -168,6 +168,13 @@ pub struct SchemaDef {
     /// from any older version renames them in inputs and outputs, and reads
     /// return objects with them renamed.
     pub renames: BTreeMap<String, String>,
+    /// Outputs the type computes, as a real provider would (`key` ->
+    /// template): `{id}` is the object's ID, `{type}` its type token and
+    /// `{inputs.KEY}` an input's value. They replace keel's own computed
+    /// outputs of the same name; an input of the same name wins; in a
+    /// preview they are unknown.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub outputs: BTreeMap<String, String>,
 }
 
 impl SchemaDef {
@@ -421,6 +428,40 @@ fn object_id(urn: &Urn, generation: u64) -> String {
     format!("{}-{folded:08x}", urn.name())
 }
 
+/// A schema output's template expanded for the object `id` of type `ty`
+/// (see [`SchemaDef::outputs`]); an unknown placeholder stays as written.
+fn expand_output(template: &str, ty: &str, id: &str, inputs: &PropertyMap) -> String {
+    let mut out = String::new();
+    let mut rest = template;
+    while let Some(start) = rest.find('{') {
+        out.push_str(&rest[..start]);
+        let Some(len) = rest[start..].find('}') else {
+            break;
+        };
+        let name = &rest[start + 1..start + len];
+        let value = match name {
+            "id" => Some(id.to_owned()),
+            "type" => Some(ty.to_owned()),
+            _ => name
+                .strip_prefix("inputs.")
+                .and_then(|k| inputs.get(k))
+                .map(|v| match v {
+                    PropertyValue::String(s) => s.clone(),
+                    // A secret's value never lands in a plain output.
+                    PropertyValue::Secret(_) => "[secret]".to_owned(),
+                    other => other.to_json().to_string(),
+                }),
+        };
+        match value {
+            Some(v) => out.push_str(&v),
+            None => out.push_str(&rest[start..=start + len]),
+        }
+        rest = &rest[start + len + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Inputs plus the computed outputs for the object `id` of type `ty`.
 fn outputs_for(ty: &str, id: &str, inputs: &PropertyMap) -> PropertyMap {
     let mut out = inputs.clone();
@@ -671,6 +712,33 @@ impl SimCloud {
     /// The current schema of a type token, if it is versioned.
     pub fn schema(&self, ty: &str) -> Option<SchemaDef> {
         lock(&self.schemas).get(ty).cloned()
+    }
+
+    /// Adds the type's schema outputs ([`SchemaDef::outputs`]) to
+    /// `outputs` for the object `id` (none: unknown, as in a preview),
+    /// over keel's own computed keys; an input of the same name wins.
+    fn schema_outputs(
+        &self,
+        ty: &str,
+        id: Option<&str>,
+        inputs: &PropertyMap,
+        outputs: &mut PropertyMap,
+    ) {
+        let schemas = lock(&self.schemas);
+        let Some(schema) = schemas.get(ty) else {
+            return;
+        };
+        for (k, template) in &schema.outputs {
+            // Over keel's own computed keys, never over an input.
+            if inputs.contains_key(k) {
+                continue;
+            }
+            let v = match id {
+                Some(id) => PropertyValue::String(expand_output(template, ty, id, inputs)),
+                None => PropertyValue::Computed,
+            };
+            outputs.insert(k.clone(), v);
+        }
     }
 
     /// The schema migrations performed so far, in order.
@@ -1226,6 +1294,7 @@ impl Provider for SimProvider {
                     .entry(k.to_owned())
                     .or_insert(PropertyValue::Computed);
             }
+            cloud.schema_outputs(req.ty.as_str(), None, req.inputs, &mut outputs);
             return Ok(ObjectState {
                 id: String::new(),
                 inputs: req.inputs.clone(),
@@ -1239,7 +1308,7 @@ impl Provider for SimProvider {
         cloud.inject("create", req.urn)?;
         let obj = cloud
             .change(|state| {
-                let (obj, next) = if cloud.config.is_facet(req.ty.as_str()) {
+                let (mut obj, next) = if cloud.config.is_facet(req.ty.as_str()) {
                     match cloud.plan_facet(state, &req) {
                         Ok(obj) => (obj, None),
                         Err(e) => return (Err(e), Vec::new()),
@@ -1249,6 +1318,7 @@ impl Provider for SimProvider {
                         SimCloud::plan_new(state, req.urn, req.ty.as_str(), req.inputs);
                     (obj, Some(next))
                 };
+                cloud.schema_outputs(&obj.ty, Some(&obj.id), &obj.inputs, &mut obj.outputs);
                 let record = Record::Put {
                     object: obj.clone(),
                     next_generation: next,
@@ -1348,6 +1418,7 @@ impl Provider for SimProvider {
                 };
                 obj.inputs = req.inputs.clone();
                 obj.outputs = outputs_for(&obj.ty, &obj.id, req.inputs);
+                cloud.schema_outputs(&obj.ty, Some(&obj.id), req.inputs, &mut obj.outputs);
                 let updated = ObjectState {
                     id: obj.id.clone(),
                     inputs: obj.inputs.clone(),
