@@ -1171,11 +1171,16 @@ impl Provider for PluginProvider {
         }
         let (name, ty) = name_and_type(req.urn, req.ty);
         let how = self.how(false, true);
+        // As Pulumi: the prior state when there is one (refresh), none for an
+        // import or a read of an existing object; the inputs as they are.
+        let empty = PropertyMap::new();
+        let sent = req.old_outputs.unwrap_or(&empty);
+        // Which outputs are secret is known from the state, else the inputs.
         let state = req.old_outputs.unwrap_or(req.inputs);
         let call = pb::ReadRequest {
             id: req.id.to_owned(),
             urn: req.urn.as_str().to_owned(),
-            properties: Some(marshal(state, how)),
+            properties: Some(marshal(sent, how)),
             inputs: Some(marshal(req.inputs, how)),
             name,
             r#type: ty,
