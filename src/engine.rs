@@ -701,19 +701,102 @@ impl Engine {
         let mut kept = Vec::new();
         let mut cleared_blind = Vec::new();
         let mut gone = std::collections::HashMap::new();
+        let mut imported = Vec::new();
+        let mut not_found = Vec::new();
+        let mut dropped = Vec::new();
+        let opts = &self.config.update;
+        let unmatched: Vec<String> = opts
+            .import_pending_creates
+            .iter()
+            .filter(|(urn, _)| {
+                !prior
+                    .pending_operations
+                    .iter()
+                    .any(|op| op.ty == OperationType::Creating && op.resource.urn == *urn)
+            })
+            .map(|(urn, _)| urn.to_string())
+            .collect();
         for op in std::mem::take(&mut prior.pending_operations) {
-            if op.ty == OperationType::Creating && !refresh {
+            // `refresh --import-pending-creates URN ID`: the operator found
+            // the object; it is read by its ID and adopted (as Pulumi turns
+            // the create into an import).
+            let import = opts
+                .import_pending_creates
+                .iter()
+                .find(|(urn, _)| *urn == op.resource.urn)
+                .map(|(_, id)| id.clone());
+            if let (OperationType::Creating, true, Some(id)) = (op.ty, refresh, import) {
+                let found = match crate::model::ProviderRef::parse(&op.resource.provider) {
+                    Ok(r) => {
+                        let p = self.registry.get(&r);
+                        let s = &op.resource;
+                        let req = crate::provider::ResourceRequest {
+                            urn: &s.urn,
+                            ty: &s.ty,
+                            id: &id,
+                            inputs: &s.inputs,
+                            old_inputs: None,
+                            old_outputs: None,
+                            ignore_changes: &[],
+                            replace_on_changes: &[],
+                            timeout: None,
+                            preview: false,
+                        };
+                        p.read(req).await.map_err(|e| e.to_string())
+                    }
+                    Err(e) => Err(e.to_string()),
+                };
+                match found {
+                    Ok(Some(obj)) => {
+                        let mut new = op.resource.clone();
+                        new.id = obj.id;
+                        new.inputs = obj.inputs;
+                        new.outputs = obj.outputs;
+                        new.delete = false;
+                        new.pending_replacement = false;
+                        let live = prior
+                            .resources
+                            .iter()
+                            .position(|r| r.urn == new.urn && !r.delete);
+                        match live {
+                            Some(i) if prior.resources[i].pending_replacement => {
+                                prior.resources[i] = new;
+                            }
+                            Some(i) => {
+                                prior.resources[i].delete = true;
+                                prior.resources.push(new);
+                            }
+                            None => prior.resources.push(new),
+                        }
+                        imported.push(format!("{} (id {id})", op.resource.urn));
+                        continue;
+                    }
+                    Ok(None) => not_found.push(format!("{} (id {id})", op.resource.urn)),
+                    Err(e) => not_found.push(format!("{} (id {id}: {e})", op.resource.urn)),
+                }
+                kept.push(op);
+                continue;
+            }
+            if op.ty == OperationType::Creating {
                 // A create the provider cannot look up stays pending, as
                 // Pulumi keeps it: its object may exist, and clearing the
-                // record would orphan it.
+                // record would orphan it. Only the operator clears it
+                // (`refresh --clear-pending-creates`).
                 if let Some(p) = crate::model::ProviderRef::parse(&op.resource.provider)
                     .ok()
                     .map(|r| self.registry.get(&r))
                 {
-                    if let Err(ProviderError::CannotLookUp { .. }) =
-                        p.find_all(&op.resource.urn, &op.resource.ty).await
-                    {
-                        unknown.push(op.resource.urn.to_string());
+                    if let Err(e) = p.find_all(&op.resource.urn, &op.resource.ty).await {
+                        if refresh && opts.clear_pending_creates {
+                            dropped.push(op.resource.urn.to_string());
+                            continue;
+                        }
+                        match e {
+                            ProviderError::CannotLookUp { .. } => {
+                                unknown.push(op.resource.urn.to_string());
+                            }
+                            e => cleared_blind.push(format!("{} ({e})", op.resource.urn)),
+                        }
                         kept.push(op);
                         continue;
                     }
@@ -725,12 +808,9 @@ impl Engine {
                 .map(|r| self.registry.get(&r));
             match (op.ty, provider) {
                 (OperationType::Creating, Some(p)) => {
-                    let found = match p.find_all(&s.urn, &s.ty).await {
-                        Ok(found) => found,
-                        Err(e) => {
-                            cleared_blind.push(format!("{} ({e})", s.urn));
-                            continue;
-                        }
+                    // Looked up above: an error there kept the record.
+                    let Ok(found) = p.find_all(&s.urn, &s.ty).await else {
+                        continue;
                     };
                     let owned =
                         |id: &str| prior.resources.iter().any(|r| r.urn == s.urn && r.id == id);
@@ -818,8 +898,28 @@ impl Engine {
             "interrupted operation",
             "cleared: the cloud holds nothing of them that the state does not",
         );
-        say(&unknown, "interrupted create", "kept pending: the provider cannot tell whether the objects exist; check the cloud, then `keel refresh` clears the records (import or delete any object that was made)");
-        say(&cleared_blind, "interrupted create", "cleared, but the cloud could not be asked whether the objects exist: if they do, import them or delete them by hand");
+        say(&unknown, "interrupted create", "kept pending: the provider cannot tell whether the objects exist; check the cloud, then `keel refresh --import-pending-creates URN ID` adopts an object that was made, or `keel refresh --clear-pending-creates` drops the records of those that were not");
+        say(&cleared_blind, "interrupted create", "kept pending: the cloud could not be asked whether the objects exist; `keel refresh --import-pending-creates URN ID` adopts one that was made, `--clear-pending-creates` drops the records");
+        say(
+            &imported,
+            "pending create",
+            "imported: read by the ID given and adopted into the state",
+        );
+        say(
+            &not_found,
+            "pending create",
+            "kept pending: no object has the ID given",
+        );
+        say(
+            &unmatched,
+            "URN",
+            "given to --import-pending-creates, but no interrupted create has it: nothing imported",
+        );
+        say(
+            &dropped,
+            "pending create",
+            "cleared (--clear-pending-creates): if an object was made, it is no longer tracked",
+        );
         prior.pending_operations = kept;
         warnings
     }

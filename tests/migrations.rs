@@ -154,10 +154,11 @@ fn pending_create_like(
 
 /// A provider that cannot look objects up by URN (as a Pulumi plugin
 /// cannot) leaves an interrupted create unresolved: it stays pending
-/// through updates (its object may exist; clearing it would orphan it),
-/// keeps restricting migrations, and `refresh` clears it.
+/// through updates and refreshes (its object may exist; clearing it would
+/// orphan it), keeps restricting migrations, and only `refresh
+/// --clear-pending-creates` clears it, as in Pulumi.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_create_the_provider_cannot_look_up_stays_pending_until_refresh() {
+async fn a_create_the_provider_cannot_look_up_stays_pending_until_cleared() {
     let mut h = Harness::new(SimConfig {
         lookup: false,
         ..SimConfig::default()
@@ -186,9 +187,57 @@ async fn a_create_the_provider_cannot_look_up_stays_pending_until_refresh() {
         "kept through the update"
     );
     h.refresh().await.unwrap();
-    assert!(h.state.pending_operations.is_empty(), "refresh clears it");
+    assert_eq!(h.state.pending_operations.len(), 1, "kept by a refresh");
+    h.refresh_with(keel::UpdateOptions {
+        clear_pending_creates: true,
+        ..keel::UpdateOptions::default()
+    })
+    .await
+    .unwrap();
+    assert!(
+        h.state.pending_operations.is_empty(),
+        "--clear-pending-creates clears it"
+    );
     let o = h.up(program()).await.unwrap();
     assert_eq!(committed(&o), 1, "{:?}", o.migrations);
+}
+
+/// `refresh --import-pending-creates URN ID`: the operator names the object
+/// an interrupted create made; it is read by that ID and adopted, so the
+/// object is owned by exactly one state. A wrong ID keeps the record.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_create_is_imported_by_the_id_the_operator_gives() {
+    let mut h = Harness::new(SimConfig {
+        lookup: false,
+        ..SimConfig::default()
+    });
+    h.up(vec![bucket("made", &[("k", "v")])]).await.unwrap();
+    // As if the create of `made` was interrupted after the object was made.
+    let id = h.state_of("made").id.clone();
+    let urn = h.urn("made").clone();
+    let mut op = pending_create_like(&h, "made", "made");
+    op.resource.id = String::new();
+    h.state.resources.retain(|r| r.urn != urn);
+    h.state.pending_operations = vec![op];
+    let import = |id: &str| keel::UpdateOptions {
+        import_pending_creates: vec![(urn.clone(), id.to_owned())],
+        ..keel::UpdateOptions::default()
+    };
+    h.refresh_with(import("no-such-id")).await.unwrap();
+    assert_eq!(h.state.pending_operations.len(), 1, "a wrong ID keeps it");
+    h.refresh_with(import(&id)).await.unwrap();
+    assert!(h.state.pending_operations.is_empty());
+    assert_eq!(h.state_of("made").id, id, "adopted");
+    assert_eq!(h.cloud.objects().len(), 1);
+    // The next update knows it: nothing is created again.
+    let o = h.up(vec![bucket("made", &[("k", "v")])]).await.unwrap();
+    assert_eq!(
+        o.summary.count(keel::StepKind::Create),
+        0,
+        "{:?}",
+        o.summary
+    );
+    assert_eq!(h.cloud.objects().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

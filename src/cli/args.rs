@@ -450,6 +450,23 @@ pub struct OpArgs {
     /// The simulated cloud.
     #[command(flatten)]
     pub sim: SimArgs,
+    /// Interrupted creates (`refresh` only).
+    #[command(flatten)]
+    pub pending: PendingArgs,
+}
+
+/// What `keel refresh` does with interrupted creates whose objects the
+/// provider cannot look up (kept pending by default, as Pulumi does).
+#[derive(Debug, Clone, Default, Args)]
+pub struct PendingArgs {
+    /// Drop every such record (an object that was made is then no longer
+    /// tracked: delete it by hand).
+    #[arg(long)]
+    pub clear_pending_creates: bool,
+    /// `URN ID`: the create of URN made the object ID; it is read by that ID
+    /// and adopted (repeatable).
+    #[arg(long, num_args = 2, value_names = ["URN", "ID"], action = clap::ArgAction::Append)]
+    pub import_pending_creates: Vec<String>,
 }
 
 /// `keel stack ...`.

@@ -950,10 +950,41 @@ fn project_of(d: &Deployment) -> String {
 fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
     // Destroy honours targets and excludes; refresh does not take them yet.
     let options = match op {
-        Op::Destroy => update_options(&a.filters, &[])?,
+        Op::Destroy => {
+            if a.pending.clear_pending_creates || !a.pending.import_pending_creates.is_empty() {
+                return Err(CliError::BadFlag {
+                    flag: "--clear-pending-creates/--import-pending-creates",
+                    message: "only `keel refresh` resolves interrupted creates".into(),
+                });
+            }
+            update_options(&a.filters, &[])?
+        }
         _ => {
             refuse_filters(&a.filters, &[])?;
-            UpdateOptions::default()
+            let mut o = UpdateOptions {
+                clear_pending_creates: a.pending.clear_pending_creates,
+                ..UpdateOptions::default()
+            };
+            for pair in a.pending.import_pending_creates.chunks(2) {
+                let [urn, id] = pair else {
+                    return Err(CliError::BadFlag {
+                        flag: "--import-pending-creates",
+                        message: "each URN must be followed by an ID".into(),
+                    });
+                };
+                let urn = Urn::parse(urn).map_err(|e| CliError::BadFlag {
+                    flag: "--import-pending-creates",
+                    message: format!("`{urn}` is not a URN: {e}"),
+                })?;
+                if id.is_empty() {
+                    return Err(CliError::BadFlag {
+                        flag: "--import-pending-creates",
+                        message: format!("the ID of {urn} is empty"),
+                    });
+                }
+                o.import_pending_creates.push((urn, id.clone()));
+            }
+            o
         }
     };
     let source = a

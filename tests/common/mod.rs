@@ -251,6 +251,27 @@ impl Harness {
         self.keep(r)
     }
 
+    /// A refresh with the operator's options (`--clear-pending-creates`,
+    /// `--import-pending-creates`), on the same cloud.
+    #[allow(dead_code)]
+    pub async fn refresh_with(
+        &mut self,
+        update: keel::UpdateOptions,
+    ) -> Result<Outcome, EngineError> {
+        let engine = Engine::new(
+            EngineConfig {
+                project: "proj".into(),
+                update,
+                ..EngineConfig::default()
+            },
+            ProviderRegistry::simulated(self.cloud.clone()),
+        );
+        let r = engine
+            .refresh(self.state.clone(), Box::new(MemoryPersister::new()))
+            .await;
+        self.keep(r)
+    }
+
     pub async fn destroy(&mut self) -> Result<Outcome, EngineError> {
         let r = self
             .engine

@@ -261,6 +261,13 @@ pub struct UpdateOptions {
     pub apply_plan: bool,
     /// The saved plan to follow (with `apply_plan`).
     pub plan: Option<std::sync::Arc<super::saved::SavedPlan>>,
+    /// `refresh --clear-pending-creates`: interrupted creates whose
+    /// objects cannot be looked up are dropped (else they stay pending).
+    pub clear_pending_creates: bool,
+    /// `refresh --import-pending-creates URN ID`: interrupted creates whose
+    /// objects the operator found, by URN: each is read by its ID and
+    /// adopted.
+    pub import_pending_creates: Vec<(Urn, String)>,
 }
 
 impl UpdateOptions {
