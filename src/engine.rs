@@ -378,6 +378,12 @@ impl Engine {
         // state after recovery (`migrations.md` §5.4): those it resolved
         // restrict nothing.
         let pending_operations = !prior.pending_operations.is_empty();
+        let pending_creates: std::collections::HashSet<Urn> = prior
+            .pending_operations
+            .iter()
+            .filter(|op| op.ty == OperationType::Creating)
+            .map(|op| op.resource.urn.clone())
+            .collect();
         // Schema upgrades, before planning and before any component
         // migration callback sees the state. A failure changes nothing.
         let upgraded = match mode {
@@ -488,6 +494,7 @@ impl Engine {
                 update: self.config.update.clone(),
                 package_config: self.config.package_config.clone(),
                 ids: self.config.ids.clone(),
+                pending_creates,
             },
             olds,
         );

@@ -219,6 +219,15 @@ async fn an_interrupted_create_is_imported_by_the_id_the_operator_gives() {
     op.resource.id = String::new();
     h.state.resources.retain(|r| r.urn != urn);
     h.state.pending_operations = vec![op];
+    // Creating it again could make a second object: refused until resolved.
+    let r = h.up(vec![bucket("made", &[("k", "v")])]).await;
+    let Err(keel::EngineError::Failed(o)) = r else {
+        panic!("the update is refused: {r:?}");
+    };
+    let text = format!("{:?}", o.summary);
+    assert!(text.contains("--import-pending-creates"), "{text}");
+    assert_eq!(h.cloud.objects().len(), 1, "nothing made twice");
+    assert_eq!(h.state.pending_operations.len(), 1);
     let import = |id: &str| keel::UpdateOptions {
         import_pending_creates: vec![(urn.clone(), id.to_owned())],
         ..keel::UpdateOptions::default()

@@ -473,6 +473,9 @@ impl Planner {
                 new.id = new.import_id.clone();
                 StepKind::Import
             } else {
+                if new.custom && self.opts.pending_creates.contains(&urn) {
+                    return Err(PlanError::PendingCreate { urn });
+                }
                 StepKind::Create
             };
             return Ok(Chain {

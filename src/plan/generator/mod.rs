@@ -38,6 +38,13 @@ mod targets;
 /// Why planning refused a registration or the deletes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PlanError {
+    /// A create of a resource whose earlier create was interrupted and may
+    /// have made its object.
+    #[error("{urn} has an interrupted create whose object may exist (the provider cannot look it up): creating it again could make a second one; resolve it first with `keel refresh --import-pending-creates {urn} ID` (the object exists) or `keel refresh --clear-pending-creates` (it does not)")]
+    PendingCreate {
+        /// The resource.
+        urn: Urn,
+    },
     /// Two registrations derived the same URN.
     #[error("duplicate resource URN {urn}: a resource with this URN was already registered in this program; give one of them another name")]
     DuplicateUrn {
@@ -297,6 +304,10 @@ pub(crate) struct PlanOptions {
     /// Where the IDs of new provider resources come from (the system's by
     /// default; [`SharedIds::counting`] in tests, for stable IDs).
     pub ids: SharedIds,
+    /// URNs whose interrupted create is still pending (its object may
+    /// exist): the program registering one is refused a create until the
+    /// operator resolves it, so that no object is made twice.
+    pub pending_creates: HashSet<Urn>,
 }
 
 /// The planner's state for one operation.

@@ -1,0 +1,101 @@
+"""keel's test provider `localfile`: real local files, served with the
+Pulumi Python SDK's provider server (`pulumi.provider.experimental`).
+
+Type `localfile:index:File`, inputs `path` and `content`; the ID is the
+path. Changing `path` replaces the file, changing `content` updates it in
+place. For crash tests, `LOCALFILE_HANG=create` (or `delete`) makes the
+provider stop in the middle of that operation: a create has written the
+file, a delete has not removed it yet; it writes its process ID to
+`<path>.hang` and sleeps, so the test can kill keel there.
+"""
+
+import os
+import sys
+import time
+
+from pulumi.provider.experimental import provider as p
+from pulumi.provider.experimental.property_value import PropertyValue
+from pulumi.provider.experimental.server import main
+
+TYPE = "localfile:index:File"
+
+
+def text(props, key):
+    v = props.get(key)
+    return v.value if v is not None else None
+
+
+def hang(op, path):
+    if os.environ.get("LOCALFILE_HANG") == op:
+        with open(f"{path}.hang", "w", encoding="utf-8") as f:
+            f.write(str(os.getpid()))
+        time.sleep(300)
+
+
+def state(path, content):
+    return {"path": PropertyValue(path), "content": PropertyValue(content)}
+
+
+class Files(p.Provider):
+    async def check(self, request):
+        failures = [
+            p.CheckFailure(k, f"`{k}` must be a string")
+            for k in ("path", "content")
+            if not isinstance(text(request.new_inputs, k), str)
+        ]
+        return p.CheckResponse(inputs=request.new_inputs, failures=failures)
+
+    async def diff(self, request):
+        changed = [
+            k
+            for k in ("path", "content")
+            if text(request.old_state, k) != text(request.new_inputs, k)
+        ]
+        detailed = {
+            k: p.PropertyDiff(
+                p.PropertyDiffKind.UPDATE_REPLACE if k == "path" else p.PropertyDiffKind.UPDATE,
+                True,
+            )
+            for k in changed
+        }
+        return p.DiffResponse(
+            changes=bool(changed),
+            replaces=[k for k in changed if k == "path"],
+            diffs=changed,
+            detailed_diff=detailed,
+        )
+
+    async def create(self, request):
+        path, content = text(request.properties, "path"), text(request.properties, "content")
+        if request.preview:
+            return p.CreateResponse(resource_id="", properties=request.properties)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(content)
+        hang("create", path)
+        return p.CreateResponse(resource_id=path, properties=state(path, content))
+
+    async def read(self, request):
+        path = request.resource_id
+        if not os.path.exists(path):
+            return p.ReadResponse()
+        with open(path, encoding="utf-8") as f:
+            content = f.read()
+        return p.ReadResponse(resource_id=path, properties=state(path, content), inputs=state(path, content))
+
+    async def update(self, request):
+        path, content = request.resource_id, text(request.news, "content")
+        if not request.preview:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(content)
+        return p.UpdateResponse(properties=state(path, content))
+
+    async def delete(self, request):
+        hang("delete", request.resource_id)
+        try:
+            os.remove(request.resource_id)
+        except FileNotFoundError:
+            pass
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:], "0.1.0", Files())
