@@ -146,6 +146,9 @@ fn sim_config(a: &SimArgs, file: Option<&ProgramFile>) -> SimConfig {
 struct ServedBy {
     said: std::sync::Arc<std::sync::Mutex<BTreeSet<String>>>,
     events: EventSink,
+    /// The operation's Engine server (a Python program's), given to the
+    /// plugins it starts.
+    engine: crate::grpc::construct::EngineAddress,
 }
 
 impl ServedBy {
@@ -153,6 +156,7 @@ impl ServedBy {
         Self {
             said: std::sync::Arc::default(),
             events: events.clone(),
+            engine: crate::grpc::construct::EngineAddress::new(),
         }
     }
 
@@ -197,12 +201,15 @@ fn registry(
             served.plugin(pkg);
             std::sync::Arc::new(
                 PluginServed::python_dynamic(&python, dir.as_deref())
-                    .with_events(served.events.clone()),
+                    .with_events(served.events.clone())
+                    .with_engine(served.engine.clone()),
             )
         } else if providers == Providers::Plugins {
             served.plugin(pkg);
             std::sync::Arc::new(
-                PluginServed::discovered(pkg, env.clone()).with_events(served.events.clone()),
+                PluginServed::discovered(pkg, env.clone())
+                    .with_events(served.events.clone())
+                    .with_engine(served.engine.clone()),
             )
         } else {
             cloud.provider(pkg)
@@ -402,12 +409,14 @@ impl ProgramSource {
         events: &EventSink,
         parallel: Option<u32>,
         can_store_secrets: bool,
+        engine: &crate::grpc::construct::EngineAddress,
     ) -> CliProgram {
         match self {
             Self::File(f) => CliProgram::File(FileProgram::new(f)),
             Self::Python(p) => {
                 let mut options = PythonOptions::from_env(events.clone());
                 options.can_store_secrets = can_store_secrets;
+                options.engine = Some(engine.clone());
                 if let Some(n) = parallel {
                     options.parallel = i32::try_from(n).unwrap_or(i32::MAX);
                 }
@@ -707,8 +716,9 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         config.package_config = source.package_config();
         let can_store_secrets = open.crypter.manager().is_some();
         let dir = source.dir();
-        let program = source.into_program(&config.events, parallel, can_store_secrets);
         let served = ServedBy::new(&config.events);
+        let program =
+            source.into_program(&config.events, parallel, can_store_secrets, &served.engine);
         let engine = Engine::new(
             config,
             registry(backend, cloud, Some(dir), a.sim.providers, &served),
@@ -782,8 +792,8 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         config.package_config = source.package_config();
         // A preview writes nothing: secrets need no provider yet.
         let dir = source.dir();
-        let program = source.into_program(&config.events, a.parallel, true);
         let served = ServedBy::new(&config.events);
+        let program = source.into_program(&config.events, a.parallel, true, &served.engine);
         let engine = Engine::new(
             config,
             registry(backend, cloud, Some(dir), a.sim.providers, &served),

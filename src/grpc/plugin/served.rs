@@ -23,8 +23,8 @@ use crate::events::{EngineEvent, EventSink};
 use crate::locks::MutexExt;
 use crate::model::{PropertyMap, PropertyValue, TypeToken, Urn};
 use crate::provider::{
-    DiffConfigRequest, DiffResponse, ObjectState, Provider, ProviderError, ResourceRequest, Result,
-    SchemaInfo, SchemaState,
+    CallRequest, CallResult, ConstructRequest, ConstructResult, DiffConfigRequest, DiffResponse,
+    ObjectState, Provider, ProviderError, ResourceRequest, Result, SchemaInfo, SchemaState,
 };
 
 /// How long a plugin has to stop after the interrupt before it is killed.
@@ -58,6 +58,8 @@ pub struct PluginServed {
     default_urn: Urn,
     /// Where the plugin's output lines go besides tracing.
     events: Option<EventSink>,
+    /// The operation's Engine server, given to the plugin when it starts.
+    engine: Option<crate::grpc::construct::EngineAddress>,
 }
 
 impl PluginServed {
@@ -105,6 +107,7 @@ impl PluginServed {
             running: OnceCell::new(),
             default_urn,
             events: None,
+            engine: None,
         }
     }
 
@@ -113,6 +116,15 @@ impl PluginServed {
     #[must_use]
     pub fn with_events(mut self, events: EventSink) -> Self {
         self.events = Some(events);
+        self
+    }
+
+    /// The same provider, its plugin started with the address `engine`
+    /// holds then (the operation's `pulumirpc.Engine` server) as its last
+    /// argument, as Pulumi starts plugins: their SDK logs through it.
+    #[must_use]
+    pub fn with_engine(mut self, engine: crate::grpc::construct::EngineAddress) -> Self {
+        self.engine = Some(engine);
         self
     }
 
@@ -142,7 +154,11 @@ impl PluginServed {
                 .map_err(|e| format!("cannot serve package `{}`: {e}", self.package))?,
         };
         let events = self.events.clone();
-        let process = PluginProcess::start(&launch, None, move |d: Diagnostic| {
+        let engine = self
+            .engine
+            .as_ref()
+            .and_then(crate::grpc::construct::EngineAddress::get);
+        let process = PluginProcess::start(&launch, engine.as_deref(), move |d: Diagnostic| {
             if let Some(events) = &events {
                 events.send(EngineEvent::Diagnostic {
                     severity: "info".into(),
@@ -169,7 +185,7 @@ impl PluginServed {
         let provider = PluginProvider::connect(
             self.package.clone(),
             process.channel(),
-            None,
+            engine.as_deref(),
             dir.as_deref(),
         )
         .await
@@ -249,6 +265,25 @@ impl Provider for PluginServed {
 
     async fn find(&self, urn: &Urn, ty: &TypeToken) -> Result<Option<ObjectState>> {
         self.provider("read", urn).await?.find(urn, ty).await
+    }
+
+    async fn invoke(&self, token: &str, args: &PropertyMap, preview: bool) -> Result<PropertyMap> {
+        let p = self.provider("invoke", &self.default_urn).await?;
+        Provider::invoke(p, token, args, preview).await
+    }
+
+    async fn construct(&self, req: ConstructRequest) -> Result<ConstructResult> {
+        self.provider("construct", &self.default_urn)
+            .await?
+            .construct(req)
+            .await
+    }
+
+    async fn call(&self, req: CallRequest) -> Result<CallResult> {
+        self.provider("call", &self.default_urn)
+            .await?
+            .call(req)
+            .await
     }
 
     async fn find_all(&self, urn: &Urn, ty: &TypeToken) -> Result<Vec<ObjectState>> {
