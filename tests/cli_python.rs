@@ -526,8 +526,8 @@ fn a_remote_component_is_constructed_by_its_plugin_with_methods_and_functions() 
     k.passphrase = Some("password".into());
     k.env.push(("PULUMI_PYTHON_CMD".into(), python().into()));
     let dir = program("remote-component");
-    let up = |k: &Keel| {
-        k.ok(&[
+    let up = |k: &Keel, more: &[&str]| {
+        let mut args = vec![
             "up",
             "--yes",
             "--json",
@@ -535,9 +535,11 @@ fn a_remote_component_is_constructed_by_its_plugin_with_methods_and_functions() 
             "plugins",
             "--program",
             &dir,
-        ])
+        ];
+        args.extend_from_slice(more);
+        k.ok(&args)
     };
-    let out = up(&k);
+    let out = up(&k, &["--debug"]);
     assert_eq!(summary_steps(&out), counts(&[("create", 6)]), "{out}");
     let check = |k: &Keel, out: &str| {
         let state = k.export();
@@ -558,7 +560,29 @@ fn a_remote_component_is_constructed_by_its_plugin_with_methods_and_functions() 
         assert_eq!(note["id"], "note-Hello", "{note}");
     };
     check(&k, &out);
-    let out = up(&k);
+    // An ordinary plugin's output is debug output (as under Pulumi): its
+    // stderr line is shown with `--debug` only.
+    let plugin_lines = |out: &str| -> Vec<(String, String)> {
+        events(out)
+            .into_iter()
+            .filter(|e| e["event"] == "diagnostic")
+            .map(|e| {
+                let field = |k: &str| e[k].as_str().unwrap_or("").to_owned();
+                (field("severity"), field("message"))
+            })
+            .filter(|(_, m)| m.starts_with("[pulumi-resource-keelcomp]"))
+            .collect()
+    };
+    let said = plugin_lines(&out);
+    assert!(
+        said.iter().all(|(s, _)| s == "debug")
+            && said
+                .iter()
+                .any(|(_, m)| m == "[pulumi-resource-keelcomp] constructing hello"),
+        "{said:?}"
+    );
+    let out = up(&k, &[]);
+    assert_eq!(plugin_lines(&out), [], "{out}");
     all_same(&out);
     check(&k, &out);
     assert!(k.cloud().is_empty(), "nothing simulated: {:?}", k.cloud());

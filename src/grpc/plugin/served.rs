@@ -158,10 +158,18 @@ impl PluginServed {
             .engine
             .as_ref()
             .and_then(crate::grpc::construct::EngineAddress::get);
+        // As Pulumi: a dynamic-provider plugin's lines are shown; an
+        // ordinary plugin's are debug output (shown with `--debug`), such
+        // as what a Python provider server prints as it is interrupted.
+        let severity = if is_dynamic(&self.package) {
+            "info"
+        } else {
+            "debug"
+        };
         let process = PluginProcess::start(&launch, engine.as_deref(), move |d: Diagnostic| {
             if let Some(events) = &events {
                 events.send(EngineEvent::Diagnostic {
-                    severity: "info".into(),
+                    severity: severity.into(),
                     urn: None,
                     message: format!("[{}] {}", discovery::executable_name(&d.package), d.line),
                 });
@@ -204,6 +212,12 @@ impl PluginServed {
 
 /// The package of Pulumi's Python dynamic providers.
 pub const DYNAMIC_PYTHON: &str = "pulumi-python";
+
+/// True for the packages of dynamic providers (code in the program),
+/// whose plugins' output Pulumi shows (spec §1).
+fn is_dynamic(package: &str) -> bool {
+    package == DYNAMIC_PYTHON || package == "pulumi-nodejs"
+}
 
 /// A plugin's output line, as a tracing event.
 #[allow(clippy::needless_pass_by_value)]

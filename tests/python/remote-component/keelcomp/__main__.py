@@ -62,6 +62,7 @@ class Provider(provider.Provider):
     def construct(self, name, resource_type, inputs, options=None):
         if resource_type != "keelcomp:index:Greeter":
             raise Exception(f"unknown resource type {resource_type}")
+        print(f"constructing {name}", file=sys.stderr)
         g = Greeter(name, inputs["greeting"], options)
         return provider.ConstructResult(
             urn=g.urn,
