@@ -325,3 +325,95 @@ async fn a_remote_component_is_built_by_its_provider_through_the_monitor() {
     assert_eq!(find(BUCKET).parent, Urn::parse(THING).unwrap());
     find("urn:pulumi:dev::proj::pulumi:providers:comp::default");
 }
+
+/// An invoke naming an explicit provider goes to that provider resource's
+/// instance (no default provider is registered for it); a malformed
+/// reference is an error naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invoke_with_an_explicit_provider_uses_it() {
+    let made = Arc::new(Mutex::new(Vec::<Arc<Comp>>::new()));
+    let record = made.clone();
+    let registry = ProviderRegistry::new(Arc::new(move |_pkg: &str| -> Arc<dyn Provider> {
+        let comp = Arc::new(Comp::default());
+        record.lock().unwrap().push(comp.clone());
+        comp
+    }));
+    let config = EngineConfig {
+        project: "proj".into(),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(config, registry);
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let said = errors.clone();
+    let program = move |ctx: Context| {
+        let said = said.clone();
+        async move {
+            let info = DeploymentInfo {
+                organization: "org".into(),
+                config: Default::default(),
+                config_secret_keys: Vec::new(),
+                parallel: 4,
+                can_store_secrets: true,
+            };
+            let server =
+                MonitorServer::start(Monitor::new(ctx, info, EventSink::default())).await?;
+            let mut client = Client::connect(format!("http://{}", server.address())).await?;
+            let mine = client
+                .register_resource(pb::RegisterResourceRequest {
+                    r#type: "pulumi:providers:comp".into(),
+                    name: "mine".into(),
+                    custom: true,
+                    ..Default::default()
+                })
+                .await
+                .expect("the provider's registration")
+                .into_inner();
+            let invoke = |provider: String| pb::ResourceInvokeRequest {
+                tok: "comp:index:echo".into(),
+                args: Some(fields(&[("text", "hi")])),
+                provider,
+                ..Default::default()
+            };
+            client
+                .invoke(invoke(format!("{}::{}", mine.urn, mine.id)))
+                .await
+                .expect("the invoke");
+            let refused = client
+                .invoke(invoke("garbage".into()))
+                .await
+                .expect_err("a malformed reference");
+            said.lock().unwrap().push(refused.message().to_owned());
+            server.stop().await?;
+            Ok(())
+        }
+    };
+    let outcome = engine
+        .update(
+            Deployment::default(),
+            program,
+            Box::new(MemoryPersister::new()),
+        )
+        .await
+        .expect("the update succeeds");
+    let errors = errors.lock().unwrap().clone();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].contains("provider reference `garbage`"),
+        "{errors:?}"
+    );
+    // One instance, the explicit provider's: configured, then invoked.
+    let made = made.lock().unwrap();
+    assert_eq!(made.len(), 1);
+    let seen = made[0].seen.lock().unwrap();
+    assert_eq!(seen.configured, 1);
+    assert_eq!(seen.invoked, ["comp:index:echo"]);
+    assert!(
+        outcome
+            .snapshot
+            .resources
+            .iter()
+            .all(|s| !s.urn.as_str().ends_with("::default")),
+        "no default provider: {:#?}",
+        outcome.snapshot.resources
+    );
+}
