@@ -4,7 +4,9 @@
 //! a plugin's SDK does: it connects to the monitor endpoint it was given and
 //! registers the component and a child there, while the program's own
 //! registration waits for it. The engine admits one registration in flight
-//! at a time, so the waiting registration must not hold that slot.
+//! at a time, so the waiting registration must not hold that slot. A
+//! provider that must be configured first (as a plugin) is asked to check a
+//! resource only once its default provider's registration finished.
 
 mod common;
 
@@ -68,6 +70,9 @@ struct Seen {
 #[derive(Debug, Default)]
 struct Comp {
     seen: Mutex<Seen>,
+    /// Must be configured before use; configuring takes a while, and a
+    /// check before it is refused.
+    strict: bool,
 }
 
 fn refused(req: &ResourceRequest<'_>) -> ProviderError {
@@ -83,18 +88,40 @@ impl Provider for Comp {
     fn package(&self) -> &str {
         "comp"
     }
+    fn configure_before_use(&self) -> bool {
+        self.strict
+    }
     async fn configure(&self, _inputs: &PropertyMap) -> keel::provider::Result<()> {
+        if self.strict {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         self.seen.lock().unwrap().configured += 1;
         Ok(())
     }
     async fn check(&self, req: ResourceRequest<'_>) -> keel::provider::Result<PropertyMap> {
-        Err(refused(&req))
+        if !self.strict {
+            return Err(refused(&req));
+        }
+        if self.seen.lock().unwrap().configured == 0 {
+            return Err(ProviderError::CheckFailed {
+                urn: req.urn.clone(),
+                failures: vec!["checked before Configure".into()],
+            });
+        }
+        Ok(req.inputs.clone())
     }
     async fn diff(&self, req: ResourceRequest<'_>) -> keel::provider::Result<DiffResponse> {
         Err(refused(&req))
     }
     async fn create(&self, req: ResourceRequest<'_>) -> keel::provider::Result<ObjectState> {
-        Err(refused(&req))
+        if !self.strict {
+            return Err(refused(&req));
+        }
+        Ok(ObjectState {
+            id: "w-1".into(),
+            inputs: req.inputs.clone(),
+            outputs: req.inputs.clone(),
+        })
     }
     async fn read(&self, req: ResourceRequest<'_>) -> keel::provider::Result<Option<ObjectState>> {
         Err(refused(&req))
@@ -416,4 +443,43 @@ async fn an_invoke_with_an_explicit_provider_uses_it() {
         "no default provider: {:#?}",
         outcome.snapshot.resources
     );
+}
+
+/// A provider that must be configured before use is asked to check a
+/// resource only once its (new, slowly configured) default provider's
+/// registration finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_like_provider_is_configured_before_its_first_check() {
+    let comp = Arc::new(Comp {
+        strict: true,
+        ..Comp::default()
+    });
+    let served = comp.clone();
+    let registry = ProviderRegistry::new(Arc::new(move |_pkg: &str| -> Arc<dyn Provider> {
+        served.clone()
+    }));
+    let config = EngineConfig {
+        project: "proj".into(),
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(config, registry);
+    let program = |ctx: Context| async move {
+        let ty = keel::TypeToken::parse("comp:index:Widget").expect("a type");
+        ctx.register(keel::Goal::custom(ty, "widget", PropertyMap::new()))
+            .await?;
+        Ok(())
+    };
+    let outcome = engine
+        .update(
+            Deployment::default(),
+            program,
+            Box::new(MemoryPersister::new()),
+        )
+        .await
+        .expect("the widget's check came after Configure");
+    assert!(outcome
+        .snapshot
+        .resources
+        .iter()
+        .any(|s| s.urn.as_str().ends_with("::widget") && s.id == "w-1"));
 }

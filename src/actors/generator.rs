@@ -488,7 +488,21 @@ impl GenState {
         }
         let registry = self.registry.clone();
         let preview = self.preview;
+        // A provider that must be configured before use (a plugin) is
+        // asked only once its default provider's registration finished,
+        // as under Pulumi, whose resources wait for their provider's.
+        let configured = prepared
+            .provider
+            .as_ref()
+            .filter(|_| !prepared.new.ty.is_provider())
+            .filter(|r| self.registry.get(r).configure_before_use())
+            .and_then(|r| self.provider_ready.get(r.urn()).cloned());
         let mut continuation = Box::pin(async move {
+            if let Some(ready) = configured {
+                if let Err(e) = provider_configured(ready, &prepared.urn).await {
+                    return (prepared, Err(e));
+                }
+            }
             let result = check_and_diff(&registry, &mut prepared, preview).await;
             (prepared, result)
         });
@@ -920,6 +934,23 @@ async fn check_and_diff(
         preview,
     };
     provider.diff(req).await.map(Some)
+}
+
+/// Waits until a default provider's registration finished; its failure
+/// fails `urn`'s check.
+async fn provider_configured(mut ready: ProviderReady, urn: &Urn) -> Result<(), ProviderError> {
+    let failed = |message: String| ProviderError::Failed {
+        operation: "check",
+        urn: urn.clone(),
+        message,
+    };
+    match ready.wait_for(Option::is_some).await.map(|r| r.clone()) {
+        Ok(Some(Err(e))) => Err(failed(format!("its provider failed: {e}"))),
+        Ok(_) => Ok(()),
+        Err(_) => Err(failed(
+            "the operation stopped before its provider was configured".into(),
+        )),
+    }
 }
 
 /// Events that come from the program (held while a migration drains).

@@ -334,6 +334,15 @@ pub trait Provider: Send + Sync + 'static {
         })
     }
 
+    /// True when the provider must be configured before its resources'
+    /// checks and diffs (a plugin): the engine then asks it only once its
+    /// provider resource's registration finished. The default, for
+    /// providers that need no configuration first (the simulated cloud),
+    /// is false: they are asked at once.
+    fn configure_before_use(&self) -> bool {
+        false
+    }
+
     /// Calls a provider function (`Invoke`, e.g. `aws:ec2/getAmi:getAmi`).
     ///
     /// # Errors

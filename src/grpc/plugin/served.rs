@@ -281,6 +281,10 @@ impl Provider for PluginServed {
         self.provider("read", urn).await?.find(urn, ty).await
     }
 
+    fn configure_before_use(&self) -> bool {
+        true
+    }
+
     async fn invoke(&self, token: &str, args: &PropertyMap, preview: bool) -> Result<PropertyMap> {
         let p = self.provider("invoke", &self.default_urn).await?;
         Provider::invoke(p, token, args, preview).await
