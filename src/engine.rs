@@ -346,6 +346,18 @@ impl Engine {
     ) -> Result<Outcome> {
         let r = self.operate(mode, preview, prior, program, persister).await;
         self.registry.shutdown().await;
+        // The summary is the operation's last event: what the plugins said
+        // as they stopped comes before it.
+        let summary = match &r {
+            Ok(o) => Some(&o.summary),
+            Err(EngineError::Failed(o)) => Some(&o.summary),
+            Err(_) => None,
+        };
+        if let Some(summary) = summary {
+            self.config
+                .events
+                .send(EngineEvent::Summary(summary.clone()));
+        }
         r
     }
 
@@ -666,9 +678,6 @@ impl Engine {
             served,
             duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         };
-        self.config
-            .events
-            .send(EngineEvent::Summary(summary.clone()));
         let outcome = Outcome {
             summary,
             snapshot,

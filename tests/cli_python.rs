@@ -541,3 +541,98 @@ fn with_providers_plugins_a_missing_plugin_is_an_error_naming_where_keel_looked(
     k.ok(&["up", "--yes", "--program", &dir]);
     assert!(!k.cloud().is_empty());
 }
+
+/// Remote components (issue 18 items 4 and 5), in keel's words: the
+/// program's `keelcomp:index:Greeter` is registered with `remote: true`, so
+/// keel sends it to the `keelcomp` plugin's `Construct` (a keel-written
+/// `pulumi.provider` plugin next to the program, found through
+/// `Pulumi.yaml` `plugins.providers`); the plugin's own SDK registers the
+/// component, a child component and a dynamic-provider note under it back
+/// into keel's monitor. The method `Greeter/greet` goes to the plugin's
+/// `Call`, and the function `keelcomp:index:shout` to its `Invoke`. A second
+/// `up` is all `same` (the unchanged provider is configured again, so the
+/// method still gets the component as a resource reference).
+#[test]
+fn a_remote_component_is_constructed_by_its_plugin_with_methods_and_functions() {
+    let mut k = keel();
+    // The dynamic note's serialized provider is a secret.
+    k.passphrase = Some("password".into());
+    k.env.push(("PULUMI_PYTHON_CMD".into(), python().into()));
+    let dir = program("remote-component");
+    let up = |k: &Keel, more: &[&str]| {
+        let mut args = vec![
+            "up",
+            "--yes",
+            "--json",
+            "--providers",
+            "plugins",
+            "--program",
+            &dir,
+        ];
+        args.extend_from_slice(more);
+        k.ok(&args)
+    };
+    let out = up(&k, &["--debug"]);
+    assert_eq!(summary_steps(&out), counts(&[("create", 6)]), "{out}");
+    let check = |k: &Keel, out: &str| {
+        let state = k.export();
+        let stack = resource(&state, "remote-component-dev");
+        let outputs = &stack["outputs"];
+        assert_eq!(outputs["message"], "Hello, world", "{out}");
+        assert_eq!(outputs["greeted"], "Hello, Alice!", "{out}");
+        assert_eq!(outputs["shout"], "QUIET", "{out}");
+        assert_eq!(outputs["noteId"], "note-Hello", "{out}");
+        // The plugin registered the component and its children.
+        let greeter = resource(&state, "hello");
+        assert_eq!(greeter["type"], "keelcomp:index:Greeter", "{greeter}");
+        assert_eq!(greeter["outputs"]["message"], "Hello, world", "{greeter}");
+        let part = resource(&state, "hello-part");
+        assert_eq!(part["parent"], greeter["urn"], "{part}");
+        let note = resource(&state, "hello-note");
+        assert_eq!(note["parent"], part["urn"], "{note}");
+        assert_eq!(note["id"], "note-Hello", "{note}");
+    };
+    check(&k, &out);
+    // An ordinary plugin's output is debug output (as under Pulumi): its
+    // stderr line is shown with `--debug` only.
+    let plugin_lines = |out: &str| -> Vec<(String, String)> {
+        events(out)
+            .into_iter()
+            .filter(|e| e["event"] == "diagnostic")
+            .map(|e| {
+                let field = |k: &str| e[k].as_str().unwrap_or("").to_owned();
+                (field("severity"), field("message"))
+            })
+            .filter(|(_, m)| m.starts_with("[pulumi-resource-keelcomp]"))
+            .collect()
+    };
+    let said = plugin_lines(&out);
+    assert!(
+        said.iter().all(|(s, _)| s == "debug")
+            && said
+                .iter()
+                .any(|(_, m)| m == "[pulumi-resource-keelcomp] constructing hello"),
+        "{said:?}"
+    );
+    let out = up(&k, &[]);
+    assert_eq!(plugin_lines(&out), [], "{out}");
+    all_same(&out);
+    check(&k, &out);
+    assert!(k.cloud().is_empty(), "nothing simulated: {:?}", k.cloud());
+}
+
+/// A function of a package the simulated cloud serves (the default) is an
+/// error naming the function and the package, not an empty answer.
+#[test]
+fn an_invoke_to_a_simulated_package_is_a_clear_error() {
+    let k = keel();
+    let dir = program("invoke-simulated");
+    let out = k.run(&["up", "--yes", "--program", &dir]);
+    let text = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("invoke of `aws:ec2/getAmi:getAmi`")
+            && text.contains("package `aws` does not support invoke"),
+        "{text}"
+    );
+}

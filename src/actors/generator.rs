@@ -23,8 +23,8 @@ use tokio::sync::oneshot;
 use super::executor::StopFlag;
 use super::program::RegisterError;
 use super::protocol::{
-    CoordMsg, ExecMsg, GenMsg, MigrationOutcome, MigrationReport, MigrationRequest, RegisterReply,
-    Submission,
+    CoordMsg, ExecMsg, GenMsg, MigrationOutcome, MigrationReport, MigrationRequest, ProviderAnswer,
+    ProviderQuery, ProviderReady, ProviderReply, RegisterReply, Submission,
 };
 use crate::events::EventSink;
 use crate::model::step::Written;
@@ -115,6 +115,11 @@ pub(crate) struct GenState {
     held: HashMap<Urn, Vec<Held>>,
     /// The actor itself, for continuations that come back as messages.
     me: Option<ActorRef<GenMsg>>,
+    /// Default providers planned so far -> whether their registration
+    /// finished (what an invoke or a remote component waits for).
+    provider_ready: HashMap<Urn, ProviderReady>,
+    /// The senders of those not decided yet.
+    provider_pending: HashMap<Urn, tokio::sync::watch::Sender<Option<Result<(), RegisterError>>>>,
 }
 
 /// Work waiting for a default provider's chain.
@@ -483,7 +488,21 @@ impl GenState {
         }
         let registry = self.registry.clone();
         let preview = self.preview;
+        // A provider that must be configured before use (a plugin) is
+        // asked only once its default provider's registration finished,
+        // as under Pulumi, whose resources wait for their provider's.
+        let configured = prepared
+            .provider
+            .as_ref()
+            .filter(|_| !prepared.new.ty.is_provider())
+            .filter(|r| self.registry.get(r).configure_before_use())
+            .and_then(|r| self.provider_ready.get(r.urn()).cloned());
         let mut continuation = Box::pin(async move {
+            if let Some(ready) = configured {
+                if let Err(e) = provider_configured(ready, &prepared.urn).await {
+                    return (prepared, Err(e));
+                }
+            }
             let result = check_and_diff(&registry, &mut prepared, preview).await;
             (prepared, result)
         });
@@ -504,6 +523,9 @@ impl GenState {
     /// configuration is unchanged (or it is new); otherwise its provider
     /// compares configurations first, and what uses it waits.
     fn plan_provider(&mut self, myself: &ActorRef<GenMsg>, provider: Prepared) {
+        let (ready_tx, ready_rx) = tokio::sync::watch::channel(None);
+        self.provider_ready.insert(provider.urn.clone(), ready_rx);
+        self.provider_pending.insert(provider.urn.clone(), ready_tx);
         let Some(config) = provider.config_diff.clone() else {
             return self.provider_decided(provider, Ok(None));
         };
@@ -542,14 +564,34 @@ impl GenState {
         diff: Result<Option<DiffResponse>, ProviderError>,
     ) {
         let urn = provider.urn.clone();
+        let ready = self.provider_pending.remove(&urn);
         match diff {
             Ok(diff) => match self.planner.decide(provider, diff.as_ref(), None) {
-                Ok(chain) => self.submit(chain, None),
-                Err(e) => self.plan_failed(&e),
+                Ok(chain) => {
+                    // Its registration's outcome is what invokes and remote
+                    // components using it wait for.
+                    let (tx, rx) = oneshot::channel();
+                    self.submit(chain, Some(tx));
+                    tokio::spawn(async move {
+                        let done = rx.await.unwrap_or(Err(RegisterError::Stopped));
+                        if let Some(ready) = ready {
+                            let _ = ready.send(Some(done.map(|_| ())));
+                        }
+                    });
+                }
+                Err(e) => {
+                    self.plan_failed(&e);
+                    if let Some(ready) = ready {
+                        let _ = ready.send(Some(Err(RegisterError::Plan(e))));
+                    }
+                }
             },
             Err(e) => {
                 self.errors.push(e.to_string());
                 self.stop.set();
+                if let Some(ready) = ready {
+                    let _ = ready.send(Some(Err(RegisterError::Provider(e))));
+                }
             }
         }
         // The registrations held back were prepared, so their decisions
@@ -563,6 +605,68 @@ impl GenState {
                     self.deferred_decide(*prepared, diff, dbr, reply);
                 }
                 Held::Submit(chain, reply) => self.submit(chain, Some(reply)),
+            }
+        }
+    }
+
+    /// Answers which provider serves a function or remote component: an
+    /// explicit reference as given (the program awaited its registration);
+    /// else the package's default provider, planned now if no registration
+    /// asked for it yet, with the signal of its registration's end.
+    fn provider_for(
+        &mut self,
+        myself: &ActorRef<GenMsg>,
+        query: ProviderQuery,
+        reply: ProviderReply,
+    ) {
+        if self.stop.is_set() {
+            let _ = reply.send(Err(RegisterError::Stopped));
+            return;
+        }
+        if let Some(text) = query.explicit.filter(|t| !t.is_empty()) {
+            let answer = crate::model::ProviderRef::parse(&text)
+                .map(|reference| ProviderAnswer {
+                    provider: self.registry.get(&reference),
+                    reference,
+                    ready: None,
+                })
+                .map_err(|e| RegisterError::BadProvider {
+                    reference: text.clone(),
+                    message: e.to_string(),
+                });
+            let _ = reply.send(answer);
+            return;
+        }
+        let request = match crate::plan::providers::DefaultProviderRequest::new(
+            &query.package,
+            query.version.as_deref(),
+            query.download_url.as_deref(),
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = reply.send(Err(RegisterError::BadProvider {
+                    reference: format!("default provider of package `{}`", query.package),
+                    message: e.to_string(),
+                }));
+                return;
+            }
+        };
+        match self.planner.default_provider_for(&request) {
+            Ok((reference, prepared)) => {
+                if let Some(p) = prepared {
+                    self.plan_provider(myself, p);
+                }
+                let ready = self.provider_ready.get(reference.urn()).cloned();
+                let provider = self.registry.get(&reference);
+                let _ = reply.send(Ok(ProviderAnswer {
+                    reference,
+                    provider,
+                    ready,
+                }));
+            }
+            Err(e) => {
+                self.plan_failed(&e);
+                let _ = reply.send(Err(RegisterError::Plan(e)));
             }
         }
     }
@@ -722,6 +826,7 @@ fn msg_name(m: &GenMsg) -> &'static str {
         GenMsg::Read(..) => "read",
         GenMsg::Outputs(..) => "outputs",
         GenMsg::Invoke(..) => "invoke",
+        GenMsg::Provider(..) => "provider",
         GenMsg::Checked(..) => "checked",
         GenMsg::ProviderChecked(..) => "provider-checked",
         GenMsg::Walked(..) => "walked",
@@ -832,6 +937,23 @@ async fn check_and_diff(
     provider.diff(req).await.map(Some)
 }
 
+/// Waits until a default provider's registration finished; its failure
+/// fails `urn`'s check.
+async fn provider_configured(mut ready: ProviderReady, urn: &Urn) -> Result<(), ProviderError> {
+    let failed = |message: String| ProviderError::Failed {
+        operation: "check",
+        urn: urn.clone(),
+        message,
+    };
+    match ready.wait_for(Option::is_some).await.map(|r| r.clone()) {
+        Ok(Some(Err(e))) => Err(failed(format!("its provider failed: {e}"))),
+        Ok(_) => Ok(()),
+        Err(_) => Err(failed(
+            "the operation stopped before its provider was configured".into(),
+        )),
+    }
+}
+
 /// Events that come from the program (held while a migration drains).
 fn is_program_event(m: &GenMsg) -> bool {
     matches!(
@@ -840,6 +962,7 @@ fn is_program_event(m: &GenMsg) -> bool {
             | GenMsg::Read(..)
             | GenMsg::Outputs(..)
             | GenMsg::Invoke(..)
+            | GenMsg::Provider(..)
             | GenMsg::ProgramDone(_)
     )
 }
@@ -914,6 +1037,7 @@ impl GenState {
                         .map_err(RegisterError::from),
                 );
             }
+            GenMsg::Provider(query, reply) => self.provider_for(myself, query, reply),
             GenMsg::Checked(prepared, diff, dbr, reply) => {
                 self.outstanding -= 1;
                 self.decide(*prepared, diff, dbr, reply);
@@ -982,6 +1106,8 @@ impl Actor for GeneratorActor {
             rules: Vec::new(),
             held: HashMap::new(),
             me: Some(myself),
+            provider_ready: HashMap::new(),
+            provider_pending: HashMap::new(),
         })
     }
 

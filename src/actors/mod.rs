@@ -21,4 +21,4 @@ pub(crate) mod protocol;
 pub(crate) mod source;
 
 pub use program::{Context, NullSource, Program, ProgramFuture, RegisterError};
-pub use protocol::MigrationReport;
+pub use protocol::{MigrationReport, ProviderQuery};

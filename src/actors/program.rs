@@ -54,6 +54,14 @@ pub enum RegisterError {
     /// A component migration was rejected (its rule id is in the error).
     #[error(transparent)]
     Migration(#[from] crate::migrate::MigrationError),
+    /// A provider reference a program gave cannot be used.
+    #[error("provider reference `{reference}`: {message}")]
+    BadProvider {
+        /// The reference as given.
+        reference: String,
+        /// What is wrong.
+        message: String,
+    },
     /// An asset or archive in its inputs cannot be read to hash it.
     #[error("resource `{resource}`: {source}")]
     Asset {
@@ -296,6 +304,45 @@ impl Context {
     ) -> Result<PropertyMap, RegisterError> {
         let token = token.to_owned();
         self.send(|tx| SourceEvent::Invoke(token, args, tx)).await
+    }
+
+    /// The provider serving a function, a remote component or a method
+    /// ([`ProviderQuery`]): an explicit reference as given, else the
+    /// package's default provider, registered first if need be (as Pulumi
+    /// does for an invoke) and awaited until its registration finished, so
+    /// the instance is configured. The wait holds no registration slot:
+    /// a construct in flight must not block the registrations it causes.
+    ///
+    /// # Errors
+    /// [`RegisterError`] when the reference is malformed, the default
+    /// provider cannot be planned or its registration failed, or the
+    /// operation stopped.
+    pub async fn provider(
+        &self,
+        query: super::ProviderQuery,
+    ) -> Result<
+        (
+            crate::model::ProviderRef,
+            Arc<dyn crate::provider::Provider>,
+        ),
+        RegisterError,
+    > {
+        let super::protocol::ProviderAnswer {
+            reference,
+            provider,
+            ready,
+        } = self.send(|tx| SourceEvent::Provider(query, tx)).await?;
+        if let Some(mut ready) = ready {
+            let done = ready
+                .wait_for(Option::is_some)
+                .await
+                .map_err(|_| RegisterError::Stopped)?
+                .clone();
+            if let Some(Err(e)) = done {
+                return Err(e);
+            }
+        }
+        Ok((reference, provider))
     }
 
     pub(crate) fn done(&self, err: Option<String>) {

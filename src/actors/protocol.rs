@@ -77,6 +77,46 @@ pub(crate) enum Submission {
 /// The reply port of a registration.
 pub(crate) type RegisterReply = oneshot::Sender<Result<Registered, RegisterError>>;
 
+/// Which provider serves a function, a remote component or a method: the
+/// explicit reference the program gave (`urn::id`), else the default
+/// provider of `package` (of this version and download URL).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProviderQuery {
+    /// The package (from the token).
+    pub package: String,
+    /// The plugin version asked for, if any.
+    pub version: Option<String>,
+    /// The plugin download URL asked for, if any.
+    pub download_url: Option<String>,
+    /// An explicit provider reference (`urn::id`), if any.
+    pub explicit: Option<String>,
+}
+
+/// Whether a default provider's registration finished (`None`: not yet).
+pub(crate) type ProviderReady = tokio::sync::watch::Receiver<Option<Result<(), RegisterError>>>;
+
+/// The generator's answer to a [`ProviderQuery`]: the reference, its
+/// instance, and (for a default provider) when its registration finished.
+pub(crate) struct ProviderAnswer {
+    /// The provider resource.
+    pub reference: crate::model::ProviderRef,
+    /// Its instance.
+    pub provider: std::sync::Arc<dyn crate::provider::Provider>,
+    /// For a default provider: whether its registration finished.
+    pub ready: Option<ProviderReady>,
+}
+
+impl std::fmt::Debug for ProviderAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderAnswer")
+            .field("reference", &self.reference)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The reply port of a [`ProviderQuery`].
+pub(crate) type ProviderReply = oneshot::Sender<Result<ProviderAnswer, RegisterError>>;
+
 /// Messages to the generator.
 #[derive(Debug)]
 pub(crate) enum GenMsg {
@@ -94,6 +134,8 @@ pub(crate) enum GenMsg {
         PropertyMap,
         oneshot::Sender<Result<PropertyMap, RegisterError>>,
     ),
+    /// Which provider serves a function or remote component.
+    Provider(ProviderQuery, ProviderReply),
     /// A provider check/diff came back.
     Checked(
         Box<Prepared>,
@@ -253,6 +295,8 @@ pub(crate) enum SourceEvent {
         PropertyMap,
         oneshot::Sender<Result<PropertyMap, RegisterError>>,
     ),
+    /// Which provider serves a function or remote component.
+    Provider(ProviderQuery, ProviderReply),
     /// The program finished (with its error, if any).
     Done(Option<String>),
 }

@@ -29,6 +29,7 @@ fn forward(generator: &ActorRef<GenMsg>, e: SourceEvent) {
         SourceEvent::Read(g, r) => GenMsg::Read(g, r),
         SourceEvent::Outputs(u, o, r) => GenMsg::Outputs(u, o, r),
         SourceEvent::Invoke(t, a, r) => GenMsg::Invoke(t, a, r),
+        SourceEvent::Provider(q, r) => GenMsg::Provider(q, r),
         SourceEvent::Done(err) => GenMsg::ProgramDone(err),
     };
     // A stopped generator drops the reply ports: the program sees an error.

@@ -147,6 +147,9 @@ fn sim_config(a: &SimArgs, file: Option<&ProgramFile>) -> SimConfig {
 struct ServedBy {
     said: std::sync::Arc<std::sync::Mutex<BTreeSet<String>>>,
     events: EventSink,
+    /// The operation's Engine server (a Python program's), given to the
+    /// plugins it starts.
+    engine: crate::grpc::construct::EngineAddress,
 }
 
 impl ServedBy {
@@ -154,6 +157,7 @@ impl ServedBy {
         Self {
             said: std::sync::Arc::default(),
             events: events.clone(),
+            engine: crate::grpc::construct::EngineAddress::new(),
         }
     }
 
@@ -228,12 +232,15 @@ fn registry(
             served.plugin(pkg);
             std::sync::Arc::new(
                 PluginServed::python_dynamic(&python, dir.as_deref())
-                    .with_events(served.events.clone()),
+                    .with_events(served.events.clone())
+                    .with_engine(served.engine.clone()),
             )
         } else if choice.of(pkg) == Providers::Plugins {
             served.plugin(pkg);
             std::sync::Arc::new(
-                PluginServed::discovered(pkg, env.clone()).with_events(served.events.clone()),
+                PluginServed::discovered(pkg, env.clone())
+                    .with_events(served.events.clone())
+                    .with_engine(served.engine.clone()),
             )
         } else {
             cloud.provider(pkg)
@@ -504,12 +511,14 @@ impl ProgramSource {
         events: &EventSink,
         parallel: Option<u32>,
         can_store_secrets: bool,
+        engine: &crate::grpc::construct::EngineAddress,
     ) -> CliProgram {
         match self {
             Self::File(f) => CliProgram::File(FileProgram::new(f)),
             Self::Python(p) => {
                 let mut options = PythonOptions::from_env(events.clone());
                 options.can_store_secrets = can_store_secrets;
+                options.engine = Some(engine.clone());
                 if let Some(n) = parallel {
                     options.parallel = i32::try_from(n).unwrap_or(i32::MAX);
                 }
@@ -826,7 +835,8 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         config.detailed_diffs = a.diff;
         config.package_config = source.package_config();
         let can_store_secrets = open.crypter.manager().is_some();
-        let program = source.into_program(&config.events, parallel, can_store_secrets);
+        let program =
+            source.into_program(&config.events, parallel, can_store_secrets, &served.engine);
         let engine = Engine::new(config, registry);
         let mut prior = std::mem::take(&mut open.deployment);
         if a.change.refresh {
@@ -905,8 +915,8 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         // A preview writes nothing: secrets need no provider yet.
         let dir = source.dir();
         let named = named_packages(&loaded.deployment, source.file());
-        let program = source.into_program(&config.events, a.parallel, true);
         let served = ServedBy::new(&config.events);
+        let program = source.into_program(&config.events, a.parallel, true, &served.engine);
         let engine = Engine::new(
             config,
             registry(backend, cloud, Some(dir), &choice, &served, &named)?,

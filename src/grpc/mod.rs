@@ -15,6 +15,8 @@
 //! - [`callbacks`]: state-migration callbacks that call back into the SDK's
 //!   `Callbacks` service;
 //! - [`monitor`]: the two services and the server's lifetime;
+//! - [`construct`]: what the monitor sends on to providers (invokes of
+//!   package functions, remote components, component methods);
 //! - [`plugin`]: the other direction, keel as the client of a provider
 //!   plugin's `ResourceProvider` service (`proto/provider.proto`);
 //! - [`python`]: a Python program directory as a [`crate::actors::Program`]
@@ -22,6 +24,7 @@
 //! - [`plugin`]: Pulumi resource-provider plugins (finding and starting them).
 
 pub mod callbacks;
+pub mod construct;
 pub mod convert;
 pub mod monitor;
 pub mod plugin;

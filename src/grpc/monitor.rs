@@ -72,6 +72,8 @@ struct Shared {
     root: Mutex<String>,
     /// The stack resource's outputs, held until the program ended.
     stack_outputs: Mutex<Option<(Urn, crate::model::PropertyMap)>>,
+    /// The server's address, once it listens (sent to `Construct`/`Call`).
+    address: std::sync::OnceLock<String>,
 }
 
 /// The monitor: both services over one operation's [`Context`].
@@ -91,6 +93,7 @@ impl Monitor {
                 events,
                 root: Mutex::new(String::new()),
                 stack_outputs: Mutex::new(None),
+                address: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -117,6 +120,17 @@ impl Monitor {
             _ => outputs,
         };
         self.shared.ctx.register_outputs(&urn, outputs).await
+    }
+}
+
+impl Shared {
+    /// The deployment as [`super::construct`] needs it.
+    fn deployment(&self) -> super::construct::Deployment<'_> {
+        super::construct::Deployment {
+            ctx: &self.ctx,
+            info: &self.info,
+            monitor: self.address.get().map_or("", String::as_str),
+        }
     }
 }
 
@@ -183,6 +197,10 @@ impl ResourceMonitor for Monitor {
         request: Request<pb::ResourceInvokeRequest>,
     ) -> Result<Response<pb::ResourceInvokeResponse>, Status> {
         let req = request.into_inner();
+        if !super::construct::is_builtin(&req.tok) {
+            let d = self.shared.deployment();
+            return super::construct::invoke(d, req).await.map(Response::new);
+        }
         let accepts = Accepts {
             secrets: true,
             resources: req.accept_resources,
@@ -225,6 +243,10 @@ impl ResourceMonitor for Monitor {
         request: Request<pb::RegisterResourceRequest>,
     ) -> Result<Response<pb::RegisterResourceResponse>, Status> {
         let req = request.into_inner();
+        if req.remote && !req.custom {
+            let d = self.shared.deployment();
+            return super::construct::construct(d, req).await.map(Response::new);
+        }
         let accepts = Accepts {
             secrets: req.accept_secrets,
             resources: req.accept_resources,
@@ -270,6 +292,16 @@ impl ResourceMonitor for Monitor {
             .await
             .map_err(|e| status(&e))?;
         Ok(Response::new(()))
+    }
+
+    async fn call(
+        &self,
+        request: Request<pb::ResourceCallRequest>,
+    ) -> Result<Response<pb::CallResponse>, Status> {
+        let d = self.shared.deployment();
+        super::construct::call(d, request.into_inner())
+            .await
+            .map(Response::new)
     }
 
     async fn signal_and_wait_for_shutdown(
@@ -338,6 +370,7 @@ impl MonitorServer {
     pub async fn start(monitor: Monitor) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let address = listener.local_addr()?;
+        let _ = monitor.shared.address.set(address.to_string());
         let incoming =
             tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let (stop, stopped) = oneshot::channel::<()>();

@@ -183,6 +183,9 @@ pub struct PythonOptions {
     /// Whether the stack can encrypt secrets (else a registration with a
     /// secret is refused).
     pub can_store_secrets: bool,
+    /// Told the address of the program's `pulumirpc.Engine` server while
+    /// it runs (for the plugins the operation starts meanwhile).
+    pub engine: Option<super::construct::EngineAddress>,
 }
 
 impl PythonOptions {
@@ -193,6 +196,7 @@ impl PythonOptions {
             events,
             parallel: 16,
             can_store_secrets: true,
+            engine: None,
         }
     }
 }
@@ -281,6 +285,9 @@ async fn run(
         .await
         .map_err(|e| format!("could not start the resource monitor: {e}"))?;
     let address = server.address().to_string();
+    if let Some(engine) = &options.engine {
+        engine.set(Some(address.clone()));
+    }
     let config = serde_json::to_string(&project.config).unwrap_or_else(|_| "{}".into());
     let secret_keys = serde_json::to_string(&project.secret_keys).unwrap_or_else(|_| "[]".into());
     let mut child = tokio::process::Command::new(&options.python)
@@ -328,6 +335,9 @@ async fn run(
         let _ = t.await;
     }
     let served = server.stop().await;
+    if let Some(engine) = &options.engine {
+        engine.set(None);
+    }
     let status = status.map_err(|e| format!("waiting for the Python program failed: {e}"))?;
     let tail: Vec<String> = tail.locked().iter().cloned().collect();
     match status.code() {

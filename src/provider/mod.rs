@@ -4,6 +4,7 @@
 
 pub mod builtins;
 pub mod registry;
+pub mod remote;
 pub mod schema;
 #[cfg(feature = "sim")]
 pub mod sim;
@@ -18,6 +19,7 @@ use async_trait::async_trait;
 use crate::model::{PropertyMap, TypeToken, Urn};
 
 pub use registry::ProviderRegistry;
+pub use remote::{CallRequest, CallResult, ConstructRequest, ConstructResult, RemoteContext};
 pub use schema::{SchemaInfo, SchemaState, SchemaUpgradeError};
 #[cfg(feature = "sim")]
 pub use sim::{SchemaDef, SimCloud, SimConfig, SimProvider};
@@ -88,6 +90,27 @@ pub enum ProviderError {
         reasons: Vec<String>,
         /// The provider's message.
         message: String,
+    },
+    /// A function, remote component or method call failed (no resource
+    /// state is involved).
+    #[error("{operation} of `{target}` failed: {message}")]
+    Call {
+        /// `invoke`, `construct` or `call`.
+        operation: &'static str,
+        /// The function or method token, or the component (`type::name`).
+        target: String,
+        /// The provider's message.
+        message: String,
+    },
+    /// The provider does not serve this kind of request.
+    #[error("{operation} of `{target}`: the provider serving package `{package}` does not support {operation}")]
+    Unsupported {
+        /// `invoke`, `construct` or `call`.
+        operation: &'static str,
+        /// The function or method token, or the component (`type::name`).
+        target: String,
+        /// The provider's package.
+        package: String,
     },
 }
 
@@ -356,6 +379,56 @@ pub trait Provider: Send + Sync + 'static {
             ty: ty.clone(),
             old_version,
             message: "the provider has no migration for this type".into(),
+        })
+    }
+
+    /// True when the provider must be configured before its resources'
+    /// checks and diffs (a plugin): the engine then asks it only once its
+    /// provider resource's registration finished. The default, for
+    /// providers that need no configuration first (the simulated cloud),
+    /// is false: they are asked at once.
+    fn configure_before_use(&self) -> bool {
+        false
+    }
+
+    /// Calls a provider function (`Invoke`, e.g. `aws:ec2/getAmi:getAmi`).
+    ///
+    /// # Errors
+    /// [`ProviderError::Unsupported`] by default;
+    /// [`ProviderError::Call`] when the function fails.
+    async fn invoke(&self, token: &str, args: &PropertyMap, preview: bool) -> Result<PropertyMap> {
+        let _ = (args, preview);
+        Err(ProviderError::Unsupported {
+            operation: "invoke",
+            target: token.to_owned(),
+            package: self.package().to_owned(),
+        })
+    }
+
+    /// Constructs a remote component (`Construct`): the provider registers
+    /// it and its children through `req.context.monitor_endpoint`.
+    ///
+    /// # Errors
+    /// [`ProviderError::Unsupported`] by default;
+    /// [`ProviderError::Call`] when the construction fails.
+    async fn construct(&self, req: ConstructRequest) -> Result<ConstructResult> {
+        Err(ProviderError::Unsupported {
+            operation: "construct",
+            target: format!("{}::{}", req.ty, req.name),
+            package: self.package().to_owned(),
+        })
+    }
+
+    /// Calls a component's method (`Call`).
+    ///
+    /// # Errors
+    /// [`ProviderError::Unsupported`] by default;
+    /// [`ProviderError::Call`] when the call fails.
+    async fn call(&self, req: CallRequest) -> Result<CallResult> {
+        Err(ProviderError::Unsupported {
+            operation: "call",
+            target: req.token,
+            package: self.package().to_owned(),
         })
     }
 

@@ -396,6 +396,14 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 .ok_or_else(|| StepError::Other("same step without a goal".into()))?;
             let mut new = new;
             new.mark_secret_outputs();
+            // An unchanged provider resource still configures its instance,
+            // as Pulumi's registry does on `Same`: its resources' calls, and
+            // the invokes and remote components using it, need it.
+            if new.ty.is_provider() {
+                let r = ProviderRef::new(new.urn.clone(), new.id.clone())
+                    .map_err(|e| StepError::Other(e.to_string()))?;
+                shared.registry.get(&r).configure(&new.inputs).await?;
+            }
             // Nothing to change: keep the prior state object as it is (no
             // copy, a tiny journal record, its JSON written back verbatim).
             if let Some(o) = &old_ref {

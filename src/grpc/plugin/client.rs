@@ -42,8 +42,9 @@ use crate::locks::MutexExt;
 use crate::model::property::{Archive, Asset, Secret, UNKNOWN_VALUE};
 use crate::model::{PropertyMap, PropertyValue, TypeToken, Urn};
 use crate::provider::{
-    changed_keys, DetailedDiff, DetailedKind, DiffConfigRequest, DiffKind, DiffResponse,
-    ObjectState, Provider, ProviderError, ResourceRequest, Result,
+    changed_keys, CallRequest, CallResult, ConstructRequest, ConstructResult, DetailedDiff,
+    DetailedKind, DiffConfigRequest, DiffKind, DiffResponse, ObjectState, Provider, ProviderError,
+    ResourceRequest, Result,
 };
 
 /// The largest message keel accepts from a plugin (Pulumi's 400 MiB).
@@ -1280,6 +1281,151 @@ impl Provider for PluginProvider {
             .map_err(|s| self.failed("delete", req.urn, &s))?;
         Ok(())
     }
+
+    async fn invoke(&self, token: &str, args: &PropertyMap, preview: bool) -> Result<PropertyMap> {
+        let call_failed = |message: String| ProviderError::Call {
+            operation: "invoke",
+            target: token.to_owned(),
+            message,
+        };
+        match PluginProvider::invoke(self, token, args, preview).await {
+            Ok(Ok(ret)) => Ok(ret),
+            Ok(Err(failures)) => Err(call_failed(format!(
+                "{}: {}",
+                self.plugin_name(),
+                failures.join("; ")
+            ))),
+            Err(e) => Err(call_failed(e.message)),
+        }
+    }
+
+    async fn construct(&self, req: ConstructRequest) -> Result<ConstructResult> {
+        let target = format!("{}::{}", req.ty, req.name);
+        let failed = |message: String| ProviderError::Call {
+            operation: "construct",
+            target: target.clone(),
+            message,
+        };
+        if self.unknown_config() {
+            return Err(failed(format!(
+                "{}: the provider's configuration is unknown",
+                self.plugin_name()
+            )));
+        }
+        let c = req.context;
+        let how = self.how(c.dry_run, false);
+        let wire = pb::ConstructRequest {
+            project: c.project,
+            stack: c.stack,
+            config: c.config.into_iter().collect(),
+            dry_run: c.dry_run,
+            parallel: c.parallel,
+            monitor_endpoint: c.monitor_endpoint,
+            r#type: req.ty,
+            name: req.name,
+            parent: req.parent,
+            inputs: Some(marshal(&req.inputs, how)),
+            input_dependencies: req
+                .input_dependencies
+                .into_iter()
+                .map(|(k, urns)| (k, pb::construct_request::PropertyDependencies { urns }))
+                .collect(),
+            protect: req.protect,
+            providers: req.providers.into_iter().collect(),
+            dependencies: req.dependencies,
+            config_secret_keys: c.config_secret_keys,
+            organization: c.organization,
+            additional_secret_outputs: req.additional_secret_outputs,
+            custom_timeouts: req
+                .custom_timeouts
+                .map(|t| pb::construct_request::CustomTimeouts {
+                    create: t.create,
+                    update: t.update,
+                    delete: t.delete,
+                    read: String::new(),
+                }),
+            deleted_with: req.deleted_with,
+            delete_before_replace: req.delete_before_replace,
+            ignore_changes: req.ignore_changes,
+            replace_on_changes: req.replace_on_changes,
+            retain_on_delete: req.retain_on_delete,
+            accepts_output_values: false,
+        };
+        let resp = self
+            .client
+            .clone()
+            .construct(wire)
+            .await
+            .map_err(|s| failed(status_message(&self.plugin_name(), &s)))?
+            .into_inner();
+        let mut state = unmarshal(resp.state, "state", c.dry_run)
+            .map_err(|m| failed(format!("{}: {m}", self.plugin_name())))?;
+        if !self.protocol().accept_secrets {
+            annotate_secrets(&mut state, &req.inputs);
+        }
+        Ok(ConstructResult {
+            urn: resp.urn,
+            state,
+            state_dependencies: resp
+                .state_dependencies
+                .into_iter()
+                .map(|(k, d)| (k, d.urns))
+                .collect(),
+        })
+    }
+
+    async fn call(&self, req: CallRequest) -> Result<CallResult> {
+        let failed = |message: String| ProviderError::Call {
+            operation: "call",
+            target: req.token.clone(),
+            message,
+        };
+        if self.unknown_config() {
+            return Ok(CallResult::default());
+        }
+        let c = req.context.clone();
+        let how = self.how(c.dry_run, false);
+        let wire = pb::CallRequest {
+            tok: req.token.clone(),
+            args: Some(marshal(&req.args, how)),
+            arg_dependencies: req
+                .arg_dependencies
+                .clone()
+                .into_iter()
+                .map(|(k, urns)| (k, pb::call_request::ArgumentDependencies { urns }))
+                .collect(),
+            project: c.project,
+            stack: c.stack,
+            config: c.config.into_iter().collect(),
+            config_secret_keys: c.config_secret_keys,
+            dry_run: c.dry_run,
+            parallel: c.parallel,
+            monitor_endpoint: c.monitor_endpoint,
+            organization: c.organization,
+            accepts_output_values: false,
+        };
+        let resp = self
+            .client
+            .clone()
+            .call(wire)
+            .await
+            .map_err(|s| failed(status_message(&self.plugin_name(), &s)))?
+            .into_inner();
+        let mut ret = unmarshal(resp.r#return, "return", c.dry_run)
+            .map_err(|m| failed(format!("{}: {m}", self.plugin_name())))?;
+        if !self.protocol().accept_secrets {
+            annotate_secrets(&mut ret, &req.args);
+        }
+        Ok(CallResult {
+            ret,
+            return_dependencies: resp
+                .return_dependencies
+                .into_iter()
+                .map(|(k, d)| (k, d.urns))
+                .collect(),
+            failures: failures(&resp.failures),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -1881,6 +2027,18 @@ mod tests {
                 Ok(Response::new(()))
             }
             async fn cancel(&self, _r: Request<()>) -> std::result::Result<Response<()>, Status> {
+                unimplemented()
+            }
+            async fn construct(
+                &self,
+                _r: Request<pb::ConstructRequest>,
+            ) -> std::result::Result<Response<pb::ConstructResponse>, Status> {
+                unimplemented()
+            }
+            async fn call(
+                &self,
+                _r: Request<pb::CallRequest>,
+            ) -> std::result::Result<Response<pb::CallResponse>, Status> {
                 unimplemented()
             }
             async fn get_plugin_info(

@@ -23,8 +23,8 @@ use crate::events::{EngineEvent, EventSink};
 use crate::locks::MutexExt;
 use crate::model::{PropertyMap, PropertyValue, TypeToken, Urn};
 use crate::provider::{
-    DiffConfigRequest, DiffResponse, ObjectState, Provider, ProviderError, ResourceRequest, Result,
-    SchemaInfo, SchemaState,
+    CallRequest, CallResult, ConstructRequest, ConstructResult, DiffConfigRequest, DiffResponse,
+    ObjectState, Provider, ProviderError, ResourceRequest, Result, SchemaInfo, SchemaState,
 };
 
 /// How long a plugin has to stop after the interrupt before it is killed.
@@ -58,6 +58,8 @@ pub struct PluginServed {
     default_urn: Urn,
     /// Where the plugin's output lines go besides tracing.
     events: Option<EventSink>,
+    /// The operation's Engine server, given to the plugin when it starts.
+    engine: Option<crate::grpc::construct::EngineAddress>,
 }
 
 impl PluginServed {
@@ -105,6 +107,7 @@ impl PluginServed {
             running: OnceCell::new(),
             default_urn,
             events: None,
+            engine: None,
         }
     }
 
@@ -113,6 +116,15 @@ impl PluginServed {
     #[must_use]
     pub fn with_events(mut self, events: EventSink) -> Self {
         self.events = Some(events);
+        self
+    }
+
+    /// The same provider, its plugin started with the address `engine`
+    /// holds then (the operation's `pulumirpc.Engine` server) as its last
+    /// argument, as Pulumi starts plugins: their SDK logs through it.
+    #[must_use]
+    pub fn with_engine(mut self, engine: crate::grpc::construct::EngineAddress) -> Self {
+        self.engine = Some(engine);
         self
     }
 
@@ -142,10 +154,22 @@ impl PluginServed {
                 .map_err(|e| format!("cannot serve package `{}`: {e}", self.package))?,
         };
         let events = self.events.clone();
-        let process = PluginProcess::start(&launch, None, move |d: Diagnostic| {
+        let engine = self
+            .engine
+            .as_ref()
+            .and_then(crate::grpc::construct::EngineAddress::get);
+        // As Pulumi: a dynamic-provider plugin's lines are shown; an
+        // ordinary plugin's are debug output (shown with `--debug`), such
+        // as what a Python provider server prints as it is interrupted.
+        let severity = if is_dynamic(&self.package) {
+            "info"
+        } else {
+            "debug"
+        };
+        let process = PluginProcess::start(&launch, engine.as_deref(), move |d: Diagnostic| {
             if let Some(events) = &events {
                 events.send(EngineEvent::Diagnostic {
-                    severity: "info".into(),
+                    severity: severity.into(),
                     urn: None,
                     message: format!("[{}] {}", discovery::executable_name(&d.package), d.line),
                 });
@@ -169,7 +193,7 @@ impl PluginServed {
         let provider = PluginProvider::connect(
             self.package.clone(),
             process.channel(),
-            None,
+            engine.as_deref(),
             dir.as_deref(),
         )
         .await
@@ -188,6 +212,12 @@ impl PluginServed {
 
 /// The package of Pulumi's Python dynamic providers.
 pub const DYNAMIC_PYTHON: &str = "pulumi-python";
+
+/// True for the packages of dynamic providers (code in the program),
+/// whose plugins' output Pulumi shows (spec §1).
+fn is_dynamic(package: &str) -> bool {
+    package == DYNAMIC_PYTHON || package == "pulumi-nodejs"
+}
 
 /// A plugin's output line, as a tracing event.
 #[allow(clippy::needless_pass_by_value)]
@@ -253,6 +283,29 @@ impl Provider for PluginServed {
 
     async fn find(&self, urn: &Urn, ty: &TypeToken) -> Result<Option<ObjectState>> {
         self.provider("read", urn).await?.find(urn, ty).await
+    }
+
+    fn configure_before_use(&self) -> bool {
+        true
+    }
+
+    async fn invoke(&self, token: &str, args: &PropertyMap, preview: bool) -> Result<PropertyMap> {
+        let p = self.provider("invoke", &self.default_urn).await?;
+        Provider::invoke(p, token, args, preview).await
+    }
+
+    async fn construct(&self, req: ConstructRequest) -> Result<ConstructResult> {
+        self.provider("construct", &self.default_urn)
+            .await?
+            .construct(req)
+            .await
+    }
+
+    async fn call(&self, req: CallRequest) -> Result<CallResult> {
+        self.provider("call", &self.default_urn)
+            .await?
+            .call(req)
+            .await
     }
 
     async fn find_all(&self, urn: &Urn, ty: &TypeToken) -> Result<Vec<ObjectState>> {

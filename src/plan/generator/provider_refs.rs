@@ -92,6 +92,19 @@ impl Planner {
         Ok((reference, Some(prepared)))
     }
 
+    /// The default provider a function or remote component of a package
+    /// asks for ([`Planner::default_provider`], for callers outside the
+    /// planner).
+    ///
+    /// # Errors
+    /// As [`Planner::default_provider`].
+    pub(crate) fn default_provider_for(
+        &mut self,
+        request: &DefaultProviderRequest,
+    ) -> Result<(ProviderRef, Option<Prepared>)> {
+        self.default_provider(request)
+    }
+
     /// The comparison a provider resource with prior state `old` and new
     /// inputs `inputs` is decided by.
     pub(super) fn own_config_diff(&self, old: &State, inputs: &PropertyMap) -> Result<ConfigDiff> {
