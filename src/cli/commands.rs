@@ -175,6 +175,30 @@ impl ServedBy {
     }
 }
 
+/// For an operation that runs no SDK program (a program file, `refresh`,
+/// `destroy`) but may start plugins: an Engine server whose address they
+/// get, logging into the operation's events; kept until the operation
+/// ends. A Python program's monitor serves one itself (`runs_sdk`).
+///
+/// # Errors
+/// [`CliError::Runtime`] when the loopback socket cannot be opened.
+async fn plugin_engine(
+    served: &ServedBy,
+    choice: &Choice,
+    runs_sdk: bool,
+) -> Result<Option<crate::grpc::engine_log::EngineLogServer>, CliError> {
+    let plugins = choice.default == Providers::Plugins
+        || choice.packages.values().any(|p| *p == Providers::Plugins);
+    if runs_sdk || !plugins {
+        return Ok(None);
+    }
+    let server = crate::grpc::engine_log::EngineLogServer::start(served.events.clone())
+        .await
+        .map_err(CliError::Runtime)?;
+    served.engine.set(Some(server.address()));
+    Ok(Some(server))
+}
+
 /// The explicit choice of serving: the flag, else the program's or the
 /// stack's `keel:providers` setting (once the stack's config is applied).
 fn explicit_serving(
@@ -804,6 +828,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let events = EventSink::new(tx);
         let served = ServedBy::new(&events);
+        let _plugin_engine = plugin_engine(&served, &choice, source.file().is_none()).await?;
         let registry = registry(
             backend,
             cloud,
@@ -916,6 +941,7 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         let dir = source.dir();
         let named = named_packages(&loaded.deployment, source.file());
         let served = ServedBy::new(&config.events);
+        let _plugin_engine = plugin_engine(&served, &choice, source.file().is_none()).await?;
         let program = source.into_program(&config.events, a.parallel, true, &served.engine);
         let engine = Engine::new(
             config,
@@ -1047,8 +1073,15 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
         );
         config.events = EventSink::new(tx);
         config.update = options;
-        let dir = source.as_ref().map(ProgramSource::dir);
+        // Without a program, the project is the current directory's (its
+        // `Pulumi.yaml` names plugins), as Pulumi finds it.
+        let dir = source.as_ref().map(ProgramSource::dir).or_else(|| {
+            Path::new("Pulumi.yaml")
+                .is_file()
+                .then(|| PathBuf::from("."))
+        });
         let served = ServedBy::new(&config.events);
+        let _plugin_engine = plugin_engine(&served, &choice, false).await?;
         let registry = registry(
             backend,
             cloud,

@@ -15,6 +15,8 @@
 //! - [`callbacks`]: state-migration callbacks that call back into the SDK's
 //!   `Callbacks` service;
 //! - [`monitor`]: the two services and the server's lifetime;
+//! - [`engine_log`]: the Engine service alone, for plugins of operations
+//!   that run no SDK program;
 //! - [`construct`]: what the monitor sends on to providers (invokes of
 //!   package functions, remote components, component methods);
 //! - [`plugin`]: the other direction, keel as the client of a provider
@@ -26,6 +28,7 @@
 pub mod callbacks;
 pub mod construct;
 pub mod convert;
+pub mod engine_log;
 pub mod monitor;
 pub mod plugin;
 pub mod python;

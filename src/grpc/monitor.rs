@@ -18,7 +18,7 @@ use tokio::sync::oneshot;
 use tonic::{Request, Response, Status};
 
 use crate::actors::{Context, RegisterError};
-use crate::events::{EngineEvent, EventSink};
+use crate::events::EventSink;
 use crate::model::Urn;
 
 use super::callbacks::{CallbackClients, MAX_MESSAGE_BYTES};
@@ -317,22 +317,9 @@ impl ResourceMonitor for Monitor {
 #[tonic::async_trait]
 impl EngineService for Monitor {
     async fn log(&self, request: Request<pb::LogRequest>) -> Result<Response<()>, Status> {
-        let req = request.into_inner();
-        let severity = match pb::LogSeverity::try_from(req.severity) {
-            // Kept as an event: the CLI shows it with `--debug` or `-v`.
-            Ok(pb::LogSeverity::Debug) => "debug",
-            Ok(pb::LogSeverity::Warning) => "warning",
-            Ok(pb::LogSeverity::Error) => "error",
-            _ => "info",
-        };
-        if req.ephemeral {
-            return Ok(Response::new(()));
+        if let Some(e) = super::engine_log::log_event(&request.into_inner()) {
+            self.shared.events.send(e);
         }
-        self.shared.events.send(EngineEvent::Diagnostic {
-            severity: severity.to_owned(),
-            urn: Urn::parse(&req.urn).ok(),
-            message: req.message.trim_end().to_owned(),
-        });
         Ok(Response::new(()))
     }
 

@@ -1,0 +1,221 @@
+//! A real provider plugin nobody on keel wrote the server of: keel's
+//! `localfile` provider (`tests/python/plugins/localfile`, real local files)
+//! runs in the Pulumi Python SDK's provider server
+//! (`pulumi.provider.experimental`), found through the project's
+//! `Pulumi.yaml` `plugins.providers`, for a program file with
+//! `keel:providers: plugins`.
+//!
+//! - up, update (the provider's detailed diff in `--diff`), destroy: the
+//!   file follows the state;
+//! - SIGKILL in the middle of a create (the file written, the answer not
+//!   given): the state keeps the create pending, a new `up` refuses to make
+//!   the file twice, `refresh --import-pending-creates` adopts it, and the
+//!   file and the state agree;
+//! - SIGKILL in the middle of a delete: the next destroy finds the file
+//!   still there and deletes it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use common::cli::*;
+use common::python::python;
+use serde_json::Value;
+
+/// A project whose program file has one file resource at `data/note.txt`.
+struct Files {
+    k: Keel,
+    program: String,
+    note: PathBuf,
+}
+
+impl Files {
+    fn new(content: &str) -> Self {
+        let mut k = Keel::new();
+        // The plugin directory's runtime is Python: keel runs it with this.
+        k.env
+            .push(("PULUMI_PYTHON_CMD".into(), python().to_owned()));
+        let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/plugins/localfile");
+        k.write(
+            "Pulumi.yaml",
+            &format!(
+                "name: files\nruntime: yaml\nplugins:\n  providers:\n    - name: localfile\n      path: {}\n",
+                plugin.display()
+            ),
+        );
+        std::fs::create_dir(k.path().join("data")).expect("data dir");
+        let note = k.path().join("data/note.txt");
+        let program = k.write("files.yaml", &program(&note, content));
+        Self { k, program, note }
+    }
+
+    fn set_content(&self, content: &str) {
+        std::fs::write(&self.program, program(&self.note, content)).expect("program");
+    }
+
+    fn urn(&self) -> String {
+        "urn:pulumi:dev::files::localfile:index:File::note".into()
+    }
+
+    fn read_note(&self) -> Option<String> {
+        std::fs::read_to_string(&self.note).ok()
+    }
+
+    /// Runs `keel args` with the provider told to hang in `op`, waits for
+    /// it to get there, and kills keel (SIGKILL) and then the plugin.
+    fn kill_during(&self, op: &str, args: &[&str]) {
+        let hang = PathBuf::from(format!("{}.hang", self.note.display()));
+        let _ = std::fs::remove_file(&hang);
+        let mut child = self
+            .k
+            .command(args)
+            .env("LOCALFILE_HANG", op)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn keel");
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let pid = loop {
+            if let Ok(pid) = std::fs::read_to_string(&hang) {
+                if !pid.is_empty() {
+                    break pid;
+                }
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the provider never reached its {op}"
+            );
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("keel ended before the provider reached its {op}: {status}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        child.kill().expect("SIGKILL keel");
+        let _ = child.wait();
+        // The plugin keel started outlives a SIGKILL of keel: end it too.
+        let _ = std::process::Command::new("kill")
+            .args(["-9", pid.trim()])
+            .status();
+        std::fs::remove_file(&hang).expect("remove the hang marker");
+    }
+}
+
+fn program(note: &Path, content: &str) -> String {
+    format!(
+        "name: files\nconfig:\n  keel:providers: plugins\nresources:\n  note:\n    type: localfile:index:File\n    properties: {{ path: \"{}\", content: \"{content}\" }}\n",
+        note.display()
+    )
+}
+
+fn pending(state: &Value) -> Vec<(String, String)> {
+    state["deployment"]["pending_operations"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .map(|op| {
+            (
+                op["type"].as_str().unwrap_or_default().to_owned(),
+                op["resource"]["urn"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn real_files_follow_the_state_through_up_update_and_destroy() {
+    let f = Files::new("hello");
+    let out = f.k.ok(&["up", "--yes", "--program", &f.program]);
+    assert!(out.contains("packages: localfile (plugin: real)"), "{out}");
+    assert_eq!(f.read_note().as_deref(), Some("hello"));
+    let state = f.k.export();
+    let note = resource(&state, "note");
+    assert_eq!(note["id"], f.note.display().to_string(), "{note}");
+
+    f.set_content("world");
+    // The provider's own detailed diff, with the values at its paths.
+    let out = f.k.ok(&["preview", "--diff", "--program", &f.program]);
+    assert!(out.contains(r#"~ content: "hello" => "world""#), "{out}");
+    assert_eq!(
+        f.read_note().as_deref(),
+        Some("hello"),
+        "a preview writes nothing"
+    );
+    f.k.ok(&["up", "--yes", "--program", &f.program]);
+    assert_eq!(f.read_note().as_deref(), Some("world"));
+    all_same(&f.k.ok(&["up", "--yes", "--json", "--program", &f.program]));
+
+    // From the project directory, without the program: the plugin is found
+    // through its `Pulumi.yaml`, and what the state records.
+    f.k.ok(&["destroy", "--yes"]);
+    assert_eq!(f.read_note(), None, "the file is gone");
+    assert!(f.k.resources().is_empty());
+}
+
+#[test]
+fn a_create_killed_midway_is_kept_pending_then_imported() {
+    let f = Files::new("hello");
+    f.kill_during("create", &["up", "--yes", "--program", &f.program]);
+    // The file was made; the state says a create of it may have finished.
+    assert_eq!(f.read_note().as_deref(), Some("hello"));
+    f.k.ok(&["state", "verify"]);
+    let state = f.k.export();
+    assert_eq!(
+        pending(&state),
+        [("creating".to_owned(), f.urn())],
+        "{state}"
+    );
+
+    // Creating it again could make a second object: refused, nothing made.
+    std::fs::write(&f.note, "touched by hand").expect("write");
+    let (_, err) = f.k.expect(1, &["up", "--yes", "--program", &f.program]);
+    assert!(err.contains("--import-pending-creates"), "{err}");
+    assert_eq!(f.read_note().as_deref(), Some("touched by hand"));
+    assert_eq!(pending(&f.k.export()).len(), 1);
+
+    // The operator says which object the create made: it is adopted.
+    let id = f.note.display().to_string();
+    let urn = f.urn();
+    f.k.ok(&["refresh", "--yes", "--import-pending-creates", &urn, &id]);
+    let state = f.k.export();
+    assert!(pending(&state).is_empty(), "{state}");
+    let note = resource(&state, "note");
+    assert_eq!(note["id"], id, "{note}");
+    assert_eq!(note["outputs"]["content"], "touched by hand", "{note}");
+
+    // The program's content is written back by an update, not a create.
+    let out = f.k.ok(&["up", "--yes", "--json", "--program", &f.program]);
+    assert_eq!(summary_steps(&out).get("create"), None, "{out}");
+    assert_eq!(f.read_note().as_deref(), Some("hello"));
+    f.k.ok(&["destroy", "--yes"]);
+    assert_eq!(f.read_note(), None);
+}
+
+#[test]
+fn a_delete_killed_midway_is_finished_by_the_next_destroy() {
+    let f = Files::new("hello");
+    f.k.ok(&["up", "--yes", "--program", &f.program]);
+    f.kill_during("delete", &["destroy", "--yes"]);
+    assert_eq!(f.read_note().as_deref(), Some("hello"), "not deleted yet");
+    f.k.ok(&["state", "verify"]);
+    let state = f.k.export();
+    assert_eq!(
+        pending(&state),
+        [("deleting".to_owned(), f.urn())],
+        "{state}"
+    );
+
+    let (_, err) = f.k.expect(0, &["destroy", "--yes"]);
+    assert!(
+        err.contains("interrupted"),
+        "the recovery is reported: {err}"
+    );
+    assert_eq!(f.read_note(), None, "the file is gone");
+    let state = f.k.export();
+    assert!(pending(&state).is_empty(), "{state}");
+    assert!(f.k.resources().is_empty());
+}
