@@ -5,10 +5,12 @@
 //! operation's [`Context`], exactly as the embedded API and program files
 //! do; the handler awaits the engine's answer and converts it back. The
 //! handlers hold no lock across an `.await` (the only lock guards the root
-//! URN string). Features keel does not implement through this front end
-//! (transforms, resource hooks, output values, byte strings, parameterized
-//! packages) are not advertised, so the SDK refuses them itself with its own
-//! message; their RPCs are answered `UNIMPLEMENTED`.
+//! URN string). Transforms run on the request before it is converted
+//! ([`super::transforms`]); a registration's hook binding becomes its goal's
+//! hooks ([`super::hooks`]). Features keel does not implement through this
+//! front end (output values, byte strings, parameterized packages) are not
+//! advertised, so the SDK refuses them itself with its own message; their
+//! RPCs are answered `UNIMPLEMENTED`.
 
 use crate::locks::MutexExt;
 use std::net::SocketAddr;
@@ -23,26 +25,36 @@ use crate::model::Urn;
 
 use super::callbacks::{CallbackClients, MAX_MESSAGE_BYTES};
 use super::convert::{self, Accepts};
+use super::hooks::HostedHooks;
 use super::pb;
 use super::pb::engine_server::{Engine as EngineService, EngineServer};
 use super::pb::resource_monitor_server::{ResourceMonitor, ResourceMonitorServer};
+use super::transforms::Transforms;
 
 /// The features keel's monitor supports, as `GetDeploymentInfo` lists them.
-pub const SUPPORTED_FEATURES: [pb::ResourceMonitorFeature; 5] = [
+pub const SUPPORTED_FEATURES: [pb::ResourceMonitorFeature; 9] = [
     pb::ResourceMonitorFeature::Secrets,
     pb::ResourceMonitorFeature::ResourceReferences,
     pb::ResourceMonitorFeature::AliasSpecs,
     pb::ResourceMonitorFeature::DeletedWith,
     pb::ResourceMonitorFeature::StateMigrations,
+    pb::ResourceMonitorFeature::Transforms,
+    pb::ResourceMonitorFeature::InvokeTransforms,
+    pb::ResourceMonitorFeature::ResourceHooks,
+    pb::ResourceMonitorFeature::ErrorHooks,
 ];
 
 /// The same features by their legacy `SupportsFeature` names.
-const SUPPORTED_FEATURE_IDS: [&str; 5] = [
+const SUPPORTED_FEATURE_IDS: [&str; 9] = [
     "secrets",
     "resourceReferences",
     "aliasSpecs",
     "deletedWith",
     "stateMigrations",
+    "transforms",
+    "invokeTransforms",
+    "resourceHooks",
+    "errorHooks",
 ];
 
 /// What the monitor tells the SDK about the deployment.
@@ -68,6 +80,8 @@ struct Shared {
     ctx: Context,
     info: DeploymentInfo,
     callbacks: CallbackClients,
+    transforms: Transforms,
+    hooks: HostedHooks,
     events: EventSink,
     root: Mutex<String>,
     /// The stack resource's outputs, held until the program ended.
@@ -83,11 +97,14 @@ pub struct Monitor {
 impl Monitor {
     /// A monitor feeding `ctx`, reporting SDK logs to `events`.
     pub fn new(ctx: Context, info: DeploymentInfo, events: EventSink) -> Self {
+        let callbacks = CallbackClients::default();
         Self {
             shared: Arc::new(Shared {
                 ctx,
                 info,
-                callbacks: CallbackClients::default(),
+                hooks: HostedHooks::new(callbacks.clone(), events.clone()),
+                callbacks,
+                transforms: Transforms::default(),
                 events,
                 root: Mutex::new(String::new()),
                 stack_outputs: Mutex::new(None),
@@ -182,7 +199,12 @@ impl ResourceMonitor for Monitor {
         &self,
         request: Request<pb::ResourceInvokeRequest>,
     ) -> Result<Response<pb::ResourceInvokeResponse>, Status> {
-        let req = request.into_inner();
+        let mut req = request.into_inner();
+        let s = &self.shared;
+        s.transforms
+            .apply_invoke(&s.callbacks, &mut req)
+            .await
+            .map_err(|e| Status::unknown(e.to_string()))?;
         let accepts = Accepts {
             secrets: true,
             resources: req.accept_resources,
@@ -224,13 +246,23 @@ impl ResourceMonitor for Monitor {
         &self,
         request: Request<pb::RegisterResourceRequest>,
     ) -> Result<Response<pb::RegisterResourceResponse>, Status> {
-        let req = request.into_inner();
+        let mut req = request.into_inner();
         let accepts = Accepts {
             secrets: req.accept_secrets,
             resources: req.accept_resources,
         };
-        let callbacks = &self.shared.callbacks;
-        let goal = convert::goal(req, |cb| callbacks.migration(cb)).map_err(|e| invalid(&e))?;
+        let s = &self.shared;
+        let callbacks = &s.callbacks;
+        s.transforms
+            .apply(callbacks, &mut req)
+            .await
+            .map_err(|e| Status::unknown(e.to_string()))?;
+        let (own_transforms, parent) = (std::mem::take(&mut req.transforms), req.parent.clone());
+        let binding = req.hooks.take();
+        let mut goal = convert::goal(req, |cb| callbacks.migration(cb)).map_err(|e| invalid(&e))?;
+        if let Some(b) = binding {
+            goal.options.hooks = Arc::new(s.hooks.bind(&b).map_err(|e| invalid(&e))?);
+        }
         self.shared.check_secrets(
             format_args!("{}::{}", goal.ty.as_str(), goal.name),
             goal.inputs.values(),
@@ -242,6 +274,8 @@ impl ResourceMonitor for Monitor {
             .register(goal)
             .await
             .map_err(|e| status(&e))?;
+        s.transforms
+            .registered(r.urn.as_str(), &parent, own_transforms);
         Ok(Response::new(pb::RegisterResourceResponse {
             urn: r.urn.as_str().to_owned(),
             id: convert::wire_id(&r.id),
@@ -269,6 +303,50 @@ impl ResourceMonitor for Monitor {
             .register_outputs(&urn, outputs)
             .await
             .map_err(|e| status(&e))?;
+        Ok(Response::new(()))
+    }
+
+    async fn register_stack_transform(
+        &self,
+        request: Request<pb::Callback>,
+    ) -> Result<Response<()>, Status> {
+        let s = &self.shared;
+        s.transforms
+            .register_stack(request.into_inner())
+            .map_err(|e| invalid(&e))?;
+        Ok(Response::new(()))
+    }
+
+    async fn register_stack_invoke_transform(
+        &self,
+        request: Request<pb::Callback>,
+    ) -> Result<Response<()>, Status> {
+        let s = &self.shared;
+        s.transforms
+            .register_invoke(request.into_inner())
+            .map_err(|e| invalid(&e))?;
+        Ok(Response::new(()))
+    }
+
+    async fn register_resource_hook(
+        &self,
+        request: Request<pb::RegisterResourceHookRequest>,
+    ) -> Result<Response<()>, Status> {
+        let s = &self.shared;
+        s.hooks
+            .register(request.into_inner())
+            .map_err(|e| invalid(&e))?;
+        Ok(Response::new(()))
+    }
+
+    async fn register_error_hook(
+        &self,
+        request: Request<pb::RegisterErrorHookRequest>,
+    ) -> Result<Response<()>, Status> {
+        let s = &self.shared;
+        s.hooks
+            .register_error(request.into_inner())
+            .map_err(|e| invalid(&e))?;
         Ok(Response::new(()))
     }
 

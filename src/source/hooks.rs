@@ -1,9 +1,15 @@
-//! Resource hooks: Rust closures the engine calls around a resource's
+//! Resource hooks: closures the engine calls around a resource's
 //! provider operations (before/after create, update, delete) and on a
-//! failure, where an error hook may ask for a retry. Hooks run in update
-//! operations only, never in a preview.
+//! failure, where an error hook may ask for a retry. Rust closures ([`Hook`],
+//! [`ErrorHook`]) are synchronous and run in update operations only, never in
+//! a preview; asynchronous hooks ([`AsyncHook`], [`AsyncErrorHook`]: those a
+//! Pulumi program hosts and the gRPC front end calls) are awaited on the
+//! executor's task, and an [`AsyncHook`] marked `on_dry_run` also runs in a
+//! preview.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::model::{PropertyMap, TypeToken, Urn};
@@ -36,20 +42,117 @@ pub struct HookArgs<'a> {
     pub urn: &'a Urn,
     /// Its type.
     pub ty: &'a TypeToken,
+    /// Its ID (empty before a create).
+    pub id: &'a str,
     /// Its inputs.
     pub inputs: &'a PropertyMap,
     /// Its outputs (after hooks; the prior outputs for update/delete).
     pub outputs: Option<&'a PropertyMap>,
+    /// The prior inputs (update hooks).
+    pub old_inputs: Option<&'a PropertyMap>,
+    /// The prior outputs (update hooks).
+    pub old_outputs: Option<&'a PropertyMap>,
     /// The failure (error hooks).
     pub error: Option<&'a str>,
     /// Which attempt failed, from 1 (error hooks).
     pub attempt: u32,
+    /// Whether the operation is a preview (only `on_dry_run` asynchronous
+    /// hooks run then).
+    pub preview: bool,
 }
+
+/// What an asynchronous hook is told: [`HookArgs`], owned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HookCall {
+    /// Where it runs (for an error hook: the operation that failed).
+    pub point: HookPoint,
+    /// The resource.
+    pub urn: Urn,
+    /// Its type.
+    pub ty: TypeToken,
+    /// Its ID (empty before a create).
+    pub id: String,
+    /// Its inputs (for delete hooks: the prior inputs).
+    pub inputs: PropertyMap,
+    /// Its outputs (after hooks; the prior outputs for delete hooks).
+    pub outputs: Option<PropertyMap>,
+    /// The prior inputs (update hooks).
+    pub old_inputs: Option<PropertyMap>,
+    /// The prior outputs (update hooks).
+    pub old_outputs: Option<PropertyMap>,
+    /// The failure (error hooks).
+    pub error: Option<String>,
+    /// Which attempt failed, from 1 (error hooks).
+    pub attempt: u32,
+    /// Whether the operation is a preview.
+    pub preview: bool,
+}
+
+impl HookCall {
+    /// The owned copy of `args`.
+    pub fn of(args: &HookArgs<'_>) -> Self {
+        Self {
+            point: args.point,
+            urn: args.urn.clone(),
+            ty: args.ty.clone(),
+            id: args.id.to_owned(),
+            inputs: args.inputs.clone(),
+            outputs: args.outputs.cloned(),
+            old_inputs: args.old_inputs.cloned(),
+            old_outputs: args.old_outputs.cloned(),
+            error: args.error.map(str::to_owned),
+            attempt: args.attempt,
+            preview: args.preview,
+        }
+    }
+}
+
+/// The future of an asynchronous hook.
+pub type HookFuture<T> = Pin<Box<dyn Future<Output = Result<T, ProgramError>> + Send>>;
 
 /// A hook; an error fails the step.
 pub type Hook = Arc<dyn Fn(&HookArgs<'_>) -> Result<(), ProgramError> + Send + Sync>;
 /// An error hook: returns true to retry the failed operation.
 pub type ErrorHook = Arc<dyn Fn(&HookArgs<'_>) -> bool + Send + Sync>;
+
+/// An asynchronous hook: awaited where a [`Hook`] is called; an error
+/// fails the step.
+#[derive(Clone)]
+pub struct AsyncHook {
+    /// Its name, in the step's error.
+    pub name: String,
+    /// Whether it also runs in a preview.
+    pub on_dry_run: bool,
+    /// The call.
+    pub call: Arc<dyn Fn(HookCall) -> HookFuture<()> + Send + Sync>,
+}
+
+/// An asynchronous error hook: answers true to retry the failed operation;
+/// an error fails the step. Never called in a preview.
+#[derive(Clone)]
+pub struct AsyncErrorHook {
+    /// Its name, in the step's error.
+    pub name: String,
+    /// The call.
+    pub call: Arc<dyn Fn(HookCall) -> HookFuture<bool> + Send + Sync>,
+}
+
+impl fmt::Debug for AsyncHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncHook")
+            .field("name", &self.name)
+            .field("on_dry_run", &self.on_dry_run)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for AsyncErrorHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AsyncErrorHook")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
 
 /// The most attempts an error hook can ask for.
 pub const MAX_ATTEMPTS: u32 = 10;
@@ -72,6 +175,11 @@ pub struct ResourceHooks {
     /// On a failed create, update or delete; any returning true retries it
     /// (up to [`MAX_ATTEMPTS`] attempts).
     pub on_error: Vec<ErrorHook>,
+    /// Asynchronous hooks and their points, run after a point's [`Hook`]s in
+    /// order.
+    pub asynchronous: Vec<(HookPoint, AsyncHook)>,
+    /// Asynchronous error hooks, asked after the [`ErrorHook`]s.
+    pub on_error_async: Vec<AsyncErrorHook>,
 }
 
 impl ResourceHooks {
@@ -84,6 +192,8 @@ impl ResourceHooks {
             && self.before_delete.is_empty()
             && self.after_delete.is_empty()
             && self.on_error.is_empty()
+            && self.asynchronous.is_empty()
+            && self.on_error_async.is_empty()
     }
 
     /// The hooks of a point.
@@ -98,27 +208,48 @@ impl ResourceHooks {
         }
     }
 
-    /// Runs the hooks of a point in order; the first error stops them.
+    /// Runs the hooks of a point in order (the [`Hook`]s, then the
+    /// [`AsyncHook`]s); the first error stops them. In a preview only the
+    /// asynchronous hooks marked `on_dry_run` run.
     ///
     /// # Errors
-    /// The hook's error, as text naming the point.
-    pub fn run(&self, args: &HookArgs<'_>) -> Result<(), String> {
-        for h in self.at(args.point) {
-            h(args).map_err(|e| format!("{:?} hook failed: {e}", args.point))?;
+    /// The hook's error, as text naming the point (and the hook's name).
+    pub async fn run(&self, args: &HookArgs<'_>) -> Result<(), String> {
+        if !args.preview {
+            for h in self.at(args.point) {
+                h(args).map_err(|e| format!("{:?} hook failed: {e}", args.point))?;
+            }
+        }
+        let due = self
+            .asynchronous
+            .iter()
+            .filter(|(p, h)| *p == args.point && (!args.preview || h.on_dry_run));
+        for (_, h) in due {
+            (h.call)(HookCall::of(args))
+                .await
+                .map_err(|e| format!("{:?} hook `{}` failed: {e}", args.point, h.name))?;
         }
         Ok(())
     }
 
     /// Asks the error hooks whether to retry (every hook is called).
-    pub fn retry(&self, args: &HookArgs<'_>) -> bool {
-        if args.attempt >= MAX_ATTEMPTS {
-            return false;
+    ///
+    /// # Errors
+    /// An asynchronous error hook failed (its message, naming it).
+    pub async fn retry(&self, args: &HookArgs<'_>) -> Result<bool, String> {
+        if args.attempt >= MAX_ATTEMPTS || args.preview {
+            return Ok(false);
         }
         let mut retry = false;
         for h in &self.on_error {
             retry |= h(args);
         }
-        retry
+        for h in &self.on_error_async {
+            retry |= (h.call)(HookCall::of(args))
+                .await
+                .map_err(|e| format!("error hook `{}` failed: {e}", h.name))?;
+        }
+        Ok(retry)
     }
 }
 
@@ -132,6 +263,22 @@ impl fmt::Debug for ResourceHooks {
             .field("before_delete", &self.before_delete.len())
             .field("after_delete", &self.after_delete.len())
             .field("on_error", &self.on_error.len())
+            .field(
+                "asynchronous",
+                &self
+                    .asynchronous
+                    .iter()
+                    .map(|(p, h)| (p, &h.name))
+                    .collect::<Vec<_>>(),
+            )
+            .field(
+                "on_error_async",
+                &self
+                    .on_error_async
+                    .iter()
+                    .map(|h| &h.name)
+                    .collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
@@ -148,5 +295,17 @@ impl PartialEq for ResourceHooks {
             && same(&self.before_delete, &other.before_delete)
             && same(&self.after_delete, &other.after_delete)
             && same(&self.on_error, &other.on_error)
+            && self.asynchronous.len() == other.asynchronous.len()
+            && self
+                .asynchronous
+                .iter()
+                .zip(&other.asynchronous)
+                .all(|((p, a), (q, b))| p == q && Arc::ptr_eq(&a.call, &b.call))
+            && self.on_error_async.len() == other.on_error_async.len()
+            && self
+                .on_error_async
+                .iter()
+                .zip(&other.on_error_async)
+                .all(|(a, b)| Arc::ptr_eq(&a.call, &b.call))
     }
 }
