@@ -50,3 +50,68 @@ fn transforms_run_own_then_ancestors_then_the_stack_and_invoke_transforms_redire
         "the secret output is encrypted: {alone}"
     );
 }
+
+/// The `info` diagnostics of a `--json` run.
+fn infos(stdout: &str) -> Vec<String> {
+    events(stdout)
+        .into_iter()
+        .filter(|e| e["event"] == "diagnostic" && e["severity"] == "info")
+        .filter_map(|e| e["message"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn said(infos: &[String], line: &str) -> bool {
+    infos.iter().any(|m| m == line)
+}
+
+const BUCKET: &str = "urn:pulumi:dev::hooks::aws:s3/bucket:Bucket::b";
+
+#[test]
+fn hooks_run_at_their_points_with_pulumis_arguments_and_a_raising_hook_fails_its_step() {
+    let k = keel();
+    let (v1, v2) = (program("hooks-step1"), program("hooks-step2"));
+
+    // Preview: only the hook marked `on_dry_run` runs.
+    let out = k.ok(&["preview", "--json", "--program", &v1]);
+    let said_now = infos(&out);
+    assert!(said(&said_now, "dry hook of b: preview=True"), "{out}");
+    assert!(
+        !said_now.iter().any(|m| m.starts_with("before_create")),
+        "{out}"
+    );
+
+    // Up: before and after create, with the new inputs, then the outputs.
+    let out = k.ok(&["up", "--yes", "--json", "--program", &v1]);
+    let said_now = infos(&out);
+    let arn = k.resources()[BUCKET]["outputs"]["arn"]
+        .as_str()
+        .expect("arn")
+        .to_owned();
+    for line in [
+        "before_create b aws:s3/bucket:Bucket size=1.0 outputs=None".to_owned(),
+        "dry hook of b: preview=False".to_owned(),
+        format!("after_create b id=True arn={arn}"),
+    ] {
+        assert!(said(&said_now, &line), "{line} in {said_now:?}");
+    }
+
+    // Update hooks see the old and new inputs (and, after, outputs); a
+    // hook that raises fails its step with the Python message, and the
+    // resource is not created.
+    let out = k.expect(1, &["up", "--yes", "--json", "--program", &v2]).0;
+    let said_now = infos(&out);
+    for line in [
+        "before_update b size 1.0 -> 2.0 new_outputs=None",
+        "after_update b same arn=True",
+    ] {
+        assert!(said(&said_now, line), "{line} in {said_now:?}");
+    }
+    assert!(out.contains("no bucket named refused today"), "{out}");
+    let r = k.resources();
+    assert_eq!(r[BUCKET]["inputs"]["size"], 2.0);
+    assert!(
+        !r.keys().any(|u| u.ends_with("::refused")),
+        "{:?}",
+        r.keys()
+    );
+}
