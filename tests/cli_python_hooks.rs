@@ -6,10 +6,11 @@
 //!   first), then the stack's change its inputs and options (a protect flag
 //!   and an additional secret output); an invoke transform redirects an
 //!   invoke.
-//! - `hooks`: hooks bound by name run before and after create, update and
-//!   delete with Pulumi's arguments; a hook marked `on_dry_run` runs in a
+//! - `hooks-step1..3`: hooks bound by name run before and after create and
+//!   update with Pulumi's arguments; a hook marked `on_dry_run` runs in a
 //!   preview, the others do not; a raising hook fails its step with the
-//!   Python message.
+//!   Python message; the delete of a resource the program no longer
+//!   registers runs after the program ended, with the hook its state names.
 
 mod common;
 
@@ -69,7 +70,11 @@ const BUCKET: &str = "urn:pulumi:dev::hooks::aws:s3/bucket:Bucket::b";
 #[test]
 fn hooks_run_at_their_points_with_pulumis_arguments_and_a_raising_hook_fails_its_step() {
     let k = keel();
-    let (v1, v2) = (program("hooks-step1"), program("hooks-step2"));
+    let (v1, v2, v3) = (
+        program("hooks-step1"),
+        program("hooks-step2"),
+        program("hooks-step3"),
+    );
 
     // Preview: only the hook marked `on_dry_run` runs.
     let out = k.ok(&["preview", "--json", "--program", &v1]);
@@ -114,4 +119,18 @@ fn hooks_run_at_their_points_with_pulumis_arguments_and_a_raising_hook_fails_its
         "{:?}",
         r.keys()
     );
+
+    assert_eq!(
+        r[BUCKET]["resourceHooks"]["BeforeDelete"],
+        serde_json::json!(["before_delete"]),
+        "the state names its hooks as Pulumi's does"
+    );
+
+    // `b` is gone from the program: its delete, after the program's end,
+    // calls the hook its state names (registered by this version).
+    let out = k.ok(&["up", "--yes", "--json", "--program", &v3]);
+    let said_now = infos(&out);
+    let line = format!("before_delete b id=True size=2.0 new_inputs=None arn={arn}");
+    assert!(said(&said_now, &line), "{line} in {said_now:?}");
+    assert!(!k.resources().contains_key(BUCKET));
 }

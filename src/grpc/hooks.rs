@@ -10,7 +10,10 @@
 //! reads a `ResourceHookResponse`, whose `error` fails the step with its
 //! message, unless the hook was registered with `ignore_errors` (then it is
 //! a warning). An error hook gets an `ErrorHookRequest` and answers whether
-//! to retry.
+//! to retry. The names are recorded in the state (`resourceHooks`, as Pulumi
+//! records them), and [`HostedHooks::resolve`] turns them back into hooks
+//! for the delete of a resource the program no longer registers, which runs
+//! after the program ended (it waits in `SignalAndWaitForShutdown`).
 
 use std::sync::Arc;
 
@@ -227,6 +230,45 @@ impl HostedHooks {
         Ok(hooks)
     }
 
+    /// The hooks a prior state's `resourceHooks` names (`{"BeforeDelete":
+    /// [names], ...}`, as Pulumi records them): a name no hook is
+    /// registered under is a hook that fails, as under Pulumi.
+    pub fn resolve(&self, names: &serde_json::Value) -> Option<ResourceHooks> {
+        let list = |key: &str| -> Vec<String> {
+            names[key]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|n| n.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut hooks = ResourceHooks::default();
+        for point in [
+            HookPoint::BeforeCreate,
+            HookPoint::AfterCreate,
+            HookPoint::BeforeUpdate,
+            HookPoint::AfterUpdate,
+            HookPoint::BeforeDelete,
+            HookPoint::AfterDelete,
+        ] {
+            for name in list(&format!("{point:?}")) {
+                let hook = match self.hooks.get(&name).map(|h| h.clone()) {
+                    Some(hosted) => self.hook(name, hosted),
+                    None => unregistered(name),
+                };
+                hooks.asynchronous.push((point, hook));
+            }
+        }
+        for name in list("OnError") {
+            if let Some(cb) = self.error_hooks.get(&name).map(|h| h.clone()) {
+                hooks.on_error_async.push(self.error_hook(name, cb));
+            }
+        }
+        (!hooks.is_empty()).then_some(hooks)
+    }
+
     fn hook(&self, name: String, hosted: Hosted) -> AsyncHook {
         let this = self.clone();
         let hook_name = name.clone();
@@ -296,6 +338,19 @@ impl HostedHooks {
         } else {
             Err(HookError::Raised(r.error))
         }
+    }
+}
+
+/// A hook a state names that the program did not register: it fails.
+fn unregistered(name: String) -> AsyncHook {
+    let missing = name.clone();
+    AsyncHook {
+        name,
+        on_dry_run: false,
+        call: Arc::new(move |_: HookCall| -> HookFuture<()> {
+            let e = HookError::Unknown(missing.clone());
+            Box::pin(async move { Err(Box::new(e) as ProgramError) })
+        }),
     }
 }
 

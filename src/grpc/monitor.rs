@@ -86,6 +86,8 @@ struct Shared {
     root: Mutex<String>,
     /// The stack resource's outputs, held until the program ended.
     stack_outputs: Mutex<Option<(Urn, crate::model::PropertyMap)>>,
+    /// Set when the SDK said the program is done (`SignalAndWaitForShutdown`).
+    signaled: tokio::sync::watch::Sender<bool>,
 }
 
 /// The monitor: both services over one operation's [`Context`].
@@ -98,18 +100,29 @@ impl Monitor {
     /// A monitor feeding `ctx`, reporting SDK logs to `events`.
     pub fn new(ctx: Context, info: DeploymentInfo, events: EventSink) -> Self {
         let callbacks = CallbackClients::default();
+        let hooks = HostedHooks::new(callbacks.clone(), events.clone());
+        let by_name = hooks.clone();
+        ctx.set_hook_resolver(Arc::new(move |names| by_name.resolve(names)));
         Self {
             shared: Arc::new(Shared {
                 ctx,
                 info,
-                hooks: HostedHooks::new(callbacks.clone(), events.clone()),
+                hooks,
                 callbacks,
                 transforms: Transforms::default(),
                 events,
                 root: Mutex::new(String::new()),
                 stack_outputs: Mutex::new(None),
+                signaled: tokio::sync::watch::channel(false).0,
             }),
         }
+    }
+
+    /// Returns once the SDK said the program is done: it registers nothing
+    /// more and waits, serving its hooks, until the operation ends.
+    pub async fn signaled(&self) {
+        let mut rx = self.shared.signaled.subscribe();
+        let _ = rx.wait_for(|s| *s).await;
     }
 
     /// Applies the stack's outputs the program registered, once it ended
@@ -354,8 +367,10 @@ impl ResourceMonitor for Monitor {
         &self,
         _request: Request<()>,
     ) -> Result<Response<()>, Status> {
-        // Nothing the engine does after the program ends calls back into
-        // it (no resource hooks are served), so the program may go.
+        // The program is done; it stays to serve the hooks of the steps
+        // that run after it (deletes of what it no longer registers).
+        self.shared.signaled.send_replace(true);
+        self.shared.ctx.finished().await;
         Ok(Response::new(()))
     }
 }

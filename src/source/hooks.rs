@@ -10,7 +10,7 @@
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use crate::model::{PropertyMap, TypeToken, Urn};
 
@@ -196,6 +196,28 @@ impl ResourceHooks {
             && self.on_error_async.is_empty()
     }
 
+    /// The names of the asynchronous hooks, as Pulumi records them in a
+    /// state's `resourceHooks` (`{"BeforeCreate": [names], ..., "OnError":
+    /// [names]}`); `None` when there are none.
+    pub fn names(&self) -> Option<serde_json::Value> {
+        let mut m = serde_json::Map::new();
+        let mut add = |key: String, name: &str| {
+            if let serde_json::Value::Array(a) = m
+                .entry(key)
+                .or_insert_with(|| serde_json::Value::Array(Vec::new()))
+            {
+                a.push(name.into());
+            }
+        };
+        for (p, h) in &self.asynchronous {
+            add(format!("{p:?}"), &h.name);
+        }
+        for h in &self.on_error_async {
+            add("OnError".to_owned(), &h.name);
+        }
+        (!m.is_empty()).then_some(serde_json::Value::Object(m))
+    }
+
     /// The hooks of a point.
     pub fn at(&self, point: HookPoint) -> &[Hook] {
         match point {
@@ -250,6 +272,39 @@ impl ResourceHooks {
                 .map_err(|e| format!("error hook `{}` failed: {e}", h.name))?;
         }
         Ok(retry)
+    }
+}
+
+/// Turns a state's `resourceHooks` names back into hooks.
+pub type HookResolver = Arc<dyn Fn(&serde_json::Value) -> Option<ResourceHooks> + Send + Sync>;
+
+/// The hooks a program hosts by name, for the steps of resources it no
+/// longer registers (their deletes at the end of an update, which find their
+/// hooks by the names in their prior state, as Pulumi's do). A front end that
+/// hosts hooks sets the resolver once per operation; the executor asks it.
+#[derive(Clone, Default)]
+pub struct HooksByName(Arc<OnceLock<HookResolver>>);
+
+impl HooksByName {
+    /// Sets the resolver (the first one set stays).
+    pub fn set(&self, resolver: HookResolver) {
+        let _ = self.0.set(resolver);
+    }
+
+    /// The hooks `names` (a state's `resourceHooks`) name, if any.
+    pub fn resolve(&self, names: &serde_json::Value) -> Option<ResourceHooks> {
+        if names.is_null() {
+            return None;
+        }
+        self.0.get().and_then(|r| r(names))
+    }
+}
+
+impl fmt::Debug for HooksByName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("HooksByName")
+            .field(&self.0.get().is_some())
+            .finish()
     }
 }
 

@@ -503,7 +503,14 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 return Ok(None);
             }
             let provider = shared.provider_for(&old)?;
-            let hooks = step.hooks.as_deref();
+            // A delete the program did not register finds its hooks by the
+            // names its prior state records, as Pulumi's does.
+            let by_name = step
+                .hooks
+                .is_none()
+                .then(|| shared.config.hooks_by_name.resolve(&old.resource_hooks))
+                .flatten();
+            let hooks = step.hooks.as_deref().or(by_name.as_ref());
             let outputs = Some(&old.outputs);
             hook(
                 hooks,

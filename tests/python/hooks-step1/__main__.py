@@ -15,6 +15,10 @@ def after_create(args: ResourceHookArgs):
     pulumi.log.info(f"after_create {args.name} id={bool(args.id)} arn={args.new_outputs['arn']}")
 
 
+def before_delete(args: ResourceHookArgs):
+    pulumi.log.info("never called: version 3 registers its own before_delete")
+
+
 def dry(args: ResourceHookArgs):
     pulumi.log.info(f"dry hook of {args.name}: preview={pulumi.runtime.is_dry_run()}")
 
@@ -23,6 +27,7 @@ hooks = ResourceHookBinding(
     before_create=[ResourceHook("before_create", before_create), ResourceHook(
         "dry", dry, ResourceHookOptions(on_dry_run=True))],
     after_create=[ResourceHook("after_create", after_create)],
+    before_delete=[ResourceHook("before_delete", before_delete)],
 )
 pulumi.CustomResource(
     "aws:s3/bucket:Bucket", "b", {"size": 1, "arn": None}, pulumi.ResourceOptions(hooks=hooks)

@@ -17,6 +17,10 @@ def after_update(args: ResourceHookArgs):
     pulumi.log.info(f"after_update {args.name} same arn={same}")
 
 
+def before_delete(args: ResourceHookArgs):
+    pulumi.log.info("never called: version 3 registers its own before_delete")
+
+
 def refuse(args: ResourceHookArgs):
     raise ValueError(f"no bucket named {args.name} today")
 
@@ -29,6 +33,7 @@ b = pulumi.CustomResource(
         hooks=ResourceHookBinding(
             before_update=[ResourceHook("before_update", before_update)],
             after_update=[ResourceHook("after_update", after_update)],
+            before_delete=[ResourceHook("before_delete", before_delete)],
         )
     ),
 )
