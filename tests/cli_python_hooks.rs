@@ -6,6 +6,8 @@
 //!   first), then the stack's change its inputs and options (a protect flag
 //!   and an additional secret output); an invoke transform redirects an
 //!   invoke.
+//! - `hooks-retry`: an error hook retries a failed create (a dynamic
+//!   provider that fails twice) up to keel's attempt limit.
 //! - `hooks-step1..3`: hooks bound by name run before and after create and
 //!   update with Pulumi's arguments; a hook marked `on_dry_run` runs in a
 //!   preview, the others do not; a raising hook fails its step with the
@@ -133,4 +135,40 @@ fn hooks_run_at_their_points_with_pulumis_arguments_and_a_raising_hook_fails_its
     let line = format!("before_delete b id=True size=2.0 new_inputs=None arn={arn}");
     assert!(said(&said_now, &line), "{line} in {said_now:?}");
     assert!(!k.resources().contains_key(BUCKET));
+}
+
+/// An error hook asked after a failed create retries it while it answers
+/// true, up to keel's attempt limit.
+#[test]
+fn an_error_hook_retries_a_failed_create() {
+    let mut k = keel();
+    let count = k.path().join("count");
+    k.env
+        .push(("KEEL_TEST_FILE".into(), count.display().to_string()));
+    k.env.push(("KEEL_TEST_FAILURES".into(), "2".into()));
+    let dir = program("hooks-retry");
+    let out = k.ok(&["up", "--yes", "--json", "--program", &dir]);
+    let asked = infos(&out)
+        .into_iter()
+        .filter(|m| m == "on_error flaky create seen=1 last=True")
+        .count();
+    assert_eq!(asked, 2, "{out}");
+    let stack = &k.resources()["urn:pulumi:dev::hooks-retry::pulumi:pulumi:Stack::hooks-retry-dev"];
+    assert_eq!(stack["outputs"]["calls"], 3.0, "{stack}");
+
+    // A create that keeps failing stops at the attempt limit with its error
+    // (a new project directory: nothing created yet).
+    let mut k = keel();
+    let count = k.path().join("count");
+    k.env
+        .push(("KEEL_TEST_FILE".into(), count.display().to_string()));
+    k.env.push(("KEEL_TEST_FAILURES".into(), "100".into()));
+    let out = k.expect(1, &["up", "--yes", "--json", "--program", &dir]).0;
+    let limit = keel::source::hooks::MAX_ATTEMPTS;
+    assert!(
+        out.contains(&format!("flaky create, attempt {limit}")),
+        "{out}"
+    );
+    let calls = std::fs::read_to_string(&count).expect("the counter");
+    assert_eq!(calls, limit.to_string());
 }
