@@ -11,7 +11,7 @@
 //! - `hooks-step1..3`: hooks bound by name run before and after create and
 //!   update with Pulumi's arguments; a hook marked `on_dry_run` runs in a
 //!   preview, the others do not; a raising hook fails its step with the
-//!   Python message; the delete of a resource the program no longer
+//!   Python message (or warns, with `ignore_errors`); the delete of a resource the program no longer
 //!   registers runs after the program ended, with the hook its state names.
 
 mod common;
@@ -101,6 +101,12 @@ fn hooks_run_at_their_points_with_pulumis_arguments_and_a_raising_hook_fails_its
     ] {
         assert!(said(&said_now, &line), "{line} in {said_now:?}");
     }
+    // A failing hook registered with `ignore_errors` is a warning.
+    let warned = events(&out).into_iter().any(|e| {
+        e["severity"] == "warning"
+            && e["message"] == "AfterCreate hook `noisy` failed: the noisy hook says no"
+    });
+    assert!(warned, "{out}");
 
     // Update hooks see the old and new inputs (and, after, outputs); a
     // hook that raises fails its step with the Python message, and the

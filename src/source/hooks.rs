@@ -364,3 +364,125 @@ impl PartialEq for ResourceHooks {
                 .all(|(a, b)| Arc::ptr_eq(&a.call, &b.call))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::locks::MutexExt;
+    use std::sync::Mutex;
+
+    /// An async hook recording `label` (and failing when `fail`).
+    fn recording(log: &Arc<Mutex<Vec<String>>>, label: &str, dry: bool, fail: bool) -> AsyncHook {
+        let (log, label2) = (log.clone(), label.to_owned());
+        AsyncHook {
+            name: label.to_owned(),
+            on_dry_run: dry,
+            call: Arc::new(move |c: HookCall| -> HookFuture<()> {
+                let (log, label) = (log.clone(), label2.clone());
+                Box::pin(async move {
+                    log.locked().push(format!("{label} {:?}", c.point));
+                    if fail {
+                        return Err("boom".into());
+                    }
+                    Ok(())
+                })
+            }),
+        }
+    }
+
+    fn args<'a>(
+        urn: &'a Urn,
+        ty: &'a TypeToken,
+        m: &'a PropertyMap,
+        preview: bool,
+    ) -> HookArgs<'a> {
+        HookArgs {
+            point: HookPoint::BeforeCreate,
+            urn,
+            ty,
+            id: "",
+            inputs: m,
+            outputs: None,
+            old_inputs: None,
+            old_outputs: None,
+            error: None,
+            attempt: 1,
+            preview,
+        }
+    }
+
+    #[tokio::test]
+    async fn async_hooks_run_after_sync_ones_and_in_a_preview_only_when_on_dry_run() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let sync_log = log.clone();
+        let hooks = ResourceHooks {
+            before_create: vec![Arc::new(move |_: &HookArgs<'_>| {
+                sync_log.locked().push("sync".into());
+                Ok(())
+            })],
+            asynchronous: vec![
+                (HookPoint::BeforeCreate, recording(&log, "dry", true, false)),
+                (
+                    HookPoint::BeforeCreate,
+                    recording(&log, "wet", false, false),
+                ),
+                (
+                    HookPoint::AfterCreate,
+                    recording(&log, "after", true, false),
+                ),
+            ],
+            ..ResourceHooks::default()
+        };
+        let urn = Urn::parse("urn:pulumi:dev::p::t:index:T::r").unwrap();
+        let ty = TypeToken::parse("t:index:T").unwrap();
+        let m = PropertyMap::new();
+        hooks.run(&args(&urn, &ty, &m, true)).await.unwrap();
+        assert_eq!(*log.locked(), ["dry BeforeCreate"]);
+        log.locked().clear();
+        hooks.run(&args(&urn, &ty, &m, false)).await.unwrap();
+        assert_eq!(
+            *log.locked(),
+            ["sync", "dry BeforeCreate", "wet BeforeCreate"]
+        );
+        assert_eq!(
+            hooks.names(),
+            Some(serde_json::json!({"BeforeCreate": ["dry", "wet"], "AfterCreate": ["after"]}))
+        );
+        assert_eq!(ResourceHooks::default().names(), None);
+    }
+
+    #[tokio::test]
+    async fn a_failing_async_hook_stops_the_point_naming_itself() {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let hooks = ResourceHooks {
+            asynchronous: vec![
+                (
+                    HookPoint::BeforeCreate,
+                    recording(&log, "first", false, true),
+                ),
+                (
+                    HookPoint::BeforeCreate,
+                    recording(&log, "second", false, false),
+                ),
+            ],
+            on_error_async: vec![AsyncErrorHook {
+                name: "again".into(),
+                call: Arc::new(|c: HookCall| -> HookFuture<bool> {
+                    Box::pin(async move { Ok(c.attempt < 2) })
+                }),
+            }],
+            ..ResourceHooks::default()
+        };
+        let urn = Urn::parse("urn:pulumi:dev::p::t:index:T::r").unwrap();
+        let ty = TypeToken::parse("t:index:T").unwrap();
+        let m = PropertyMap::new();
+        let e = hooks.run(&args(&urn, &ty, &m, false)).await.unwrap_err();
+        assert_eq!(e, "BeforeCreate hook `first` failed: boom");
+        assert_eq!(*log.locked(), ["first BeforeCreate"]);
+        assert_eq!(hooks.retry(&args(&urn, &ty, &m, false)).await, Ok(true));
+        let mut second = args(&urn, &ty, &m, false);
+        second.attempt = 2;
+        assert_eq!(hooks.retry(&second).await, Ok(false));
+        assert_eq!(hooks.retry(&args(&urn, &ty, &m, true)).await, Ok(false));
+    }
+}

@@ -19,6 +19,10 @@ def before_delete(args: ResourceHookArgs):
     pulumi.log.info("never called: version 3 registers its own before_delete")
 
 
+def noisy(args: ResourceHookArgs):
+    raise ValueError("the noisy hook says no")
+
+
 def dry(args: ResourceHookArgs):
     pulumi.log.info(f"dry hook of {args.name}: preview={pulumi.runtime.is_dry_run()}")
 
@@ -26,7 +30,10 @@ def dry(args: ResourceHookArgs):
 hooks = ResourceHookBinding(
     before_create=[ResourceHook("before_create", before_create), ResourceHook(
         "dry", dry, ResourceHookOptions(on_dry_run=True))],
-    after_create=[ResourceHook("after_create", after_create)],
+    after_create=[
+        ResourceHook("noisy", noisy, ResourceHookOptions(ignore_errors=True)),
+        ResourceHook("after_create", after_create),
+    ],
     before_delete=[ResourceHook("before_delete", before_delete)],
 )
 pulumi.CustomResource(
