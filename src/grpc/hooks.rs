@@ -132,7 +132,11 @@ pub fn error_hook_request(call: &HookCall) -> pb::ErrorHookRequest {
         old_inputs: encode(old_inputs),
         old_outputs: encode(call.old_outputs.as_ref()),
         failed_operation: operation.to_owned(),
-        errors: call.error.iter().cloned().collect(),
+        errors: if call.errors.is_empty() {
+            call.error.iter().cloned().collect()
+        } else {
+            call.errors.clone()
+        },
     }
 }
 
@@ -371,6 +375,7 @@ mod tests {
             old_inputs: Some(map("length", 5)),
             old_outputs: Some(map("result", 0)),
             error: Some("boom".into()),
+            errors: Vec::new(),
             attempt: 1,
             preview: false,
         }

@@ -54,6 +54,8 @@ pub struct HookArgs<'a> {
     pub old_outputs: Option<&'a PropertyMap>,
     /// The failure (error hooks).
     pub error: Option<&'a str>,
+    /// Every failure of the operation so far, newest first (error hooks).
+    pub errors: &'a [String],
     /// Which attempt failed, from 1 (error hooks).
     pub attempt: u32,
     /// Whether the operation is a preview (only `on_dry_run` asynchronous
@@ -82,6 +84,8 @@ pub struct HookCall {
     pub old_outputs: Option<PropertyMap>,
     /// The failure (error hooks).
     pub error: Option<String>,
+    /// Every failure of the operation so far, newest first (error hooks).
+    pub errors: Vec<String>,
     /// Which attempt failed, from 1 (error hooks).
     pub attempt: u32,
     /// Whether the operation is a preview.
@@ -101,6 +105,7 @@ impl HookCall {
             old_inputs: args.old_inputs.cloned(),
             old_outputs: args.old_outputs.cloned(),
             error: args.error.map(str::to_owned),
+            errors: args.errors.to_vec(),
             attempt: args.attempt,
             preview: args.preview,
         }
@@ -406,6 +411,7 @@ mod tests {
             old_inputs: None,
             old_outputs: None,
             error: None,
+            errors: &[],
             attempt: 1,
             preview,
         }

@@ -278,6 +278,7 @@ async fn hook(
         old_inputs: old.map(|o| &o.inputs),
         old_outputs: old.map(|o| &o.outputs),
         error: None,
+        errors: &[],
         attempt: 0,
         preview,
     })
@@ -285,15 +286,17 @@ async fn hook(
     .map_err(StepError::Other)
 }
 
-/// Asks the error hooks whether to retry a failed operation: `Ok(false)`
-/// gives `e` back; an error hook's own failure replaces it.
+/// Asks the error hooks whether to retry a failed operation (`failures`:
+/// the operation's failures so far, newest first, this one added): `Err`
+/// gives `e` back, or an error hook's own failure.
 async fn retry(
+    shared: &ExecShared,
     hooks: Option<&ResourceHooks>,
     point: HookPoint,
     s: &State,
     old: Option<&State>,
     e: StepError,
-    attempt: u32,
+    failures: &mut Vec<String>,
 ) -> Result<(), StepError> {
     let Some(h) = hooks else { return Err(e) };
     // Only provider failures are retried: a persistence failure is final.
@@ -301,6 +304,8 @@ async fn retry(
         return Err(e);
     }
     let message = e.to_string();
+    failures.insert(0, message.clone());
+    let attempt = u32::try_from(failures.len()).unwrap_or(u32::MAX);
     let again = h
         .retry(&HookArgs {
             point,
@@ -312,16 +317,29 @@ async fn retry(
             old_inputs: old.map(|o| &o.inputs),
             old_outputs: old.map(|o| &o.outputs),
             error: Some(&message),
+            errors: failures,
             attempt,
             preview: false,
         })
         .await
         .map_err(StepError::Other)?;
-    if again {
-        Ok(())
-    } else {
-        Err(e)
+    if !again {
+        return Err(e);
     }
+    let operation = match point {
+        HookPoint::BeforeCreate | HookPoint::AfterCreate => "create",
+        HookPoint::BeforeUpdate | HookPoint::AfterUpdate => "update",
+        HookPoint::BeforeDelete | HookPoint::AfterDelete => "delete",
+    };
+    shared.events.send(crate::events::EngineEvent::Diagnostic {
+        severity: "warning".into(),
+        urn: Some(s.urn.clone()),
+        message: format!(
+            "retrying {operation} due to on-error hook request ({attempt}/{})",
+            crate::source::hooks::MAX_ATTEMPTS - 1
+        ),
+    });
+    Ok(())
 }
 
 /// Describes how a program's inputs differ from an object to import
@@ -432,14 +450,16 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 let prior_outputs = old.as_ref().map(|o| &o.outputs);
                 let point = HookPoint::BeforeUpdate;
                 hook(hooks, point, &new, prior_outputs, old.as_ref(), preview).await?;
-                let mut attempt = 0;
+                let mut failures = Vec::new();
                 let (obj, op) = loop {
-                    attempt += 1;
                     let req = request(&new, old.as_ref(), preview, new.custom_timeouts.update.0);
                     match bracket(shared, OperationType::Updating, &new, provider.update(req)).await
                     {
                         Ok(v) => break v,
-                        Err(e) => retry(hooks, point, &new, old.as_ref(), e, attempt).await?,
+                        Err(e) => {
+                            let prior = old.as_ref();
+                            retry(shared, hooks, point, &new, prior, e, &mut failures).await?;
+                        }
                     }
                 };
                 new.outputs = obj.outputs;
@@ -460,13 +480,15 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 .await;
             }
             hook(hooks, HookPoint::BeforeCreate, &new, None, None, preview).await?;
-            let mut attempt = 0;
+            let mut failures = Vec::new();
             let (obj, op) = loop {
-                attempt += 1;
                 let req = request(&new, None, preview, new.custom_timeouts.create.0);
                 match bracket(shared, OperationType::Creating, &new, provider.create(req)).await {
                     Ok(v) => break v,
-                    Err(e) => retry(hooks, HookPoint::BeforeCreate, &new, None, e, attempt).await?,
+                    Err(e) => {
+                        let point = HookPoint::BeforeCreate;
+                        retry(shared, hooks, point, &new, None, e, &mut failures).await?;
+                    }
                 }
             };
             new.id = obj.id;
@@ -521,13 +543,15 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 false,
             )
             .await?;
-            let mut attempt = 0;
+            let mut failures = Vec::new();
             let ((), op) = loop {
-                attempt += 1;
                 let req = request(&old, Some(&old), preview, old.custom_timeouts.delete.0);
                 match bracket(shared, OperationType::Deleting, &old, provider.delete(req)).await {
                     Ok(v) => break v,
-                    Err(e) => retry(hooks, HookPoint::BeforeDelete, &old, None, e, attempt).await?,
+                    Err(e) => {
+                        let point = HookPoint::BeforeDelete;
+                        retry(shared, hooks, point, &old, None, e, &mut failures).await?;
+                    }
                 }
             };
             end(shared, op, change).await?;

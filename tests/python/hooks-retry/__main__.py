@@ -34,7 +34,7 @@ class Flaky(Resource):
 def retry(args: ErrorHookArgs) -> bool:
     pulumi.log.info(
         f"on_error {args.name} {args.failed_operation} seen={len(args.errors)} "
-        f"last={'flaky create' in args.errors[0]}"
+        f"last={args.errors[0].split('flaky create, ')[-1]}"
     )
     return True
 
