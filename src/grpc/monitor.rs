@@ -273,9 +273,13 @@ impl ResourceMonitor for Monitor {
         let (own_transforms, parent) = (std::mem::take(&mut req.transforms), req.parent.clone());
         let binding = req.hooks.take();
         let mut goal = convert::goal(req, |cb| callbacks.migration(cb)).map_err(|e| invalid(&e))?;
-        if let Some(b) = binding {
-            goal.options.hooks = Arc::new(s.hooks.bind(&b).map_err(|e| invalid(&e))?);
-        }
+        // Hooks by name, none included: the state records exactly these.
+        let mut hooks = s
+            .hooks
+            .bind(&binding.unwrap_or_default())
+            .map_err(|e| invalid(&e))?;
+        hooks.by_name = true;
+        goal.options.hooks = Arc::new(hooks);
         self.shared.check_secrets(
             format_args!("{}::{}", goal.ty.as_str(), goal.name),
             goal.inputs.values(),

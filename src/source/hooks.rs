@@ -185,6 +185,10 @@ pub struct ResourceHooks {
     pub asynchronous: Vec<(HookPoint, AsyncHook)>,
     /// Asynchronous error hooks, asked after the [`ErrorHook`]s.
     pub on_error_async: Vec<AsyncErrorHook>,
+    /// True when these are a program's hooks by name (the gRPC front end):
+    /// the state records exactly their names, none included, as Pulumi
+    /// does; otherwise a state keeps the names it had.
+    pub by_name: bool,
 }
 
 impl ResourceHooks {
@@ -203,7 +207,8 @@ impl ResourceHooks {
 
     /// The names of the asynchronous hooks, as Pulumi records them in a
     /// state's `resourceHooks` (`{"BeforeCreate": [names], ..., "OnError":
-    /// [names]}`); `None` when there are none.
+    /// [names]}`); when there are none, `null` for hooks by name (none
+    /// recorded) and `None` otherwise (the state keeps what it had).
     pub fn names(&self) -> Option<serde_json::Value> {
         let mut m = serde_json::Map::new();
         let mut add = |key: String, name: &str| {
@@ -220,7 +225,10 @@ impl ResourceHooks {
         for h in &self.on_error_async {
             add("OnError".to_owned(), &h.name);
         }
-        (!m.is_empty()).then_some(serde_json::Value::Object(m))
+        if m.is_empty() {
+            return self.by_name.then_some(serde_json::Value::Null);
+        }
+        Some(serde_json::Value::Object(m))
     }
 
     /// The hooks of a point.
@@ -339,6 +347,7 @@ impl fmt::Debug for ResourceHooks {
                     .map(|h| &h.name)
                     .collect::<Vec<_>>(),
             )
+            .field("by_name", &self.by_name)
             .finish()
     }
 }
@@ -348,7 +357,8 @@ impl PartialEq for ResourceHooks {
         fn same<T: ?Sized>(a: &[Arc<T>], b: &[Arc<T>]) -> bool {
             a.len() == b.len() && a.iter().zip(b).all(|(x, y)| Arc::ptr_eq(x, y))
         }
-        same(&self.before_create, &other.before_create)
+        self.by_name == other.by_name
+            && same(&self.before_create, &other.before_create)
             && same(&self.after_create, &other.after_create)
             && same(&self.before_update, &other.before_update)
             && same(&self.after_update, &other.after_update)
@@ -455,6 +465,11 @@ mod tests {
             Some(serde_json::json!({"BeforeCreate": ["dry", "wet"], "AfterCreate": ["after"]}))
         );
         assert_eq!(ResourceHooks::default().names(), None);
+        let none_by_name = ResourceHooks {
+            by_name: true,
+            ..ResourceHooks::default()
+        };
+        assert_eq!(none_by_name.names(), Some(serde_json::Value::Null));
     }
 
     #[tokio::test]

@@ -205,7 +205,7 @@ impl Planner {
             new.extra.clone_from(&o.extra);
         }
         // Hooks hosted by name (a Pulumi program's) are recorded as Pulumi
-        // records them, so a later delete finds them.
+        // records them (none: none), so a later delete finds them.
         if let Some(names) = goal.options.hooks.names() {
             new.resource_hooks = names;
         }
