@@ -484,6 +484,7 @@ impl Engine {
             }
         }
         let gate = Gate::new();
+        let hooks_by_name = crate::source::hooks::HooksByName::default();
         let shared = ExecShared::new(
             ExecConfig {
                 parallel: self.config.parallel,
@@ -491,6 +492,7 @@ impl Engine {
                 preview,
                 detailed_diffs: self.config.detailed_diffs,
                 clock: self.config.clock.clone(),
+                hooks_by_name: hooks_by_name.clone(),
             },
             gate.clone(),
             self.registry.clone(),
@@ -586,7 +588,10 @@ impl Engine {
             self.config.max_in_flight_registrations,
         )
         .with_prior(published_for_ctx)
-        .with_asset_root(self.config.program_dir.clone());
+        .with_asset_root(self.config.program_dir.clone())
+        .with_hooks_by_name(hooks_by_name);
+        // Told when every step ran (a program hosting hooks waits for it).
+        let finish = ctx.clone();
         match program {
             Some(program) => {
                 // An update's program runs under the stack resource, which
@@ -621,12 +626,14 @@ impl Engine {
         let gen_outcome = tokio::select! {
             outcome = done_rx => outcome.ok(),
             failure = fail_rx.recv() => {
+                finish.finish();
                 let msg = failure.unwrap_or_else(|| "the supervisor stopped".into());
                 stop_all(&cells);
                 sup.stop(None);
                 return Err(EngineError::ActorFailed(msg));
             }
         };
+        finish.finish();
         let (gen_errors, plan, migrations, rules) = match gen_outcome {
             Some(o) => (Some(o.errors), o.plan, o.migrations, o.rules),
             None => (None, None, Vec::new(), Vec::new()),

@@ -131,6 +131,11 @@ struct ContextInfo {
     asset_root: Option<std::path::PathBuf>,
     /// The published prior list (as committed by migrations so far).
     prior: Option<Arc<crate::sync::shim::ArcSwap<crate::sync::StateList<crate::model::State>>>>,
+    /// The hooks the program hosts by name (for the executor's deletes of
+    /// resources the program no longer registers).
+    hooks_by_name: crate::source::hooks::HooksByName,
+    /// Set once every step of the operation ran.
+    finished: tokio::sync::watch::Sender<bool>,
 }
 
 impl Context {
@@ -152,8 +157,37 @@ impl Context {
                 window: tokio::sync::Semaphore::new(window.max(1)),
                 asset_root: None,
                 prior: None,
+                hooks_by_name: crate::source::hooks::HooksByName::default(),
+                finished: tokio::sync::watch::channel(false).0,
             }),
         }
+    }
+
+    pub(crate) fn with_hooks_by_name(mut self, hooks: crate::source::hooks::HooksByName) -> Self {
+        if let Some(info) = Arc::get_mut(&mut self.inner) {
+            info.hooks_by_name = hooks;
+        }
+        self
+    }
+
+    /// Lets the executor find the hooks a prior state names
+    /// (`resourceHooks`) when the program no longer registers it: a front
+    /// end hosting hooks by name sets it once.
+    pub fn set_hook_resolver(&self, resolver: crate::source::hooks::HookResolver) {
+        self.inner.hooks_by_name.set(resolver);
+    }
+
+    /// Marks the operation's steps all run ([`Context::finished`] returns).
+    pub(crate) fn finish(&self) {
+        self.inner.finished.send_replace(true);
+    }
+
+    /// Returns once every step of the operation ran, including those after
+    /// the program ended (deletes of what it no longer registers), or the
+    /// operation stopped.
+    pub async fn finished(&self) {
+        let mut rx = self.inner.finished.subscribe();
+        let _ = rx.wait_for(|done| *done).await;
     }
 
     pub(crate) fn with_prior(

@@ -50,6 +50,15 @@ pub enum CallbackError {
     /// The answer is not a state-migration response.
     #[error("the callback's answer is not a StateMigrationResponse: {0}")]
     BadResponse(String),
+    /// The answer is not the message the call expects (a transform's or a
+    /// hook's), or a value in it is malformed.
+    #[error("the callback's answer is not a {what}: {message}")]
+    BadAnswer {
+        /// The message expected.
+        what: &'static str,
+        /// Why.
+        message: String,
+    },
 }
 
 impl CallbackClients {
@@ -101,17 +110,32 @@ impl CallbackClients {
             urn: args.urn.as_str().to_owned(),
             old_state,
         };
+        let answer = self.call(cb, request.encode_to_vec()).await?;
+        decode_response(&answer)
+    }
+
+    /// Calls `cb` with an encoded request and returns the encoded answer
+    /// (transforms and resource hooks use it with their own messages).
+    ///
+    /// # Errors
+    /// [`CallbackError::BadTarget`], or [`CallbackError::Raised`] with the
+    /// SDK's message when the callback raised or could not be reached.
+    pub async fn call(
+        &self,
+        cb: &pb::Callback,
+        request: Vec<u8>,
+    ) -> Result<Vec<u8>, CallbackError> {
         let mut client = CallbacksClient::new(self.channel(&cb.target)?)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let answer = client
             .invoke(pb::CallbackInvokeRequest {
                 token: cb.token.clone(),
-                request: request.encode_to_vec(),
+                request,
             })
             .await
             .map_err(|status| CallbackError::Raised(raised_message(&status, &cb.token)))?;
-        decode_response(&answer.into_inner().response)
+        Ok(answer.into_inner().response)
     }
 }
 

@@ -13,7 +13,10 @@
 //! - [`convert`]: protobuf `Struct` <-> [`crate::model::PropertyValue`] and
 //!   request -> [`crate::source::goal::Goal`] (pure, tested directly);
 //! - [`callbacks`]: state-migration callbacks that call back into the SDK's
-//!   `Callbacks` service;
+//!   `Callbacks` service (its connections serve every callback);
+//! - [`transforms`]: resource and invoke transforms the SDK hosts, run on
+//!   a request before it reaches the engine;
+//! - [`hooks`]: resource hooks the SDK hosts, bound to keel's hook points;
 //! - [`monitor`]: the two services and the server's lifetime;
 //! - [`engine_log`]: the Engine service alone, for plugins of operations
 //!   that run no SDK program;
@@ -29,9 +32,11 @@ pub mod callbacks;
 pub mod construct;
 pub mod convert;
 pub mod engine_log;
+pub mod hooks;
 pub mod monitor;
 pub mod plugin;
 pub mod python;
+pub mod transforms;
 
 /// The generated protocol messages and service stubs (package `pulumirpc`).
 #[allow(

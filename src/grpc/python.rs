@@ -12,7 +12,11 @@
 //! configures the `pulumi` SDK to talk to that server and runs the program
 //! in the stack. The program's stdout and stderr lines become diagnostics
 //! on keel's display; a failure (non-zero exit) is the program's error,
-//! carrying the end of its stderr (the traceback's tail). The interpreter is
+//! carrying the end of its stderr (the traceback's tail). A program that
+//! succeeded says so (`SignalAndWaitForShutdown`) and waits for the
+//! operation's end, serving the hooks of the steps that run after it (the
+//! deletes of what it no longer registers): its part ends there, and the
+//! interpreter exits once the operation's steps all ran. The interpreter is
 //! killed if the operation is dropped.
 
 use crate::locks::MutexExt;
@@ -330,7 +334,25 @@ async fn run(
             redact.clone(),
         ))
     });
-    let status = child.wait().await;
+    let status = tokio::select! {
+        status = child.wait() => status,
+        () = monitor.signaled() => {
+            // The SDK is done and waits for the operation's end, serving
+            // hooks meanwhile: the program's part is over. The interpreter
+            // and the server are let go once it exits.
+            tokio::spawn(async move {
+                let _ = child.wait().await;
+                for t in [out, err].into_iter().flatten() {
+                    let _ = t.await;
+                }
+                let _ = server.stop().await;
+            });
+            return monitor
+                .commit_stack_outputs(false)
+                .await
+                .map_err(|e| format!("the stack's outputs: {e}"));
+        }
+    };
     for t in [out, err].into_iter().flatten() {
         let _ = t.await;
     }

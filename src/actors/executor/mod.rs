@@ -314,6 +314,7 @@ mod tests {
                 preview: false,
                 detailed_diffs: false,
                 clock: SharedClock::system(),
+                hooks_by_name: Default::default(),
             },
             gate.clone(),
             // An empty chain calls no provider.

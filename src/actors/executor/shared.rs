@@ -45,6 +45,8 @@ pub(crate) struct ExecConfig {
     pub detailed_diffs: bool,
     /// The clock of state timestamps.
     pub clock: SharedClock,
+    /// Hooks by name, for deletes the program did not register.
+    pub hooks_by_name: crate::source::hooks::HooksByName,
 }
 
 /// Set once a failure (or the end of the operation) stops new work; shared

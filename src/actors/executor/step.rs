@@ -129,7 +129,9 @@ async fn write(
 
 /// Ends a provider operation by writing `new` (superseding `old`, or
 /// keeping it marked for deletion), runs the after hook once that is
-/// durable, and records the state as written this operation.
+/// durable (told `prior`, the state before an update), and records the
+/// state as written this operation.
+#[allow(clippy::too_many_arguments)]
 async fn end_write(
     shared: &ExecShared,
     op: Begun<'_>,
@@ -138,6 +140,7 @@ async fn end_write(
     mark_old_delete: bool,
     hooks: Option<&ResourceHooks>,
     after: Option<HookPoint>,
+    prior: Option<&State>,
 ) -> Result<Option<Registered>, StepError> {
     let reg = registered(&new);
     let urn = new.urn.clone();
@@ -152,8 +155,11 @@ async fn end_write(
         },
     )
     .await?;
-    if let Some(point) = after {
-        hook(hooks, point, &lock(&new), Some(&reg.outputs))?;
+    if let (Some(point), Some(_)) = (after, hooks) {
+        // A copy: no lock is held across the hook's await.
+        let written = lock(&new).clone();
+        let preview = shared.config.preview;
+        hook(hooks, point, &written, Some(&reg.outputs), prior, preview).await?;
     }
     shared.news.0.insert(urn, new);
     Ok(Some(reg))
@@ -305,49 +311,88 @@ fn request<'a>(
     }
 }
 
-/// Runs a point's hooks.
-fn hook(
+/// Runs a point's hooks (`old`: the prior state of an update).
+async fn hook(
     hooks: Option<&ResourceHooks>,
     point: HookPoint,
     s: &State,
     outputs: Option<&PropertyMap>,
+    old: Option<&State>,
+    preview: bool,
 ) -> Result<(), StepError> {
     let Some(h) = hooks else { return Ok(()) };
     h.run(&HookArgs {
         point,
         urn: &s.urn,
         ty: &s.ty,
+        id: &s.id,
         inputs: &s.inputs,
         outputs,
+        old_inputs: old.map(|o| &o.inputs),
+        old_outputs: old.map(|o| &o.outputs),
         error: None,
+        errors: &[],
         attempt: 0,
+        preview,
     })
+    .await
     .map_err(StepError::Other)
 }
 
-/// Asks the error hooks whether to retry a failed operation.
-fn retry(
+/// Asks the error hooks whether to retry a failed operation (`failures`:
+/// the operation's failures so far, newest first, this one added): `Err`
+/// gives `e` back, or an error hook's own failure.
+async fn retry(
+    shared: &ExecShared,
     hooks: Option<&ResourceHooks>,
     point: HookPoint,
     s: &State,
-    e: &StepError,
-    attempt: u32,
-) -> bool {
-    let Some(h) = hooks else { return false };
+    old: Option<&State>,
+    e: StepError,
+    failures: &mut Vec<String>,
+) -> Result<(), StepError> {
+    let Some(h) = hooks else { return Err(e) };
     // Only provider failures are retried: a persistence failure is final.
     if !matches!(e, StepError::Provider(_)) {
-        return false;
+        return Err(e);
     }
     let message = e.to_string();
-    h.retry(&HookArgs {
-        point,
-        urn: &s.urn,
-        ty: &s.ty,
-        inputs: &s.inputs,
-        outputs: None,
-        error: Some(&message),
-        attempt,
-    })
+    failures.insert(0, message.clone());
+    let attempt = u32::try_from(failures.len()).unwrap_or(u32::MAX);
+    let again = h
+        .retry(&HookArgs {
+            point,
+            urn: &s.urn,
+            ty: &s.ty,
+            id: &s.id,
+            inputs: &s.inputs,
+            outputs: None,
+            old_inputs: old.map(|o| &o.inputs),
+            old_outputs: old.map(|o| &o.outputs),
+            error: Some(&message),
+            errors: failures,
+            attempt,
+            preview: false,
+        })
+        .await
+        .map_err(StepError::Other)?;
+    if !again {
+        return Err(e);
+    }
+    let operation = match point {
+        HookPoint::BeforeCreate | HookPoint::AfterCreate => "create",
+        HookPoint::BeforeUpdate | HookPoint::AfterUpdate => "update",
+        HookPoint::BeforeDelete | HookPoint::AfterDelete => "delete",
+    };
+    shared.events.send(crate::events::EngineEvent::Diagnostic {
+        severity: "warning".into(),
+        urn: Some(s.urn.clone()),
+        message: format!(
+            "retrying {operation} due to on-error hook request ({attempt}/{})",
+            crate::source::hooks::MAX_ATTEMPTS - 1
+        ),
+    });
+    Ok(())
 }
 
 /// Describes how a program's inputs differ from an object to import
@@ -432,26 +477,50 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                     let r = ProviderRef::new(new.urn.clone(), new.id.clone())
                         .map_err(|e| StepError::Other(e.to_string()))?;
                     shared.registry.get(&r).configure(&new.inputs).await?;
+                    return write(shared, old_ref, new, mark_old_delete).await;
                 }
-                return write(shared, old_ref, new, mark_old_delete).await;
+                // A component's hooks run around its write, as Pulumi's do.
+                let Some(hooks) = step.hooks.as_deref() else {
+                    return write(shared, old_ref, new, mark_old_delete).await;
+                };
+                let (before, after, prior) = match step.kind {
+                    StepKind::Update => (HookPoint::BeforeUpdate, HookPoint::AfterUpdate, old),
+                    _ => (HookPoint::BeforeCreate, HookPoint::AfterCreate, None),
+                };
+                hook(Some(hooks), before, &new, None, prior.as_ref(), preview).await?;
+                let written = new.clone();
+                let reg = write(shared, old_ref, new, mark_old_delete).await?;
+                let outputs = Some(&written.outputs);
+                hook(
+                    Some(hooks),
+                    after,
+                    &written,
+                    outputs,
+                    prior.as_ref(),
+                    preview,
+                )
+                .await?;
+                return Ok(reg);
             }
             let provider = shared.provider_for(&new)?;
             let stamp = shared.config.clock.now_rfc3339();
-            let hooks = step.hooks.as_deref().filter(|_| !preview);
+            // Rust hooks run only outside a preview, hosted ones marked
+            // `on_dry_run` in a preview too (`ResourceHooks::run`).
+            let hooks = step.hooks.as_deref();
             if step.kind == StepKind::Update {
                 let prior_outputs = old.as_ref().map(|o| &o.outputs);
-                hook(hooks, HookPoint::BeforeUpdate, &new, prior_outputs)?;
-                let mut attempt = 0;
+                let point = HookPoint::BeforeUpdate;
+                hook(hooks, point, &new, prior_outputs, old.as_ref(), preview).await?;
+                let mut failures = Vec::new();
                 let (made, op) = loop {
-                    attempt += 1;
                     let req = request(&new, old.as_ref(), preview, new.custom_timeouts.update.0);
                     let call = provider.update(req);
                     match bracket_made(shared, OperationType::Updating, &new, call).await {
                         Ok(v) => break v,
-                        Err(e) if retry(hooks, HookPoint::BeforeUpdate, &new, &e, attempt) => {
-                            continue
+                        Err(e) => {
+                            let prior = old.as_ref();
+                            retry(shared, hooks, point, &new, prior, e, &mut failures).await?;
                         }
-                        Err(e) => return Err(e),
                     }
                 };
                 new.outputs = made.object.outputs;
@@ -465,24 +534,26 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                     .init_failure
                     .is_none()
                     .then_some(HookPoint::AfterUpdate);
-                let reg = end_write(shared, op, old_ref, new, false, hooks, after).await?;
+                let prior = old.as_ref();
+                let reg = end_write(shared, op, old_ref, new, false, hooks, after, prior).await?;
                 return match made.init_failure {
                     Some(e) => Err(e.into()),
                     None => Ok(reg),
                 };
             }
-            hook(hooks, HookPoint::BeforeCreate, &new, None)?;
-            let mut attempt = 0;
+            hook(hooks, HookPoint::BeforeCreate, &new, None, None, preview).await?;
+            let mut failures = Vec::new();
             // An init failure is never retried: the object exists, and a
             // second create would make another.
             let (made, op) = loop {
-                attempt += 1;
                 let req = request(&new, None, preview, new.custom_timeouts.create.0);
                 let call = provider.create(req);
                 match bracket_made(shared, OperationType::Creating, &new, call).await {
                     Ok(v) => break v,
-                    Err(e) if retry(hooks, HookPoint::BeforeCreate, &new, &e, attempt) => continue,
-                    Err(e) => return Err(e),
+                    Err(e) => {
+                        let point = HookPoint::BeforeCreate;
+                        retry(shared, hooks, point, &new, None, e, &mut failures).await?;
+                    }
                 }
             };
             new.id = made.object.id;
@@ -498,7 +569,17 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 .init_failure
                 .is_none()
                 .then_some(HookPoint::AfterCreate);
-            let reg = end_write(shared, op, old_ref, new, mark_old_delete, hooks, after).await?;
+            let reg = end_write(
+                shared,
+                op,
+                old_ref,
+                new,
+                mark_old_delete,
+                hooks,
+                after,
+                None,
+            )
+            .await?;
             match made.init_failure {
                 Some(e) => Err(e.into()),
                 None => Ok(reg),
@@ -518,20 +599,37 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 return Ok(None);
             }
             let provider = shared.provider_for(&old)?;
-            let hooks = step.hooks.as_deref();
-            hook(hooks, HookPoint::BeforeDelete, &old, Some(&old.outputs))?;
-            let mut attempt = 0;
+            // A delete the program did not register finds its hooks by the
+            // names its prior state records, as Pulumi's does.
+            let by_name = step
+                .hooks
+                .is_none()
+                .then(|| shared.config.hooks_by_name.resolve(&old.resource_hooks))
+                .flatten();
+            let hooks = step.hooks.as_deref().or(by_name.as_ref());
+            let outputs = Some(&old.outputs);
+            hook(
+                hooks,
+                HookPoint::BeforeDelete,
+                &old,
+                outputs,
+                Some(&old),
+                false,
+            )
+            .await?;
+            let mut failures = Vec::new();
             let ((), op) = loop {
-                attempt += 1;
                 let req = request(&old, Some(&old), preview, old.custom_timeouts.delete.0);
                 match bracket(shared, OperationType::Deleting, &old, provider.delete(req)).await {
                     Ok(v) => break v,
-                    Err(e) if retry(hooks, HookPoint::BeforeDelete, &old, &e, attempt) => continue,
-                    Err(e) => return Err(e),
+                    Err(e) => {
+                        let point = HookPoint::BeforeDelete;
+                        retry(shared, hooks, point, &old, None, e, &mut failures).await?;
+                    }
                 }
             };
             end(shared, op, change).await?;
-            hook(hooks, HookPoint::AfterDelete, &old, None)?;
+            hook(hooks, HookPoint::AfterDelete, &old, None, Some(&old), false).await?;
             Ok(None)
         }
         StepKind::Import => {
@@ -566,7 +664,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             new.outputs = obj.outputs;
             new.mark_secret_outputs();
             schema::stamp(&*provider, &mut new);
-            end_write(shared, op, old_ref, new, false, None, None).await
+            end_write(shared, op, old_ref, new, false, None, None, None).await
         }
         StepKind::Read => {
             let mut new = step
@@ -589,7 +687,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             new.outputs = obj.outputs;
             new.mark_secret_outputs();
             schema::stamp(&*provider, &mut new);
-            end_write(shared, op, old_ref, new, false, None, None).await
+            end_write(shared, op, old_ref, new, false, None, None, None).await
         }
         StepKind::Refresh => {
             let old_ref =

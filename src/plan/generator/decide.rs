@@ -204,6 +204,11 @@ impl Planner {
             new.schema_version = o.schema_version;
             new.extra.clone_from(&o.extra);
         }
+        // Hooks hosted by name (a Pulumi program's) are recorded as Pulumi
+        // records them (none: none), so a later delete finds them.
+        if let Some(names) = goal.options.hooks.names() {
+            new.resource_hooks = names;
+        }
         // Children multiply these into their own URNs: the prior URN this
         // resource was found under first, then every other it may have had.
         let found_under = self.matched.get(&urn).cloned();
