@@ -182,6 +182,17 @@ pub(super) async fn construct(
         ignore_changes: req.ignore_changes,
         replace_on_changes: req.replace_on_changes,
         retain_on_delete: req.retain_on_delete,
+        hooks: req.hooks.map(|h| {
+            BTreeMap::from([
+                ("before_create", h.before_create),
+                ("after_create", h.after_create),
+                ("before_update", h.before_update),
+                ("after_update", h.after_update),
+                ("before_delete", h.before_delete),
+                ("after_delete", h.after_delete),
+                ("on_error", h.on_error),
+            ])
+        }),
     };
     let result = provider
         .construct(request)

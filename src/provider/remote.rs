@@ -80,6 +80,11 @@ pub struct ConstructRequest {
     pub replace_on_changes: Vec<String>,
     /// `retainOnDelete`, when set.
     pub retain_on_delete: Option<bool>,
+    /// The program's resource hooks bound to the component, by name and
+    /// point (`before_create`, ..., `on_error`): the provider registers
+    /// the component with them, and the monitor runs the program's hooks
+    /// of those names.
+    pub hooks: Option<BTreeMap<&'static str, Vec<String>>>,
 }
 
 /// What a provider answered to `Construct`.

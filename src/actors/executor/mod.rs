@@ -239,9 +239,42 @@ async fn set_outputs(
         .map(|s| s.clone())
         .ok_or(RegisterError::Stopped)?;
     shared
-        .persist(Mutation::Apply(Change::Outputs { state, outputs }))
+        .persist(Mutation::Apply(Change::Outputs {
+            state,
+            outputs: outputs.clone(),
+        }))
         .await
-        .map_err(|e| RegisterError::Persist(Arc::new(e)))
+        .map_err(|e| RegisterError::Persist(Arc::new(e)))?;
+    // A component's after hooks, now that its outputs are known. Their
+    // failure fails the operation, not the component's step (as Pulumi's
+    // post-step errors).
+    if let Some((_, after)) = shared.component_after.remove(&urn) {
+        let mut written = after.written;
+        written.outputs = outputs;
+        let r = step::hook(
+            Some(&after.hooks),
+            after.point,
+            &written,
+            Some(&written.outputs),
+            after.prior.as_ref(),
+            shared.config.preview,
+        )
+        .await;
+        if let Err(e) = r {
+            let message = e.to_string();
+            shared.events.send(EngineEvent::Diagnostic {
+                severity: "error".into(),
+                urn: Some(urn.clone()),
+                message: message.clone(),
+            });
+            shared.fail(crate::events::StepFailure {
+                urn,
+                kind: after.kind,
+                message,
+            });
+        }
+    }
+    Ok(())
 }
 
 async fn run_chain(

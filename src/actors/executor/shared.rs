@@ -82,6 +82,19 @@ pub(crate) struct ExecShared {
     pub(super) failures: Mutex<Vec<StepFailure>>,
     pub(super) counts: Mutex<BTreeMap<StepKind, usize>>,
     pub(super) next_op: AtomicU64,
+    /// A component's after hooks, run when its outputs are registered
+    /// (`RegisterResourceOutputs`), as Pulumi runs them.
+    pub(super) component_after: DashMap<Urn, ComponentAfter>,
+}
+
+/// The after hooks a component's step left for its outputs.
+#[derive(Debug)]
+pub(super) struct ComponentAfter {
+    pub(super) hooks: Arc<crate::source::hooks::ResourceHooks>,
+    pub(super) point: crate::source::hooks::HookPoint,
+    pub(super) kind: StepKind,
+    pub(super) written: State,
+    pub(super) prior: Option<State>,
 }
 
 impl std::fmt::Debug for ExecShared {
@@ -116,6 +129,7 @@ impl ExecShared {
             failures: Mutex::new(Vec::new()),
             counts: Mutex::new(BTreeMap::new()),
             next_op: AtomicU64::new(1),
+            component_after: DashMap::new(),
         })
     }
 

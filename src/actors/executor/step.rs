@@ -312,7 +312,7 @@ fn request<'a>(
 }
 
 /// Runs a point's hooks (`old`: the prior state of an update).
-async fn hook(
+pub(super) async fn hook(
     hooks: Option<&ResourceHooks>,
     point: HookPoint,
     s: &State,
@@ -479,27 +479,31 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                     shared.registry.get(&r).configure(&new.inputs).await?;
                     return write(shared, old_ref, new, mark_old_delete).await;
                 }
-                // A component's hooks run around its write, as Pulumi's do.
-                let Some(hooks) = step.hooks.as_deref() else {
+                // A component's before hooks run before its write; its after
+                // hooks once its outputs are registered (`set_outputs`), as
+                // Pulumi's do: they see the component's outputs.
+                let Some(hooks) = step.hooks.clone() else {
                     return write(shared, old_ref, new, mark_old_delete).await;
                 };
                 let (before, after, prior) = match step.kind {
                     StepKind::Update => (HookPoint::BeforeUpdate, HookPoint::AfterUpdate, old),
                     _ => (HookPoint::BeforeCreate, HookPoint::AfterCreate, None),
                 };
-                hook(Some(hooks), before, &new, None, prior.as_ref(), preview).await?;
+                hook(Some(&hooks), before, &new, None, prior.as_ref(), preview).await?;
                 let written = new.clone();
                 let reg = write(shared, old_ref, new, mark_old_delete).await?;
-                let outputs = Some(&written.outputs);
-                hook(
-                    Some(hooks),
-                    after,
-                    &written,
-                    outputs,
-                    prior.as_ref(),
-                    preview,
-                )
-                .await?;
+                if step.kind != StepKind::Same {
+                    shared.component_after.insert(
+                        written.urn.clone(),
+                        super::shared::ComponentAfter {
+                            hooks,
+                            point: after,
+                            kind: step.kind,
+                            written,
+                            prior,
+                        },
+                    );
+                }
                 return Ok(reg);
             }
             let provider = shared.provider_for(&new)?;

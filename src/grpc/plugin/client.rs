@@ -1350,6 +1350,18 @@ impl Provider for PluginProvider {
             replace_on_changes: req.replace_on_changes,
             retain_on_delete: req.retain_on_delete,
             accepts_output_values: false,
+            resource_hooks: req.hooks.map(|mut h| {
+                let mut take = |k: &str| h.remove(k).unwrap_or_default();
+                pb::construct_request::ResourceHooksBinding {
+                    before_create: take("before_create"),
+                    after_create: take("after_create"),
+                    before_update: take("before_update"),
+                    after_update: take("after_update"),
+                    before_delete: take("before_delete"),
+                    after_delete: take("after_delete"),
+                    on_error: take("on_error"),
+                }
+            }),
         };
         let resp = self
             .client
