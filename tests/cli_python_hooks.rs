@@ -13,6 +13,8 @@
 //!   preview, the others do not; a raising hook fails its step with the
 //!   Python message (or warns, with `ignore_errors`); the delete of a resource the program no longer
 //!   registers runs after the program ended, with the hook its state names.
+//! - `hooks-component`: a component's after hook runs once its outputs are
+//!   registered, and sees them.
 
 mod common;
 
@@ -192,4 +194,32 @@ fn an_error_hook_retries_a_failed_create() {
     );
     let calls = std::fs::read_to_string(&count).expect("the counter");
     assert_eq!(calls, limit.to_string());
+}
+
+/// A component's after hooks run once its outputs are registered, and see
+/// them (Pulumi runs them at `RegisterResourceOutputs`); its before hooks
+/// run as it is registered.
+#[test]
+fn a_components_after_hook_sees_the_outputs_it_registers() {
+    let k = keel();
+    let out = k.ok(&[
+        "up",
+        "--yes",
+        "--json",
+        "--program",
+        &program("hooks-component"),
+    ]);
+    let said_now = infos(&out);
+    let child = k
+        .resources()
+        .into_iter()
+        .find(|(urn, _)| urn.ends_with("::site-bucket"))
+        .map(|(_, s)| s["id"].as_str().expect("id").to_owned())
+        .expect("the child");
+    assert!(
+        said(&said_now, "before_create site outputs=None"),
+        "{said_now:?}"
+    );
+    let after = format!("after_create site child={child}");
+    assert!(said(&said_now, &after), "{after} in {said_now:?}");
 }
