@@ -131,6 +131,46 @@ pub struct EngineConfig {
     /// The wall clock of state timestamps (`created`, `modified`) and the
     /// manifest's time (system; tests inject a fixed one).
     pub clock: SharedClock,
+    /// Asks a running operation to stop gracefully ([`Cancel`]).
+    pub cancel: Cancel,
+}
+
+/// A graceful stop of a running operation (the CLI's first Ctrl-C, as
+/// Pulumi's): no new step starts, in-flight steps finish and are saved,
+/// the providers are told (`Provider::cancel`, a plugin's `Cancel`), and
+/// the operation ends failed, saying it was cancelled. Dropping the
+/// operation's future instead aborts in-flight steps (they stay pending).
+#[derive(Debug, Clone, Default)]
+pub struct Cancel {
+    asked: Arc<std::sync::atomic::AtomicBool>,
+    notify: Arc<tokio::sync::Notify>,
+}
+
+impl Cancel {
+    /// Asks the operation (or the next one using this token) to stop.
+    pub fn cancel(&self) {
+        self.asked.store(true, std::sync::atomic::Ordering::SeqCst);
+        self.notify.notify_waiters();
+    }
+
+    /// Whether a stop was asked for.
+    pub fn is_cancelled(&self) -> bool {
+        self.asked.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Completes once a stop is asked for.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future loses nothing.
+    pub async fn cancelled(&self) {
+        loop {
+            let notified = self.notify.notified();
+            if self.is_cancelled() {
+                return;
+            }
+            notified.await;
+        }
+    }
 }
 
 impl Default for EngineConfig {
@@ -150,6 +190,7 @@ impl Default for EngineConfig {
             package_config: std::collections::BTreeMap::new(),
             ids: SharedIds::system(),
             clock: SharedClock::system(),
+            cancel: Cancel::default(),
         }
     }
 }
@@ -500,6 +541,21 @@ impl Engine {
             self.config.events.clone(),
         );
         guard.shared = Some(shared.clone());
+        // A graceful stop: no new step, providers told; in-flight steps
+        // finish and are saved.
+        {
+            let (cancel, shared, registry) = (
+                self.config.cancel.clone(),
+                shared.clone(),
+                self.registry.clone(),
+            );
+            let watcher = tokio::spawn(async move {
+                cancel.cancelled().await;
+                shared.stop();
+                registry.cancel().await;
+            });
+            guard.tasks.push(watcher.abort_handle());
+        }
         let planner = Planner::new(
             PlanOptions {
                 stack: self.config.stack.clone(),
@@ -639,6 +695,9 @@ impl Engine {
             None => (None, None, Vec::new(), Vec::new()),
         };
         let mut errors = gen_errors.unwrap_or_else(|| vec!["the step generator stopped".into()]);
+        if self.config.cancel.is_cancelled() {
+            errors.push("cancelled by the operator: no step started after it, the steps in flight finished and were saved; run the operation again to go on".into());
+        }
         let served: BTreeMap<String, String> = self
             .registry
             .served()

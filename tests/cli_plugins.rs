@@ -12,7 +12,10 @@
 //!   the file twice, `refresh --import-pending-creates` adopts it, and the
 //!   file and the state agree;
 //! - SIGKILL in the middle of a delete: the next destroy finds the file
-//!   still there and deletes it.
+//!   still there and deletes it;
+//! - Ctrl-C (SIGINT) in the middle of a create: keel tells the plugin
+//!   (`Cancel`), the create in flight finishes and is saved, nothing new
+//!   starts, the plugin stops, and the next `up` goes on.
 
 mod common;
 
@@ -99,6 +102,29 @@ impl Files {
             .status();
         std::fs::remove_file(&hang).expect("remove the hang marker");
     }
+}
+
+/// Waits for `<file>.hang` to name the plugin's process ID.
+fn hang_pid(file: &Path) -> String {
+    let hang = PathBuf::from(format!("{}.hang", file.display()));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        if let Ok(pid) = std::fs::read_to_string(&hang) {
+            if !pid.is_empty() {
+                return pid.trim().to_owned();
+            }
+        }
+        assert!(Instant::now() < deadline, "the provider never hung");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn alive(pid: &str) -> bool {
+    std::process::Command::new("kill")
+        .args(["-0", pid])
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 fn program(note: &Path, content: &str) -> String {
@@ -218,4 +244,61 @@ fn a_delete_killed_midway_is_finished_by_the_next_destroy() {
     let state = f.k.export();
     assert!(pending(&state).is_empty(), "{state}");
     assert!(f.k.resources().is_empty());
+}
+
+#[test]
+fn ctrl_c_cancels_gracefully_the_step_in_flight_is_saved() {
+    let f = Files::new("hello");
+    // A second file that waits for the first: it must not start.
+    let later = f.k.path().join("data/later.txt");
+    let mut text = std::fs::read_to_string(&f.program).expect("program");
+    text.push_str(&format!(
+        "  later:\n    type: localfile:index:File\n    properties: {{ path: \"{}\", content: \"${{note.content}}\" }}\n",
+        later.display()
+    ));
+    std::fs::write(&f.program, &text).expect("program");
+    let mark = f.k.path().join("cancelled");
+    let child =
+        f.k.command(&["up", "--yes", "--program", &f.program])
+            .env("LOCALFILE_HANG", "create")
+            .env("LOCALFILE_CANCEL_MARK", &mark)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn keel");
+    let plugin = hang_pid(&f.note);
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("kill -INT");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("keel ends");
+    let err = text_of(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cancelling"), "{err}");
+    assert!(err.contains("cancelled by the operator"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&mark).ok().as_deref(),
+        Some("cancel received"),
+        "the plugin was sent Cancel"
+    );
+    // The create in flight finished (the plugin was told) and is saved.
+    assert_eq!(f.read_note().as_deref(), Some("hello"));
+    let state = f.k.export();
+    assert!(pending(&state).is_empty(), "{state}");
+    assert_eq!(resource(&state, "note")["id"], f.note.display().to_string());
+    assert!(!later.exists(), "nothing started after the Ctrl-C");
+    assert!(!alive(&plugin), "the plugin stopped with the operation");
+    let _ = std::fs::remove_file(format!("{}.hang", f.note.display()));
+
+    let out = f.k.ok(&["up", "--yes", "--json", "--program", &f.program]);
+    assert_eq!(summary_steps(&out).get("create"), Some(&1), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(&later).ok().as_deref(),
+        Some("hello")
+    );
+}
+
+fn text_of(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
 }

@@ -375,14 +375,37 @@ async fn drive<F>(
     op: F,
     mut rx: mpsc::UnboundedReceiver<EngineEvent>,
     display: &mut Display,
+    cancel: &crate::engine::Cancel,
 ) -> F::Output
 where
     F: Future,
 {
-    tokio::pin!(op);
+    // Ctrl-C once: a graceful stop (no new step; the steps in flight
+    // finish and are saved; providers are told). Twice: the operation is
+    // dropped at once (its steps in flight stay pending in the state, and
+    // its plugins are killed) and keel exits 130.
+    let mut op = Box::pin(op);
+    let mut interrupts = 0u8;
     loop {
         tokio::select! {
             Some(e) = rx.recv() => display.event(&e),
+            Ok(()) = tokio::signal::ctrl_c() => {
+                interrupts += 1;
+                if interrupts == 1 {
+                    cancel.cancel();
+                    display.diagnostic(
+                        "warning",
+                        "cancelling: no new step starts, the steps in flight finish and are saved (press Ctrl-C again to stop at once)",
+                    );
+                } else {
+                    display.diagnostic(
+                        "warning",
+                        "stopping at once: the steps in flight stay pending in the state; the next operation resolves them",
+                    );
+                    drop(op);
+                    std::process::exit(130);
+                }
+            }
             result = &mut op => {
                 while let Ok(e) = rx.try_recv() {
                     display.event(&e);
@@ -862,12 +885,19 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         let can_store_secrets = open.crypter.manager().is_some();
         let program =
             source.into_program(&config.events, parallel, can_store_secrets, &served.engine);
+        let cancel = config.cancel.clone();
         let engine = Engine::new(config, registry);
         let mut prior = std::mem::take(&mut open.deployment);
         if a.change.refresh {
             prior = refreshed(&engine, prior).await?;
         }
-        let result = drive(engine.update(prior, program, persister), rx, &mut display).await;
+        let result = drive(
+            engine.update(prior, program, persister),
+            rx,
+            &mut display,
+            &cancel,
+        )
+        .await;
         // The lock is held until the operation ended.
         drop(open);
         conclude(Op::Update, result, &mut display)
@@ -943,6 +973,7 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         let served = ServedBy::new(&config.events);
         let _plugin_engine = plugin_engine(&served, &choice, source.file().is_none()).await?;
         let program = source.into_program(&config.events, a.parallel, true, &served.engine);
+        let cancel = config.cancel.clone();
         let engine = Engine::new(
             config,
             registry(backend, cloud, Some(dir), &choice, &served, &named)?,
@@ -952,7 +983,7 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         } else {
             loaded.deployment
         };
-        let result = drive(engine.preview(prior, program), rx, &mut display).await;
+        let result = drive(engine.preview(prior, program), rx, &mut display, &cancel).await;
         if let (Some(path), Ok(outcome)) = (&save_plan, &result) {
             if let Some(plan) = &outcome.plan {
                 let bytes =
@@ -1092,11 +1123,12 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
         )?;
         // Plugins are looked for before the stack's journal is touched.
         let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
+        let cancel = config.cancel.clone();
         let engine = Engine::new(config, registry);
         let prior = std::mem::take(&mut open.deployment);
         let result = match op {
-            Op::Destroy => drive(engine.destroy(prior, persister), rx, &mut display).await,
-            _ => drive(engine.refresh(prior, persister), rx, &mut display).await,
+            Op::Destroy => drive(engine.destroy(prior, persister), rx, &mut display, &cancel).await,
+            _ => drive(engine.refresh(prior, persister), rx, &mut display, &cancel).await,
         };
         drop(open);
         conclude(op, result, &mut display)

@@ -438,6 +438,11 @@ pub trait Provider: Send + Sync + 'static {
     /// successfully or not; no call follows it. The default does nothing.
     async fn shutdown(&self) {}
 
+    /// Tells the provider the operation is being cancelled (Pulumi's
+    /// `Cancel`): it should finish or abandon what it is doing promptly.
+    /// The default does nothing.
+    async fn cancel(&self) {}
+
     /// What serves this provider's objects ([`Serving`]): whether they are
     /// real or simulated. The default is [`Serving::Embedded`], a provider
     /// the embedding program wrote.

@@ -88,6 +88,20 @@ impl ProviderRegistry {
         self.served.locked().clone()
     }
 
+    /// Tells every instance made so far that the operation is being
+    /// cancelled ([`Provider::cancel`]), each once.
+    pub async fn cancel(&self) {
+        let made: Vec<Arc<dyn Provider>> = self.instances.locked().values().cloned().collect();
+        let mut done: Vec<Arc<dyn Provider>> = Vec::new();
+        for p in made {
+            if done.iter().any(|d| Arc::ptr_eq(d, &p)) {
+                continue;
+            }
+            p.cancel().await;
+            done.push(p);
+        }
+    }
+
     /// Ends the operation's providers: [`Provider::shutdown`] on every
     /// instance made so far (each once, even when shared by several
     /// references), which are forgotten: a later [`ProviderRegistry::get`]

@@ -333,6 +333,15 @@ impl Provider for PluginServed {
             .await
     }
 
+    async fn cancel(&self) {
+        // A plugin not started has nothing to cancel.
+        if let Some(Ok(r)) = self.running.get() {
+            if let Err(e) = r.provider.cancel().await {
+                tracing::debug!("Cancel to the plugin of `{}`: {e}", self.package);
+            }
+        }
+    }
+
     async fn shutdown(&self) {
         if let Some(Ok(r)) = self.running.get() {
             let process = r.process.locked().take();

@@ -6,12 +6,15 @@ path. Changing `path` replaces the file, changing `content` updates it in
 place. For crash tests, `LOCALFILE_HANG=create` (or `delete`) makes the
 provider stop in the middle of that operation: a create has written the
 file, a delete has not removed it yet; it writes its process ID to
-`<path>.hang` and sleeps, so the test can kill keel there.
+`<path>.hang` and waits (five minutes, or until the engine sends `Cancel`,
+after which the operation completes, and `Cancel` writes
+`LOCALFILE_CANCEL_MARK` when set), so the test can kill or interrupt keel
+there.
 """
 
+import asyncio
 import os
 import sys
-import time
 
 from pulumi.provider.experimental import provider as p
 from pulumi.provider.experimental.property_value import PropertyValue
@@ -25,11 +28,17 @@ def text(props, key):
     return v.value if v is not None else None
 
 
-def hang(op, path):
+CANCELLED = asyncio.Event()
+
+
+async def hang(op, path):
     if os.environ.get("LOCALFILE_HANG") == op:
         with open(f"{path}.hang", "w", encoding="utf-8") as f:
             f.write(str(os.getpid()))
-        time.sleep(300)
+        try:
+            await asyncio.wait_for(CANCELLED.wait(), timeout=300)
+        except asyncio.TimeoutError:
+            pass
 
 
 def state(path, content):
@@ -37,6 +46,14 @@ def state(path, content):
 
 
 class Files(p.Provider):
+    async def cancel(self):
+        # Recorded where the test can see it.
+        mark = os.environ.get("LOCALFILE_CANCEL_MARK")
+        if mark:
+            with open(mark, "w", encoding="utf-8") as f:
+                f.write("cancel received")
+        CANCELLED.set()
+
     async def check(self, request):
         failures = [
             p.CheckFailure(k, f"`{k}` must be a string")
@@ -71,7 +88,7 @@ class Files(p.Provider):
             return p.CreateResponse(resource_id="", properties=request.properties)
         with open(path, "w", encoding="utf-8") as f:
             f.write(content)
-        hang("create", path)
+        await hang("create", path)
         return p.CreateResponse(resource_id=path, properties=state(path, content))
 
     async def read(self, request):
@@ -90,7 +107,7 @@ class Files(p.Provider):
         return p.UpdateResponse(properties=state(path, content))
 
     async def delete(self, request):
-        hang("delete", request.resource_id)
+        await hang("delete", request.resource_id)
         try:
             os.remove(request.resource_id)
         except FileNotFoundError:
