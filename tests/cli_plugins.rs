@@ -13,6 +13,8 @@
 //!   file and the state agree;
 //! - SIGKILL in the middle of a delete: the next destroy finds the file
 //!   still there and deletes it;
+//! - a plugin that crashes in a create: the error names the resource and
+//!   the plugin, the state is as before, the next `up` goes on;
 //! - Ctrl-C (SIGINT) in the middle of a create: keel tells the plugin
 //!   (`Cancel`), the create in flight finishes and is saved, nothing new
 //!   starts, the plugin stops, and the next `up` goes on.
@@ -301,4 +303,36 @@ fn ctrl_c_cancels_gracefully_the_step_in_flight_is_saved() {
 
 fn text_of(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn a_plugin_that_crashes_mid_create_fails_clearly_and_loses_nothing() {
+    let f = Files::new("hello");
+    f.k.ok(&["up", "--yes", "--program", &f.program]);
+    let other = f.k.path().join("data/other.txt");
+    let mut text = std::fs::read_to_string(&f.program).expect("program");
+    text.push_str(&format!(
+        "  other:\n    type: localfile:index:File\n    properties: {{ path: \"{}\", content: \"x\" }}\n",
+        other.display()
+    ));
+    std::fs::write(&f.program, &text).expect("program");
+    let before = f.k.resources();
+    let out =
+        f.k.command(&["up", "--yes", "--program", &f.program])
+            .env("LOCALFILE_CRASH", "create")
+            .output()
+            .expect("keel");
+    let err = text_of(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    // The error names the resource and the plugin.
+    assert!(err.contains("localfile:index:File::other"), "{err}");
+    assert!(err.contains("pulumi-resource-localfile"), "{err}");
+    assert!(!other.exists());
+    // Nothing was lost: the first file and its state are as they were.
+    f.k.ok(&["state", "verify"]);
+    assert_eq!(f.k.resources(), before);
+    assert_eq!(f.read_note().as_deref(), Some("hello"));
+    // The next operation, with a healthy plugin, goes on.
+    f.k.ok(&["up", "--yes", "--program", &f.program]);
+    assert_eq!(std::fs::read_to_string(&other).ok().as_deref(), Some("x"));
 }

@@ -9,7 +9,8 @@ file, a delete has not removed it yet; it writes its process ID to
 `<path>.hang` and waits (five minutes, or until the engine sends `Cancel`,
 after which the operation completes, and `Cancel` writes
 `LOCALFILE_CANCEL_MARK` when set), so the test can kill or interrupt keel
-there.
+there. `LOCALFILE_CRASH=create` makes the plugin exit at once in a create,
+before it writes anything.
 """
 
 import asyncio
@@ -29,6 +30,12 @@ def text(props, key):
 
 
 CANCELLED = asyncio.Event()
+
+
+def crash(op):
+    if os.environ.get("LOCALFILE_CRASH") == op:
+        print(f"localfile: crashing in {op}", file=sys.stderr, flush=True)
+        os._exit(3)
 
 
 async def hang(op, path):
@@ -86,6 +93,7 @@ class Files(p.Provider):
         path, content = text(request.properties, "path"), text(request.properties, "content")
         if request.preview:
             return p.CreateResponse(resource_id="", properties=request.properties)
+        crash("create")
         with open(path, "w", encoding="utf-8") as f:
             f.write(content)
         await hang("create", path)
