@@ -810,46 +810,20 @@ impl Engine {
             if let (OperationType::Creating, true, Some(id)) = (op.ty, refresh, import) {
                 let found = match crate::model::ProviderRef::parse(&op.resource.provider) {
                     Ok(r) => {
-                        let p = self.registry.get(&r);
                         let s = &op.resource;
-                        let req = crate::provider::ResourceRequest {
-                            urn: &s.urn,
-                            ty: &s.ty,
-                            id: &id,
-                            inputs: &s.inputs,
-                            old_inputs: None,
-                            old_outputs: None,
-                            ignore_changes: &[],
-                            replace_on_changes: &[],
-                            timeout: None,
-                            preview: false,
-                        };
-                        p.read(req).await.map_err(|e| e.to_string())
+                        let req =
+                            crate::provider::ResourceRequest::new(&s.urn, &s.ty, &id, &s.inputs);
+                        self.registry
+                            .get(&r)
+                            .read(req)
+                            .await
+                            .map_err(|e| e.to_string())
                     }
                     Err(e) => Err(e.to_string()),
                 };
                 match found {
                     Ok(Some(obj)) => {
-                        let mut new = op.resource.clone();
-                        new.id = obj.id;
-                        new.inputs = obj.inputs;
-                        new.outputs = obj.outputs;
-                        new.delete = false;
-                        new.pending_replacement = false;
-                        let live = prior
-                            .resources
-                            .iter()
-                            .position(|r| r.urn == new.urn && !r.delete);
-                        match live {
-                            Some(i) if prior.resources[i].pending_replacement => {
-                                prior.resources[i] = new;
-                            }
-                            Some(i) => {
-                                prior.resources[i].delete = true;
-                                prior.resources.push(new);
-                            }
-                            None => prior.resources.push(new),
-                        }
+                        adopt(prior, adopted_state(&op.resource, obj));
                         imported.push(format!("{} (id {id})", op.resource.urn));
                         continue;
                     }
@@ -900,35 +874,13 @@ impl Engine {
                         cleared.push(s.urn.to_string());
                         continue;
                     };
-                    let mut new = s.clone();
-                    new.id = obj.id;
-                    new.inputs = obj.inputs;
-                    new.outputs = obj.outputs;
-                    new.delete = false;
-                    new.pending_replacement = false;
+                    let mut new = adopted_state(&s, obj);
                     crate::provider::schema::stamp(&*p, &mut new);
-                    let live = prior
-                        .resources
-                        .iter()
-                        .position(|r| r.urn == s.urn && !r.delete);
-                    match live {
-                        // Delete-before-replace: the old object is gone;
-                        // the new one takes its place (and its dependents).
-                        Some(i) if prior.resources[i].pending_replacement => {
-                            adopted.push(format!("{} (id {})", s.urn, new.id));
-                            prior.resources[i] = new;
-                        }
-                        // Create-before-delete: the old one is deleted at
-                        // the end of the next update.
-                        Some(i) => {
-                            replacements.push(format!("{} (id {})", s.urn, new.id));
-                            prior.resources[i].delete = true;
-                            prior.resources.push(new);
-                        }
-                        None => {
-                            adopted.push(format!("{} (id {})", s.urn, new.id));
-                            prior.resources.push(new);
-                        }
+                    let line = format!("{} (id {})", s.urn, new.id);
+                    if adopt(prior, new) {
+                        replacements.push(line);
+                    } else {
+                        adopted.push(line);
                     }
                 }
                 (OperationType::Deleting, Some(p)) => {
@@ -1004,6 +956,48 @@ impl Engine {
         );
         prior.pending_operations = kept;
         warnings
+    }
+}
+
+/// The state of an interrupted create's resource `s` holding the object
+/// `obj` that was found (adopted by recovery or imported by the operator).
+fn adopted_state(
+    s: &crate::model::State,
+    obj: crate::provider::ObjectState,
+) -> crate::model::State {
+    let mut new = s.clone();
+    new.id = obj.id;
+    new.inputs = obj.inputs;
+    new.outputs = obj.outputs;
+    new.delete = false;
+    new.pending_replacement = false;
+    new
+}
+
+/// Puts an adopted state into `prior` as its interrupted step would have
+/// ended: in place of a live state pending its replacement (delete-before-
+/// replace: the old object is gone), beside a live one then marked for
+/// deletion (create-before-delete; true is returned), else as a new
+/// resource.
+fn adopt(prior: &mut Deployment, new: crate::model::State) -> bool {
+    let live = prior
+        .resources
+        .iter()
+        .position(|r| r.urn == new.urn && !r.delete);
+    match live {
+        Some(i) if prior.resources[i].pending_replacement => {
+            prior.resources[i] = new;
+            false
+        }
+        Some(i) => {
+            prior.resources[i].delete = true;
+            prior.resources.push(new);
+            true
+        }
+        None => {
+            prior.resources.push(new);
+            false
+        }
     }
 }
 

@@ -59,6 +59,19 @@ impl Files {
         std::fs::write(&self.program, program(&self.note, content)).expect("program");
     }
 
+    /// Adds a file resource `name` at `data/<name>.txt` to the program;
+    /// returns its path.
+    fn add(&self, name: &str, content: &str) -> PathBuf {
+        let path = self.k.path().join(format!("data/{name}.txt"));
+        let mut text = std::fs::read_to_string(&self.program).expect("program");
+        text.push_str(&format!(
+            "  {name}:\n    type: localfile:index:File\n    properties: {{ path: \"{}\", content: \"{content}\" }}\n",
+            path.display()
+        ));
+        std::fs::write(&self.program, &text).expect("program");
+        path
+    }
+
     fn urn(&self) -> String {
         "urn:pulumi:dev::files::localfile:index:File::note".into()
     }
@@ -252,13 +265,7 @@ fn a_delete_killed_midway_is_finished_by_the_next_destroy() {
 fn ctrl_c_cancels_gracefully_the_step_in_flight_is_saved() {
     let f = Files::new("hello");
     // A second file that waits for the first: it must not start.
-    let later = f.k.path().join("data/later.txt");
-    let mut text = std::fs::read_to_string(&f.program).expect("program");
-    text.push_str(&format!(
-        "  later:\n    type: localfile:index:File\n    properties: {{ path: \"{}\", content: \"${{note.content}}\" }}\n",
-        later.display()
-    ));
-    std::fs::write(&f.program, &text).expect("program");
+    let later = f.add("later", "${note.content}");
     let mark = f.k.path().join("cancelled");
     let child =
         f.k.command(&["up", "--yes", "--program", &f.program])
@@ -309,13 +316,7 @@ fn text_of(b: &[u8]) -> String {
 fn a_plugin_that_crashes_mid_create_fails_clearly_and_loses_nothing() {
     let f = Files::new("hello");
     f.k.ok(&["up", "--yes", "--program", &f.program]);
-    let other = f.k.path().join("data/other.txt");
-    let mut text = std::fs::read_to_string(&f.program).expect("program");
-    text.push_str(&format!(
-        "  other:\n    type: localfile:index:File\n    properties: {{ path: \"{}\", content: \"x\" }}\n",
-        other.display()
-    ));
-    std::fs::write(&f.program, &text).expect("program");
+    let other = f.add("other", "x");
     let before = f.k.resources();
     let out =
         f.k.command(&["up", "--yes", "--program", &f.program])

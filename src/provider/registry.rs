@@ -92,13 +92,8 @@ impl ProviderRegistry {
     /// cancelled ([`Provider::cancel`]), each once.
     pub async fn cancel(&self) {
         let made: Vec<Arc<dyn Provider>> = self.instances.locked().values().cloned().collect();
-        let mut done: Vec<Arc<dyn Provider>> = Vec::new();
-        for p in made {
-            if done.iter().any(|d| Arc::ptr_eq(d, &p)) {
-                continue;
-            }
+        for p in distinct(made) {
             p.cancel().await;
-            done.push(p);
         }
     }
 
@@ -109,15 +104,22 @@ impl ProviderRegistry {
     pub async fn shutdown(&self) {
         let made: Vec<Arc<dyn Provider>> =
             self.instances.locked().drain().map(|(_, p)| p).collect();
-        let mut done: Vec<Arc<dyn Provider>> = Vec::new();
-        for p in made {
-            if done.iter().any(|d| Arc::ptr_eq(d, &p)) {
-                continue;
-            }
+        for p in distinct(made) {
             p.shutdown().await;
-            done.push(p);
         }
     }
+}
+
+/// The instances without repeats (one instance may serve several
+/// references).
+fn distinct(made: Vec<Arc<dyn Provider>>) -> Vec<Arc<dyn Provider>> {
+    let mut out: Vec<Arc<dyn Provider>> = Vec::new();
+    for p in made {
+        if !out.iter().any(|d| Arc::ptr_eq(d, &p)) {
+            out.push(p);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
