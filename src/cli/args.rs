@@ -32,10 +32,13 @@ Examples:
   keel state verify --file dev.json
   keel state show
   keel cloud list --json
+  keel stack init prod && keel stack ls
   keel config set --secret dbPassword S3cr3t --program ./my-project
 
 Backend: --backend DIR, else $KEEL_BACKEND, else ./.keel. It holds the stacks
 (stacks/<name>/), their locks, and the simulated cloud (cloud.json).
+The stack of a command: --stack, else the one `keel stack select` chose,
+else dev.
 
 Exit status: 0 success, 1 the operation failed (the error and the resource
 it concerns are printed), 2 bad usage or a bad input file (nothing was
@@ -102,7 +105,8 @@ keel never prompts: --yes is accepted so that scripts stay portable.")]
 keel never prompts: --yes is accepted so that scripts stay portable.
 Protected resources block a destroy before anything is deleted.")]
     Destroy(OpArgs),
-    /// Export or import a stack's state (deployment v3 JSON).
+    /// Manage stacks: list, select, init, rm, rename, outputs, export and
+    /// import (deployment v3 JSON).
     #[command(subcommand)]
     Stack(StackCommand),
     /// Inspect a stack's state.
@@ -211,9 +215,60 @@ none (the stack's own salt when the stack exists).")]
 /// `--stack NAME`.
 #[derive(Debug, Clone, Args)]
 pub struct StackArg {
-    /// The stack.
-    #[arg(long, value_name = "NAME", default_value = DEFAULT_STACK)]
-    pub stack: String,
+    /// The stack [default: the selected stack (`keel stack select`), else
+    /// dev].
+    #[arg(long, value_name = "NAME")]
+    pub stack: Option<String>,
+}
+
+impl StackArg {
+    /// The stack named: `--stack`, else (once [`Command::default_stack`]
+    /// filled it in) the selected stack, else `dev`.
+    pub fn name(&self) -> &str {
+        self.stack.as_deref().unwrap_or(DEFAULT_STACK)
+    }
+}
+
+impl Command {
+    /// Fills in the stack of a command given no `--stack` with `selected`
+    /// (the backend's selected stack), so that the precedence is `--stack`
+    /// > selected > `dev`.
+    pub fn default_stack(&mut self, selected: Option<String>) {
+        let arg = match self {
+            Self::Up(a) => &mut a.stack,
+            Self::Preview(a) => &mut a.stack,
+            Self::Refresh(a) | Self::Destroy(a) => &mut a.stack,
+            Self::Stack(
+                StackCommand::Export { stack, .. }
+                | StackCommand::Import { stack, .. }
+                | StackCommand::Rename { stack, .. }
+                | StackCommand::Output { stack, .. },
+            )
+            | Self::State(StateCommand::Show { stack, .. }) => stack,
+            Self::State(StateCommand::Verify { stack, file }) => {
+                if stack.is_none() && file.is_none() {
+                    *stack = selected;
+                }
+                return;
+            }
+            Self::Config(
+                ConfigCommand::Set { target, .. }
+                | ConfigCommand::Get { target, .. }
+                | ConfigCommand::Rm { target, .. }
+                | ConfigCommand::Ls { target, .. },
+            ) => &mut target.stack,
+            Self::Stack(
+                StackCommand::Ls { .. }
+                | StackCommand::Select { .. }
+                | StackCommand::Init { .. }
+                | StackCommand::Rm { .. },
+            )
+            | Self::Cloud(_) => return,
+        };
+        if arg.stack.is_none() {
+            arg.stack = selected;
+        }
+    }
 }
 
 /// How operation events are shown.
@@ -472,6 +527,94 @@ pub struct PendingArgs {
 /// `keel stack ...`.
 #[derive(Debug, Subcommand)]
 pub enum StackCommand {
+    /// List the backend's stacks: name, last update, resource count; the
+    /// selected stack is marked `*`.
+    #[command(after_help = "Examples:
+  keel stack ls
+  keel stack ls --json | jq -r '.[].name'")]
+    Ls {
+        /// Print `[{\"name\", \"current\", \"lastUpdate\", \"resourceCount\"}]`.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Select the default stack of this backend (used when `--stack` is not
+    /// given).
+    #[command(after_help = "Examples:
+  keel stack select prod
+  keel up --program site.yaml        # runs on prod
+
+The stack of a command: --stack, else the selected stack, else dev.")]
+    Select {
+        /// The stack (it must exist: `keel stack init NAME` makes one).
+        name: String,
+    },
+    /// Create an empty stack and select it.
+    #[command(after_help = "Examples:
+  keel stack init prod
+
+Refuses a stack that exists.")]
+    Init {
+        /// The new stack's name.
+        name: String,
+    },
+    /// Remove a stack (its directory is kept under the backend's backups/).
+    #[command(after_help = "Examples:
+  keel stack rm staging --yes
+  keel stack rm old --force --yes
+
+A stack that still has resources is refused unless --force (their cloud
+objects are then no longer tracked: `keel destroy` first to delete them).
+Asks for confirmation unless --yes; without a terminal --yes is required.")]
+    Rm {
+        /// The stack.
+        name: String,
+        /// Remove it even though it has resources.
+        #[arg(long, short = 'f')]
+        force: bool,
+        /// Proceed without asking.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Rename a stack: its URNs (and every reference to them) take the new
+    /// name.
+    #[command(after_help = "Examples:
+  keel stack rename prod --stack staging
+  keel stack rename dev2 --yes
+
+The renamed state is verified before it is written; the old stack's
+directory is kept under the backend's backups/. Refuses a NEW that exists.
+Asks for confirmation unless --yes; without a terminal --yes is required.")]
+    Rename {
+        /// The new name.
+        new: String,
+        /// The stack to rename.
+        #[command(flatten)]
+        stack: StackArg,
+        /// Proceed without asking.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Print the stack's outputs (all, or the one named).
+    #[command(after_help = "Examples:
+  keel stack output
+  keel stack output url
+  keel stack output --json --show-secrets
+
+Secrets show as [secret] unless --show-secrets (which needs the stack's
+passphrase: KEEL_CONFIG_PASSPHRASE or KEEL_CONFIG_PASSPHRASE_FILE).")]
+    Output {
+        /// Print only this output (a string prints as it is).
+        name: Option<String>,
+        /// The stack.
+        #[command(flatten)]
+        stack: StackArg,
+        /// Show secrets in plaintext.
+        #[arg(long)]
+        show_secrets: bool,
+        /// Print the outputs (or the one named) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print (or write) the stack's state as deployment v3 JSON.
     #[command(after_help = "Examples:
   keel stack export > dev.json
@@ -518,7 +661,7 @@ pub enum StateCommand {
   keel state verify --stack prod
   keel state verify --file dev.json")]
     Verify {
-        /// The stack [default: dev].
+        /// The stack [default: the selected stack, else dev].
         #[arg(long, value_name = "NAME", conflicts_with = "file")]
         stack: Option<String>,
         /// A checkpoint file to verify instead of a stack.

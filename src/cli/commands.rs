@@ -42,9 +42,27 @@ pub const CLOUD_FILE: &str = "cloud.json";
 ///
 /// # Errors
 /// [`CliError`]; its [`CliError::exit_code`] is the process's status.
-pub fn run(cli: Cli) -> Result<(), CliError> {
+pub fn run(mut cli: Cli) -> Result<(), CliError> {
     let backend = cli.backend_dir();
+    // `--stack`, else the selected stack, else `dev`.
+    let selected = Backend::new(&backend).selected()?;
+    cli.command.default_stack(selected);
     match cli.command {
+        Command::Stack(StackCommand::Ls { json }) => super::stacks::ls(&backend, json),
+        Command::Stack(StackCommand::Select { name }) => super::stacks::select(&backend, &name),
+        Command::Stack(StackCommand::Init { name }) => super::stacks::init(&backend, &name),
+        Command::Stack(StackCommand::Rm { name, force, yes }) => {
+            super::stacks::rm(&backend, &name, force, yes)
+        }
+        Command::Stack(StackCommand::Rename { new, stack, yes }) => {
+            super::stacks::rename(&backend, stack.name(), &new, yes)
+        }
+        Command::Stack(StackCommand::Output {
+            name,
+            stack,
+            show_secrets,
+            json,
+        }) => super::stacks::output(&backend, stack.name(), name.as_deref(), show_secrets, json),
         Command::Up(a) => up(&backend, a),
         Command::Preview(a) => preview(&backend, a),
         Command::Refresh(a) => operation(&backend, a, Op::Refresh),
@@ -53,13 +71,13 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             stack,
             file,
             show_secrets,
-        }) => export(&backend, &stack.stack, file.as_deref(), show_secrets),
+        }) => export(&backend, stack.name(), file.as_deref(), show_secrets),
         Command::Stack(StackCommand::Import { stack, file }) => {
-            import(&backend, &stack.stack, &file)
+            import(&backend, stack.name(), &file)
         }
         Command::State(StateCommand::Verify { stack, file }) => verify(&backend, stack, file),
         Command::State(StateCommand::Show { stack, json }) => {
-            state_show(&backend, &stack.stack, json)
+            state_show(&backend, stack.name(), json)
         }
         Command::Cloud(CloudCommand::List { json }) => cloud_list(&backend, json),
         Command::Config(c) => super::config::run(&backend, c),
@@ -659,7 +677,7 @@ fn total(file: Option<&ProgramFile>, stack: &str, prior: &Deployment) -> usize {
 }
 
 /// The backend at `backend`, with the passphrase from the environment.
-fn with_passphrase(backend: &Path, stack: &str) -> Result<Backend, CliError> {
+pub(super) fn with_passphrase(backend: &Path, stack: &str) -> Result<Backend, CliError> {
     let passphrase = crate::secrets::passphrase_from_env().map_err(|source| CliError::Secrets {
         stack: stack.to_owned(),
         source,
@@ -668,7 +686,7 @@ fn with_passphrase(backend: &Path, stack: &str) -> Result<Backend, CliError> {
 }
 
 /// Secrets errors become usage errors (exit 2), reported before anything runs.
-fn secrets_first(e: BackendError) -> CliError {
+pub(super) fn secrets_first(e: BackendError) -> CliError {
     match e {
         BackendError::Secrets { stack, source } => CliError::Secrets { stack, source },
         other => CliError::Backend(other),
@@ -809,7 +827,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
             message: format!("{}: {e}", path.display()),
         })?;
         let secrets_err = |source| CliError::Secrets {
-            stack: a.stack.stack.clone(),
+            stack: a.stack.name().to_owned(),
             source,
         };
         let passphrase = crate::secrets::passphrase_from_env().map_err(secrets_err)?;
@@ -817,9 +835,9 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         options.apply_plan = true;
         options.plan = Some(std::sync::Arc::new(plan));
     }
-    check_stack(&a.stack.stack)?;
-    let (mut source, stack_config) = ProgramSource::load(&a.program, &a.stack.stack)?;
-    let stack = a.stack.stack;
+    check_stack(a.stack.name())?;
+    let (mut source, stack_config) = ProgramSource::load(&a.program, a.stack.name())?;
+    let stack = a.stack.name().to_owned();
     if !Backend::new(backend).paths(&stack).dir.is_dir() {
         // A new stack: unknown names are refused before anything is made.
         let urns = source.file().map(|f| f.expected_urns(&stack));
@@ -912,9 +930,9 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         Some(d) if d.as_os_str().is_empty() => Path::new(".").join(p),
         _ => p.to_owned(),
     });
-    check_stack(&a.stack.stack)?;
-    let (mut source, stack_config) = ProgramSource::load(&a.program, &a.stack.stack)?;
-    let stack = a.stack.stack;
+    check_stack(a.stack.name())?;
+    let (mut source, stack_config) = ProgramSource::load(&a.program, a.stack.name())?;
+    let stack = a.stack.name().to_owned();
     let rt = runtime()?;
     rt.block_on(async move {
         // A preview changes nothing: no lock, no autosave.
@@ -1057,11 +1075,11 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
     let source = a
         .program
         .as_deref()
-        .map(|p| ProgramSource::load(p, &a.stack.stack).map(|(s, _)| s))
+        .map(|p| ProgramSource::load(p, a.stack.name()).map(|(s, _)| s))
         .transpose()?;
     // Refresh and destroy work on an existing stack; they never make one.
-    existing(backend, &a.stack.stack)?;
-    let stack = a.stack.stack;
+    existing(backend, a.stack.name())?;
+    let stack = a.stack.name().to_owned();
     let rt = runtime()?;
     rt.block_on(async move {
         let file = source.as_ref().and_then(ProgramSource::file);
@@ -1152,7 +1170,7 @@ async fn refreshed(engine: &Engine, prior: Deployment) -> Result<Deployment, Cli
 }
 
 /// Fails unless the stack exists in the backend.
-fn existing(backend: &Path, stack: &str) -> Result<Backend, CliError> {
+pub(super) fn existing(backend: &Path, stack: &str) -> Result<Backend, CliError> {
     check_stack(stack)?;
     let b = Backend::new(backend);
     if b.paths(stack).dir.is_dir() {

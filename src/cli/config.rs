@@ -175,7 +175,7 @@ fn command_manager(
 
 /// Opens the config file of `target`.
 fn open(target: &ConfigTarget) -> Result<StackConfig, CliError> {
-    let stack = &target.stack.stack;
+    let stack = target.stack.name();
     super::commands::check_stack(stack)?;
     let project = project_name(&target.program);
     Ok(StackConfig::load(
@@ -221,9 +221,9 @@ pub fn run(backend: &Path, cmd: ConfigCommand) -> Result<(), CliError> {
                 }
             };
             let stored = if secret {
-                let m = command_manager(backend, &target.stack.stack, &mut cfg, true)?;
+                let m = command_manager(backend, target.stack.name(), &mut cfg, true)?;
                 m.encrypt(&[&value])
-                    .map_err(secrets_err(&target.stack.stack))?
+                    .map_err(secrets_err(target.stack.name()))?
                     .remove(0)
             } else {
                 value
@@ -249,8 +249,8 @@ pub fn run(backend: &Path, cmd: ConfigCommand) -> Result<(), CliError> {
             let cts = crate::config::value_ciphertexts(&v);
             let mut plain = std::collections::BTreeMap::new();
             if !cts.is_empty() {
-                let m = command_manager(backend, &target.stack.stack, &mut cfg, false)?;
-                let opened = m.decrypt(&cts).map_err(secrets_err(&target.stack.stack))?;
+                let m = command_manager(backend, target.stack.name(), &mut cfg, false)?;
+                let opened = m.decrypt(&cts).map_err(secrets_err(target.stack.name()))?;
                 plain = cts.into_iter().zip(opened).collect();
             }
             let secret = !plain.is_empty();
@@ -285,7 +285,7 @@ pub fn run(backend: &Path, cmd: ConfigCommand) -> Result<(), CliError> {
         } => {
             let mut cfg = open(&target)?;
             let resolved = if show_secrets && cfg.has_secure() {
-                let m = command_manager(backend, &target.stack.stack, &mut cfg, false)?;
+                let m = command_manager(backend, target.stack.name(), &mut cfg, false)?;
                 cfg.resolve(Some(m.as_ref()))?
             } else {
                 cfg.resolve_masked()?

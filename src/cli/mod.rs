@@ -7,7 +7,8 @@
 //!   [`run`]: a validated file as a [`crate::actors::Program`];
 //! - [`display`]: the progress display, plain lines and JSON events;
 //!   [`show`]: `state show` and `cloud list`;
-//! - [`commands`]: the commands themselves.
+//! - [`commands`]: the commands themselves; [`stacks`]: `keel stack
+//!   ls|select|init|rm|rename|output`.
 //!
 //! Exit status ([`CliError::exit_code`]): 0 success, 1 the operation
 //! failed, 2 bad usage or bad input (nothing was changed).
@@ -22,6 +23,7 @@ pub mod program;
 pub mod run;
 pub mod serving;
 pub mod show;
+pub mod stacks;
 pub mod template;
 
 use std::path::PathBuf;
@@ -79,6 +81,47 @@ pub enum CliError {
         stack: String,
         /// The backend directory.
         backend: PathBuf,
+    },
+    /// `stack init` or `stack rename` of a name that is taken.
+    #[error("stack `{stack}` already exists in the backend {}", .backend.display())]
+    StackExists {
+        /// The stack.
+        stack: String,
+        /// The backend directory.
+        backend: PathBuf,
+    },
+    /// `stack rm` of a stack that has resources, without `--force`.
+    #[error("stack `{stack}` still has {count} resources; `keel destroy --stack {stack}` deletes them first, or `--force` removes the stack anyway (their cloud objects are then no longer tracked)")]
+    StackHasResources {
+        /// The stack.
+        stack: String,
+        /// How many resources it holds.
+        count: usize,
+    },
+    /// `stack output NAME` of an output the stack does not have.
+    #[error("stack `{stack}` has no output `{name}` (it has: {})", if .known.is_empty() { "none".to_owned() } else { .known.join(", ") })]
+    NoSuchOutput {
+        /// The stack.
+        stack: String,
+        /// The output asked for.
+        name: String,
+        /// The outputs it has.
+        known: Vec<String>,
+    },
+    /// A command that changes state was run without a terminal to confirm
+    /// on, and without `--yes`.
+    #[error(
+        "{what} changes state and stdin is not a terminal to confirm on: pass --yes to proceed"
+    )]
+    NeedsYes {
+        /// The command.
+        what: String,
+    },
+    /// The user declined the confirmation.
+    #[error("{what}: declined; nothing was changed")]
+    Declined {
+        /// The command.
+        what: String,
     },
     /// The program file is unreadable or invalid.
     #[error(transparent)]
@@ -246,6 +289,11 @@ impl CliError {
             | Self::ServingConflict { .. }
             | Self::BadStackName(_)
             | Self::NoStack { .. }
+            | Self::StackExists { .. }
+            | Self::StackHasResources { .. }
+            | Self::NoSuchOutput { .. }
+            | Self::NeedsYes { .. }
+            | Self::Declined { .. }
             | Self::Program(_)
             | Self::Python(_)
             | Self::ReadInput { .. }

@@ -9,6 +9,10 @@
 //! corruption with its offset), and, when the journal held entries,
 //! compacts them into a new base so the operation starts from a clean
 //! journal. Operations begun and never ended become `pending_operations`.
+//!
+//! The backend also records its selected stack (`selected-stack`, written
+//! by `keel stack select`), and keeps removed or renamed stacks' directories
+//! under `backups/` (moved there whole, never deleted).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -28,6 +32,11 @@ pub const WATERMARK_KEY: &str = "keelJournalSeq";
 /// operation in flight wrote (non-zero only after a mid-operation
 /// compaction; replay keeps later writes after them).
 pub const SPLIT_KEY: &str = "keelJournalSplit";
+
+/// The file of the backend naming its selected stack.
+pub const SELECTED_FILE: &str = "selected-stack";
+/// The directory of the backend keeping removed stacks' directories.
+pub const BACKUPS_DIR: &str = "backups";
 
 /// Which persister an operation uses.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -376,6 +385,121 @@ impl Backend {
     /// The files of a stack.
     pub fn paths(&self, stack: &str) -> StackPaths {
         StackPaths::new(self.root.join("stacks").join(stack))
+    }
+
+    /// The backend's stacks (the directories under `stacks/`), sorted.
+    ///
+    /// # Errors
+    /// [`PersistError::Io`] when the directory cannot be read (a missing
+    /// one holds no stacks).
+    pub fn stacks(&self) -> Result<Vec<String>, PersistError> {
+        let dir = self.root.join("stacks");
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => return Err(PersistError::Io { path: dir, source }),
+        };
+        let mut names = Vec::new();
+        for e in entries {
+            let e = e.map_err(|source| PersistError::Io {
+                path: dir.clone(),
+                source,
+            })?;
+            if e.path().is_dir() {
+                if let Some(n) = e.file_name().to_str() {
+                    names.push(n.to_owned());
+                }
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// The selected stack (`keel stack select`), if any.
+    ///
+    /// # Errors
+    /// [`PersistError::Io`] when the file exists but cannot be read.
+    pub fn selected(&self) -> Result<Option<String>, PersistError> {
+        let path = self.root.join(SELECTED_FILE);
+        match std::fs::read_to_string(&path) {
+            Ok(s) => Ok(Some(s.trim().to_owned()).filter(|s| !s.is_empty())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(PersistError::Io { path, source }),
+        }
+    }
+
+    /// Records `stack` as the selected stack (atomically), or clears the
+    /// selection with `None`.
+    ///
+    /// # Errors
+    /// [`PersistError::Io`]; the previous selection then stands.
+    pub fn select(&self, stack: Option<&str>) -> Result<(), PersistError> {
+        let path = self.root.join(SELECTED_FILE);
+        let io = |source| PersistError::Io {
+            path: path.clone(),
+            source,
+        };
+        match stack {
+            Some(name) => {
+                std::fs::create_dir_all(&self.root).map_err(io)?;
+                atomic_write(
+                    &path,
+                    format!("{name}\n").as_bytes(),
+                    false,
+                    &IoCounters::default(),
+                )
+                .map_err(io)
+            }
+            None => match std::fs::remove_file(&path) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(io(e)),
+            },
+        }
+    }
+
+    /// Takes an existing stack's lock for `command` without reading or
+    /// changing its state (the stack commands read it with [`Self::load`]
+    /// while holding it).
+    ///
+    /// # Errors
+    /// [`BackendError::Locked`] naming the holder.
+    pub fn lock(&self, stack: &str, command: &str) -> Result<StackLock, BackendError> {
+        Ok(StackLock::acquire(
+            &self.paths(stack).lock,
+            &Holder::me(command),
+        )?)
+    }
+
+    /// Moves a stack's directory (whole: checkpoint, backup, journal) to
+    /// `backups/<stack>.<unix seconds>[.<n>]` and returns where it went.
+    /// The caller holds the stack's lock, which moves with it.
+    ///
+    /// # Errors
+    /// [`PersistError::Io`]; the stack is then where it was.
+    pub fn move_to_backups(&self, stack: &str) -> Result<PathBuf, PersistError> {
+        let backups = self.root.join(BACKUPS_DIR);
+        let io = |path: &Path| {
+            let path = path.to_owned();
+            move |source| PersistError::Io { path, source }
+        };
+        std::fs::create_dir_all(&backups).map_err(io(&backups))?;
+        let secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut to = backups.join(format!("{stack}.{secs}"));
+        let mut n = 1;
+        while to.exists() {
+            to = backups.join(format!("{stack}.{secs}.{n}"));
+            n += 1;
+        }
+        let from = self.paths(stack).dir;
+        std::fs::rename(&from, &to).map_err(io(&from))?;
+        let counters = IoCounters::default();
+        fs::sync_dir(&backups, &counters).map_err(io(&backups))?;
+        let stacks = self.root.join("stacks");
+        fs::sync_dir(&stacks, &counters).map_err(io(&stacks))?;
+        Ok(to)
     }
 
     /// Reads a stack without locking or changing it (for `state show`,

@@ -1,0 +1,242 @@
+//! `keel stack ls|select|init|rm|rename|output` end to end, as a new user
+//! runs them: the selected stack as the default of every command, removal
+//! and renaming (confirmation, lock, backups, integrity), outputs, and the
+//! errors (unknown stack, taken name, locked stack, bad names).
+
+mod common;
+
+use common::cli::*;
+use serde_json::Value;
+
+fn ls_json(k: &Keel) -> Vec<Value> {
+    let v: Value = serde_json::from_str(&k.ok(&["stack", "ls", "--json"])).expect("ls JSON");
+    v.as_array().expect("an array").clone()
+}
+
+fn names(rows: &[Value]) -> Vec<String> {
+    rows.iter()
+        .map(|r| r["name"].as_str().expect("name").to_owned())
+        .collect()
+}
+
+fn backups(k: &Keel) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(k.backend().join("backups"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+#[test]
+fn init_ls_select_and_the_default_stack() {
+    let k = Keel::new();
+    let v1 = example("site-v1.yaml");
+    let out = k.ok(&["stack", "ls"]);
+    assert!(out.contains("no stacks"), "{out}");
+    assert!(ls_json(&k).is_empty());
+
+    // init makes an empty stack and selects it.
+    let (_, err) = k.expect(0, &["stack", "init", "prod"]);
+    assert!(err.contains("created stack `prod`"), "{err}");
+    let rows = ls_json(&k);
+    assert_eq!(names(&rows), ["prod"]);
+    assert_eq!(rows[0]["current"], true);
+    assert_eq!(rows[0]["resourceCount"], 0);
+    k.ok(&["state", "verify", "--stack", "prod"]);
+
+    // Commands without --stack run on the selected stack.
+    k.ok(&["up", "--program", &v1]);
+    assert!(!k.backend().join("stacks/dev").exists(), "dev untouched");
+    let rows = ls_json(&k);
+    assert_eq!(rows[0]["resourceCount"], 7);
+    assert!(rows[0]["lastUpdate"].is_string(), "{rows:?}");
+    let state: Value = serde_json::from_str(&k.ok(&["stack", "export"])).unwrap();
+    let urn = state["deployment"]["resources"][0]["urn"].as_str().unwrap();
+    assert!(urn.starts_with("urn:pulumi:prod::site::"), "{urn}");
+
+    // --stack beats the selection; select switches it.
+    k.ok(&["up", "--program", &v1, "--stack", "dev"]);
+    let out = k.ok(&["stack", "ls"]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("NAME"), "{out}");
+    assert!(
+        lines[1].starts_with("dev ") && lines[1].ends_with(" 7"),
+        "{out}"
+    );
+    assert!(lines[2].starts_with("prod*"), "{out}");
+    k.ok(&["stack", "select", "dev"]);
+    let rows = ls_json(&k);
+    assert_eq!(rows[0]["current"], true);
+    assert_eq!(rows[1]["current"], false);
+
+    // Errors: an unknown stack, a taken name, a bad name; nothing changes.
+    let before = k.files();
+    let (_, err) = k.expect(2, &["stack", "select", "nope"]);
+    assert!(err.contains("nope"), "{err}");
+    let (_, err) = k.expect(2, &["stack", "init", "prod"]);
+    assert!(err.contains("stack `prod` already exists"), "{err}");
+    k.expect(2, &["stack", "init", "../evil"]);
+    k.expect(2, &["stack", "select", "a/b"]);
+    assert_eq!(k.files(), before, "bad input changes nothing");
+}
+
+#[test]
+fn rm_refuses_resources_without_force_and_keeps_a_backup() {
+    let k = Keel::new();
+    let v1 = example("site-v1.yaml");
+    k.ok(&["up", "--program", &v1]);
+    k.ok(&["stack", "init", "empty"]);
+    let before = k.files();
+
+    // Without a terminal, --yes is required.
+    let (_, err) = k.expect(2, &["stack", "rm", "empty"]);
+    assert!(err.contains("--yes"), "{err}");
+    // A stack with resources needs --force.
+    let (_, err) = k.expect(2, &["stack", "rm", "dev", "--yes"]);
+    assert!(
+        err.contains("still has 7 resources") && err.contains("--force"),
+        "{err}"
+    );
+    k.expect(2, &["stack", "rm", "nope", "--yes"]);
+    assert_eq!(k.files(), before, "refusals change nothing");
+
+    // A locked stack is refused (exit 1) and left as it was.
+    let held = keel::persist::backend::Backend::new(k.backend())
+        .lock("empty", "cli test holding the lock")
+        .expect("lock");
+    let (_, err) = k.expect(1, &["stack", "rm", "empty", "--yes"]);
+    assert!(
+        err.contains("locked") && err.contains("cli test holding the lock"),
+        "{err}"
+    );
+    assert!(k.backend().join("stacks/empty/checkpoint.json").exists());
+    drop(held);
+
+    // Removal: the selection is cleared, the directory kept under backups/.
+    k.ok(&["stack", "rm", "empty", "--yes"]);
+    assert_eq!(names(&ls_json(&k)), ["dev"]);
+    assert!(ls_json(&k).iter().all(|r| r["current"] == false));
+    let kept = backups(&k);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert!(kept[0].starts_with("empty."), "{kept:?}");
+    assert!(k
+        .backend()
+        .join("backups")
+        .join(&kept[0])
+        .join("checkpoint.json")
+        .is_file());
+
+    // --force removes a stack with resources (its cloud objects stay).
+    let (_, err) = k.expect(0, &["stack", "rm", "dev", "--force", "--yes"]);
+    assert!(err.contains("7 resources"), "{err}");
+    assert!(ls_json(&k).is_empty());
+    assert_eq!(k.cloud().len(), 4, "the cloud objects are not deleted");
+    assert_eq!(backups(&k).len(), 2);
+}
+
+#[test]
+fn rename_rewrites_urns_and_references() {
+    let k = Keel::new();
+    let v1 = example("site-v1.yaml");
+    k.ok(&["up", "--program", &v1]);
+    let ids_before: Vec<String> = k.urns().into_values().collect();
+
+    // Confirmation, then errors that change nothing.
+    let before = k.files();
+    k.expect(2, &["stack", "rename", "prod"]);
+    k.ok(&["stack", "init", "taken"]);
+    let (_, err) = k.expect(2, &["stack", "rename", "taken", "--stack", "dev", "--yes"]);
+    assert!(err.contains("stack `taken` already exists"), "{err}");
+    k.ok(&["stack", "rm", "taken", "--yes"]);
+    k.expect(2, &["stack", "rename", "x", "--stack", "nope", "--yes"]);
+    k.expect(
+        2,
+        &["stack", "rename", "bad/name", "--stack", "dev", "--yes"],
+    );
+    let held = keel::persist::backend::Backend::new(k.backend())
+        .lock("dev", "cli test holding the lock")
+        .expect("lock");
+    let (_, err) = k.expect(1, &["stack", "rename", "prod", "--stack", "dev", "--yes"]);
+    assert!(err.contains("locked"), "{err}");
+    drop(held);
+    let mut after = k.files();
+    after.retain(|p, _| !p.to_string_lossy().contains("backups"));
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>(),
+        "refused renames leave the stacks as they were"
+    );
+
+    k.ok(&["stack", "select", "dev"]);
+    let (_, err) = k.expect(0, &["stack", "rename", "prod", "--yes"]);
+    assert!(err.contains("renamed stack `dev` to `prod`"), "{err}");
+    assert_eq!(names(&ls_json(&k)), ["prod"]);
+    assert_eq!(ls_json(&k)[0]["current"], true, "the selection follows");
+    k.ok(&["state", "verify"]);
+    let state = k.export();
+    let text = state["deployment"].to_string();
+    assert!(!text.contains("urn:pulumi:dev::"), "{text}");
+    let cdn = resource(&state, "cdn");
+    assert!(cdn["urn"]
+        .as_str()
+        .unwrap()
+        .starts_with("urn:pulumi:prod::"));
+    assert!(cdn["dependencies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|d| d.as_str().unwrap().starts_with("urn:pulumi:prod::")));
+    let ids_after: Vec<String> = k.urns().into_values().collect();
+    let (mut a, mut b) = (ids_before, ids_after);
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "the same cloud objects");
+    // The renamed stack is managed as before: nothing to change.
+    let (out, _) = k.expect(0, &["up", "--program", &v1, "--json"]);
+    all_same(&out);
+    assert!(backups(&k).iter().any(|b| b.starts_with("dev.")));
+}
+
+#[test]
+fn output_prints_values_and_masks_secrets() {
+    let mut k = Keel::new();
+    k.passphrase = Some("correct horse".into());
+    let program = k.write(
+        "vault.yaml",
+        "name: vault\nresources:\n  db:\n    type: \"aws:rds:Instance\"\n    properties: { password: { \"fn::secret\": \"pa55-w0rd-xyz\" }, size: 3 }\noutputs:\n  pw: ${db.password}\n  size: ${db.size}\n  name: hello\n",
+    );
+    k.ok(&["up", "--program", &program]);
+
+    let out = k.ok(&["stack", "output"]);
+    assert!(out.contains("Current stack outputs (3)"), "{out}");
+    assert!(out.contains("[secret]"), "{out}");
+    assert!(!out.contains("pa55-w0rd-xyz"), "{out}");
+    assert_eq!(k.ok(&["stack", "output", "name"]).trim(), "hello");
+    assert_eq!(k.ok(&["stack", "output", "size", "--json"]).trim(), "3");
+    let v: Value = serde_json::from_str(&k.ok(&["stack", "output", "--json"])).unwrap();
+    assert_eq!(v["pw"], "[secret]");
+    assert_eq!(v["name"], "hello");
+    let v: Value =
+        serde_json::from_str(&k.ok(&["stack", "output", "--json", "--show-secrets"])).unwrap();
+    assert_eq!(v["pw"], "pa55-w0rd-xyz");
+    assert_eq!(
+        k.ok(&["stack", "output", "pw", "--show-secrets"]).trim(),
+        "pa55-w0rd-xyz"
+    );
+
+    // Errors: an unknown output, an unknown stack, no passphrase.
+    let (_, err) = k.expect(2, &["stack", "output", "nope"]);
+    assert!(
+        err.contains("no output `nope`") && err.contains("size"),
+        "{err}"
+    );
+    k.expect(2, &["stack", "output", "--stack", "nope"]);
+    k.passphrase = None;
+    assert!(k.ok(&["stack", "output"]).contains("[secret]"));
+    let (_, err) = k.expect(2, &["stack", "output", "--show-secrets"]);
+    assert!(err.contains("passphrase"), "{err}");
+}
