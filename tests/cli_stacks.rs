@@ -240,3 +240,133 @@ fn output_prints_values_and_masks_secrets() {
     let (_, err) = k.expect(2, &["stack", "output", "--show-secrets"]);
     assert!(err.contains("passphrase"), "{err}");
 }
+
+fn history(k: &Keel, extra: &[&str]) -> Vec<Value> {
+    let mut args = vec!["stack", "history", "--json"];
+    args.extend(extra);
+    let v: Value = serde_json::from_str(&k.ok(&args)).expect("history JSON");
+    v.as_array().expect("an array").clone()
+}
+
+fn kinds(h: &[Value]) -> Vec<String> {
+    h.iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["kind"].as_str().unwrap(),
+                r["result"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn every_operation_that_took_the_lock_is_recorded() {
+    use sha2::Digest;
+    let k = Keel::new();
+    let v1 = example("site-v1.yaml");
+    let (_, err) = k.expect(1, &["up", "--program", &v1, "--sim-fail", "cdn"]);
+    assert!(err.contains("cdn"), "{err}");
+    k.ok(&["up", "--program", &v1]);
+    let h = history(&k, &[]);
+    assert_eq!(kinds(&h), ["update succeeded", "update failed"]);
+    let r = &h[0];
+    assert_eq!(r["version"], 2);
+    assert_eq!(r["counts"]["create"], 1, "{r}");
+    assert_eq!(r["counts"]["same"], 6, "{r}");
+    assert_eq!(r["program"]["path"], v1.as_str());
+    assert_eq!(r["program"]["project"], "site");
+    let sha = hex::encode(sha2::Sha256::digest(std::fs::read(&v1).unwrap()));
+    assert_eq!(r["program"]["sha256"], sha.as_str());
+    assert_eq!(r["keelVersion"], env!("CARGO_PKG_VERSION"));
+    assert!(r["pid"].as_u64().is_some() && r["host"].is_string() && r["user"].is_string());
+    assert!(r["start"].as_str().unwrap() <= r["end"].as_str().unwrap());
+    assert!(r.get("error").is_none(), "{r}");
+    let failed = &h[1];
+    assert!(
+        failed["error"].as_str().unwrap().contains("cdn"),
+        "{failed}"
+    );
+    assert_eq!(failed["counts"]["create"], 6, "{failed}");
+
+    // Bad input changes nothing, history included: refused before the lock
+    // (a missing program, a bad URN) or once the stack was read (another
+    // project's program). A preview is not recorded (as Pulumi).
+    k.expect(2, &["up", "--program", "nope.yaml"]);
+    k.expect(2, &["up", "--program", &v1, "--target", "not-a-urn"]);
+    let other = k.write(
+        "other.yaml",
+        "name: other\nresources:\n  b:\n    type: aws:s3/bucket:Bucket\n    properties: { name: x }\n",
+    );
+    let before = k.files();
+    let (_, err) = k.expect(2, &["up", "--program", &other]);
+    assert!(err.contains("other"), "{err}");
+    k.ok(&["preview", "--program", &v1]);
+    assert_eq!(k.files(), before);
+
+    k.ok(&["refresh"]);
+    k.ok(&["destroy", "--yes"]);
+    let h = history(&k, &[]);
+    assert_eq!(
+        kinds(&h),
+        [
+            "destroy succeeded",
+            "refresh succeeded",
+            "update succeeded",
+            "update failed"
+        ],
+        "newest first"
+    );
+    let versions: Vec<u64> = h.iter().map(|r| r["version"].as_u64().unwrap()).collect();
+    assert_eq!(versions, [4, 3, 2, 1]);
+    assert_eq!(h[0]["counts"]["delete"], 7, "{}", h[0]);
+    assert!(h[0]["program"].get("path").is_none(), "{}", h[0]);
+
+    let text = k.ok(&["stack", "history"]);
+    assert!(text.starts_with("Version 4: destroy succeeded"), "{text}");
+    assert!(text.contains("Version 2: update succeeded"), "{text}");
+    assert!(text.contains("same 6"), "{text}");
+
+    // A plan that fails once the lock is taken is recorded: a destroy
+    // blocked by a protected resource.
+    let guarded = k.write(
+        "guarded.yaml",
+        "name: site\nresources:\n  b:\n    type: aws:s3/bucket:Bucket\n    properties: { name: x }\n    options: { protect: true }\n",
+    );
+    k.ok(&["up", "--program", &guarded, "--stack", "guarded"]);
+    let (_, err) = k.expect(1, &["destroy", "--stack", "guarded", "--yes"]);
+    assert!(err.contains("protect"), "{err}");
+    let h = history(&k, &["--stack", "guarded"]);
+    assert_eq!(kinds(&h), ["destroy failed", "update succeeded"]);
+    assert!(
+        h[0]["error"].as_str().unwrap().contains("protect"),
+        "{}",
+        h[0]
+    );
+
+    // A torn last line (a crash mid-append) is skipped with a warning; the
+    // next record still starts on its own line.
+    let file = k.backend().join("stacks/dev/history.jsonl");
+    let mut bytes = std::fs::read(&file).unwrap();
+    bytes.extend_from_slice(b"{\"kind\":\"upd");
+    std::fs::write(&file, &bytes).unwrap();
+    let (out, err) = k.expect(0, &["stack", "history", "--json"]);
+    assert!(err.contains("torn"), "{err}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&out)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        4
+    );
+    k.ok(&["up", "--program", &v1]);
+    assert_eq!(kinds(&history(&k, &[]))[0], "update succeeded");
+    assert_eq!(history(&k, &[]).len(), 5);
+
+    // The history moves with a renamed stack; errors name the stack.
+    k.ok(&["stack", "rename", "prod", "--yes"]);
+    assert_eq!(history(&k, &["--stack", "prod"]).len(), 5);
+    let (_, err) = k.expect(2, &["stack", "history", "--stack", "dev"]);
+    assert!(err.contains("dev"), "{err}");
+}

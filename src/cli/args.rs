@@ -242,7 +242,8 @@ impl Command {
                 StackCommand::Export { stack, .. }
                 | StackCommand::Import { stack, .. }
                 | StackCommand::Rename { stack, .. }
-                | StackCommand::Output { stack, .. },
+                | StackCommand::Output { stack, .. }
+                | StackCommand::History { stack, .. },
             )
             | Self::State(StateCommand::Show { stack, .. }) => stack,
             Self::State(StateCommand::Verify { stack, file }) => {
@@ -612,6 +613,23 @@ passphrase: KEEL_CONFIG_PASSPHRASE or KEEL_CONFIG_PASSPHRASE_FILE).")]
         #[arg(long)]
         show_secrets: bool,
         /// Print the outputs (or the one named) as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// List the stack's operations (up, refresh, destroy), newest first.
+    #[command(after_help = "Examples:
+  keel stack history
+  keel stack history --json | jq '.[0].result'
+
+Every `keel up`, `refresh` and `destroy` that took the stack's lock is
+recorded, whether it succeeded, failed or was cancelled: kind, start, end,
+result, error, step counts, the program (path, project, SHA-256), user,
+host, pid and keel version.")]
+    History {
+        /// The stack.
+        #[command(flatten)]
+        stack: StackArg,
+        /// Print the records as a JSON array (`version` counts from 1).
         #[arg(long)]
         json: bool,
     },

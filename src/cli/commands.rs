@@ -15,6 +15,7 @@ use super::args::{
     StackCommand, StateCommand, UpArgs,
 };
 use super::display::{out, show_value, Display, Style};
+use super::history::{recorded, Recorder};
 use super::program::ProgramFile;
 use super::run::{CliProgram, FileProgram};
 use super::serving::{self, Choice, Origin};
@@ -63,10 +64,18 @@ pub fn run(mut cli: Cli) -> Result<(), CliError> {
             show_secrets,
             json,
         }) => super::stacks::output(&backend, stack.name(), name.as_deref(), show_secrets, json),
-        Command::Up(a) => up(&backend, a),
+        Command::Stack(StackCommand::History { stack, json }) => {
+            super::history::history(&backend, stack.name(), json)
+        }
+        Command::Up(a) => {
+            let (stack, program) = (a.stack.name().to_owned(), a.program.clone());
+            recorded(&backend, &stack, Op::Update.name(), Some(&program), |rec| {
+                up(&backend, a, rec)
+            })
+        }
         Command::Preview(a) => preview(&backend, a),
-        Command::Refresh(a) => operation(&backend, a, Op::Refresh),
-        Command::Destroy(a) => operation(&backend, a, Op::Destroy),
+        Command::Refresh(a) => recorded_operation(&backend, a, Op::Refresh),
+        Command::Destroy(a) => recorded_operation(&backend, a, Op::Destroy),
         Command::Stack(StackCommand::Export {
             stack,
             file,
@@ -815,7 +824,7 @@ fn sim_fail_warnings(
         .collect()
 }
 
-fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
+fn up(backend: &Path, a: UpArgs, rec: &Recorder) -> Result<(), CliError> {
     let mut options = update_options(&a.change.filters, &a.change.replace)?;
     if let Some(path) = &a.plan {
         let bytes = std::fs::read(path).map_err(|source| CliError::ReadInput {
@@ -850,6 +859,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
             .with_new_stack_salt(stack_config.encryption_salt().map(str::to_owned))
             .open(&stack, Op::Update.command())
             .map_err(secrets_first)?;
+        rec.opened();
         let config = super::config::resolve_for_operation(&stack_config, &open.crypter, &stack)?;
         source.apply_config(&config);
         source.check_secrets(&stack, &open)?;
@@ -900,6 +910,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
         config.program_dir = Some(source.dir());
         config.detailed_diffs = a.diff;
         config.package_config = source.package_config();
+        config.cancel = rec.cancel();
         let can_store_secrets = open.crypter.manager().is_some();
         let program =
             source.into_program(&config.events, parallel, can_store_secrets, &served.engine);
@@ -916,6 +927,7 @@ fn up(backend: &Path, a: UpArgs) -> Result<(), CliError> {
             &cancel,
         )
         .await;
+        rec.outcome(&result);
         // The lock is held until the operation ended.
         drop(open);
         conclude(Op::Update, result, &mut display)
@@ -1032,7 +1044,15 @@ fn project_of(d: &Deployment) -> String {
         .unwrap_or_else(|| "project".into())
 }
 
-fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
+/// `refresh` or `destroy`, recorded in the stack's history.
+fn recorded_operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
+    let (stack, program) = (a.stack.name().to_owned(), a.program.clone());
+    recorded(backend, &stack, op.name(), program.as_deref(), |rec| {
+        operation(backend, a, op, rec)
+    })
+}
+
+fn operation(backend: &Path, a: OpArgs, op: Op, rec: &Recorder) -> Result<(), CliError> {
     // Destroy honours targets and excludes; refresh does not take them yet.
     let options = match op {
         Op::Destroy => {
@@ -1085,6 +1105,7 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
         let file = source.as_ref().and_then(ProgramSource::file);
         let cloud = load_cloud(backend, sim_config(&a.sim, file), true)?;
         let mut open = open_stack(backend, &stack, op)?;
+        rec.opened();
         if let (Some(source), Some(path)) = (&source, &a.program) {
             check_project(&stack, source, path, &open.deployment)?;
         }
@@ -1122,6 +1143,7 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
         );
         config.events = EventSink::new(tx);
         config.update = options;
+        config.cancel = rec.cancel();
         // Without a program, the project is the current directory's (its
         // `Pulumi.yaml` names plugins), as Pulumi finds it.
         let dir = source.as_ref().map(ProgramSource::dir).or_else(|| {
@@ -1148,6 +1170,7 @@ fn operation(backend: &Path, a: OpArgs, op: Op) -> Result<(), CliError> {
             Op::Destroy => drive(engine.destroy(prior, persister), rx, &mut display, &cancel).await,
             _ => drive(engine.refresh(prior, persister), rx, &mut display, &cancel).await,
         };
+        rec.outcome(&result);
         drop(open);
         conclude(op, result, &mut display)
     })

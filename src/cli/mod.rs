@@ -8,7 +8,8 @@
 //! - [`display`]: the progress display, plain lines and JSON events;
 //!   [`show`]: `state show` and `cloud list`;
 //! - [`commands`]: the commands themselves; [`stacks`]: `keel stack
-//!   ls|select|init|rm|rename|output`.
+//!   ls|select|init|rm|rename|output`; [`history`]: each operation's
+//!   record and `keel stack history`.
 //!
 //! Exit status ([`CliError::exit_code`]): 0 success, 1 the operation
 //! failed, 2 bad usage or bad input (nothing was changed).
@@ -18,6 +19,7 @@ pub mod commands;
 pub mod config;
 mod decode;
 pub mod display;
+pub mod history;
 pub mod import;
 pub mod program;
 pub mod run;

@@ -18,7 +18,7 @@ use crate::migrate::rewrite::{identity_in, rewrite, SuccessorMap};
 use crate::model::property::Secret;
 use crate::model::{Deployment, PropertyMap, PropertyValue, State, Urn};
 use crate::persist::backend::{write_base, Backend};
-use crate::persist::fs::IoCounters;
+use crate::persist::fs::{atomic_write, IoCounters};
 use crate::persist::PersistError;
 
 /// One row of `keel stack ls`.
@@ -355,6 +355,16 @@ pub fn rename(backend: &Path, old: &str, new: &str, yes: bool) -> Result<(), Cli
     }
     let _new_lock = b.lock(new, "keel stack rename")?;
     write_base(&paths.base, &d, 0, 0, &IoCounters::default())?;
+    // The history goes with the stack (the old copy stays in the backups).
+    let (from, to) = (b.history_path(old), b.history_path(new));
+    if from.is_file() {
+        let bytes = std::fs::read(&from).map_err(|source| PersistError::Io {
+            path: from.clone(),
+            source,
+        })?;
+        atomic_write(&to, &bytes, false, &IoCounters::default())
+            .map_err(|source| PersistError::Io { path: to, source })?;
+    }
     // The new stack is complete: the old one goes to the backups (a crash
     // before this leaves both, never neither).
     let kept = b.move_to_backups(old)?;

@@ -1,7 +1,8 @@
 //! The file backend: a directory of stacks (default `./.keel`). A stack
 //! lives in `stacks/<name>/`: the base checkpoint `checkpoint.json` (the
 //! stack export form, plus the journal watermark `keelJournalSeq`), its
-//! backup `checkpoint.json.bak`, the journal `journal.log`, and `lock`.
+//! backup `checkpoint.json.bak`, the journal `journal.log`, `lock`, and
+//! the operation history `history.jsonl` ([`super::history`]).
 //!
 //! Opening a stack for an operation takes the lock (held until the
 //! operation ends; the kernel releases it if the holder dies), replays the

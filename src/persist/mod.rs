@@ -7,6 +7,7 @@
 pub mod backend;
 pub mod checkpoint_file;
 pub mod fs;
+pub mod history;
 pub mod journal;
 pub mod journal_file;
 pub mod migration;

@@ -1,0 +1,235 @@
+//! The operation history from the CLI side: [`recorded`] runs `keel up`,
+//! `refresh` or `destroy` with a [`Recorder`] that appends the operation's
+//! [`HistoryRecord`] to the stack's history once it ended, whatever its
+//! result, when it got as far as taking the stack's lock and its input was
+//! good (bad input, exit 2, changes nothing, history included, even when
+//! it is found once the stack was read); and
+//! `keel stack history [--json]`, newest first as Pulumi lists it.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::SystemTime;
+
+use sha2::{Digest, Sha256};
+
+use super::display::out;
+use super::CliError;
+use crate::engine::{Cancel, EngineError, Outcome};
+use crate::locks::MutexExt;
+use crate::persist::backend::Backend;
+use crate::persist::fs::Holder;
+use crate::persist::history::{HistoryRecord, ProgramIdentity};
+
+/// What an operation records while it runs.
+#[derive(Debug, Default)]
+struct Seen {
+    /// It took the stack's lock.
+    locked: bool,
+    /// Steps completed per kind.
+    counts: std::collections::BTreeMap<String, usize>,
+}
+
+/// One operation's history record in the making.
+#[derive(Debug)]
+pub struct Recorder {
+    backend: PathBuf,
+    stack: String,
+    kind: &'static str,
+    program: Option<PathBuf>,
+    start: SystemTime,
+    cancel: Cancel,
+    seen: Mutex<Seen>,
+}
+
+impl Recorder {
+    /// The operation `kind` (`update`, `refresh`, `destroy`) of `stack`,
+    /// running `program`, begins now.
+    pub fn new(backend: &Path, stack: &str, kind: &'static str, program: Option<&Path>) -> Self {
+        Self {
+            backend: backend.to_owned(),
+            stack: stack.to_owned(),
+            kind,
+            program: program.map(Path::to_owned),
+            start: SystemTime::now(),
+            cancel: Cancel::default(),
+            seen: Mutex::default(),
+        }
+    }
+
+    /// The operation's cancellation (the engine's, Ctrl-C's): a cancelled
+    /// operation is recorded `cancelled`.
+    pub fn cancel(&self) -> Cancel {
+        self.cancel.clone()
+    }
+
+    /// The operation took the stack's lock: it will be recorded.
+    pub fn opened(&self) {
+        self.seen.locked().locked = true;
+    }
+
+    /// The engine's result: its step counts are recorded.
+    pub fn outcome(&self, result: &Result<Outcome, EngineError>) {
+        let summary = match result {
+            Ok(o) => &o.summary,
+            Err(EngineError::Failed(o)) => &o.summary,
+            Err(_) => return,
+        };
+        self.seen.locked().counts = summary
+            .steps
+            .iter()
+            .filter_map(|(k, n)| match serde_json::to_value(k) {
+                Ok(serde_json::Value::String(k)) => Some((k, *n)),
+                _ => None,
+            })
+            .collect();
+    }
+
+    /// The record of the operation that ended with `result`.
+    fn record(&self, result: &Result<(), CliError>) -> HistoryRecord {
+        let rfc3339 = |t| humantime::format_rfc3339_millis(t).to_string();
+        let outcome = match result {
+            Ok(()) => "succeeded",
+            Err(_) if self.cancel.is_cancelled() => "cancelled",
+            Err(_) => "failed",
+        };
+        HistoryRecord {
+            kind: self.kind.to_owned(),
+            start: rfc3339(self.start),
+            end: rfc3339(SystemTime::now()),
+            result: outcome.to_owned(),
+            error: result.as_ref().err().map(ToString::to_string),
+            counts: self.seen.locked().counts.clone(),
+            program: self.program.as_deref().map(identity).unwrap_or_default(),
+            user: std::env::var("USER")
+                .or_else(|_| std::env::var("USERNAME"))
+                .unwrap_or_else(|_| "unknown".into()),
+            host: Holder::me("").host,
+            pid: std::process::id(),
+            keel_version: env!("CARGO_PKG_VERSION").to_owned(),
+        }
+    }
+}
+
+/// Runs an operation with its [`Recorder`] and appends its record to the
+/// stack's history when it took the lock. A history that cannot be written
+/// is a warning: the operation's own result stands.
+///
+/// # Errors
+/// The operation's.
+pub fn recorded(
+    backend: &Path,
+    stack: &str,
+    kind: &'static str,
+    program: Option<&Path>,
+    op: impl FnOnce(&Recorder) -> Result<(), CliError>,
+) -> Result<(), CliError> {
+    let rec = Recorder::new(backend, stack, kind, program);
+    let result = op(&rec);
+    // Bad input (exit 2) changes nothing, history included, even when it
+    // is found once the stack was read (another project's program).
+    let bad_input = result.as_ref().is_err_and(|e| e.exit_code() == 2);
+    if rec.seen.locked().locked && !bad_input {
+        let record = rec.record(&result);
+        if let Err(e) = Backend::new(&rec.backend).append_history(&rec.stack, &record) {
+            eprintln!(
+                "warning: the history of stack `{}` was not written: {e}",
+                rec.stack
+            );
+        }
+    }
+    result
+}
+
+/// The identity of a program: its path, project and SHA-256 (of the file;
+/// of a directory's listing).
+fn identity(path: &Path) -> ProgramIdentity {
+    let sha256 = if path.is_dir() {
+        std::fs::read_dir(path).ok().map(|entries| {
+            let mut files: Vec<(String, u64)> = entries
+                .flatten()
+                .filter_map(|e| {
+                    let m = e.metadata().ok().filter(std::fs::Metadata::is_file)?;
+                    Some((e.file_name().to_string_lossy().into_owned(), m.len()))
+                })
+                .collect();
+            files.sort();
+            let mut h = Sha256::new();
+            for (name, size) in files {
+                h.update(format!("{name}\t{size}\n").as_bytes());
+            }
+            hex::encode(h.finalize())
+        })
+    } else {
+        std::fs::read(path)
+            .ok()
+            .map(|b| hex::encode(Sha256::digest(&b)))
+    };
+    ProgramIdentity {
+        path: Some(path.display().to_string()),
+        project: Some(super::config::project_name(path)),
+        sha256,
+    }
+}
+
+/// `keel stack history [--json] [--stack]`: newest first.
+///
+/// # Errors
+/// [`CliError::BadStackName`], [`CliError::NoStack`], [`CliError::Persist`].
+pub fn history(backend: &Path, stack: &str, json: bool) -> Result<(), CliError> {
+    let b = super::commands::existing(backend, stack)?;
+    let h = b.history(stack)?;
+    for w in &h.warnings {
+        eprintln!("warning: {w}");
+    }
+    // Versions count from 1, oldest first, as Pulumi numbers updates.
+    let numbered: Vec<(usize, &HistoryRecord)> = h
+        .records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| (i + 1, r))
+        .rev()
+        .collect();
+    if json {
+        let v: Vec<serde_json::Value> = numbered
+            .iter()
+            .map(|(n, r)| {
+                let mut v = serde_json::to_value(r).unwrap_or_default();
+                if let Some(m) = v.as_object_mut() {
+                    m.insert("version".into(), (*n).into());
+                }
+                v
+            })
+            .collect();
+        out(&serde_json::Value::Array(v).to_string());
+        return Ok(());
+    }
+    if numbered.is_empty() {
+        out(&format!("stack `{stack}` has no history yet"));
+        return Ok(());
+    }
+    for (n, r) in numbered {
+        let counts: Vec<String> = r.counts.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        out(&format!("Version {n}: {} {}", r.kind, r.result));
+        out(&format!("    Start: {}  End: {}", r.start, r.end));
+        if !counts.is_empty() {
+            out(&format!("    Steps: {}", counts.join(", ")));
+        }
+        if let Some(e) = &r.error {
+            out(&format!("    Error: {}", super::display::clean_text(e)));
+        }
+        if let Some(p) = &r.program.path {
+            let sha = r.program.sha256.as_deref().unwrap_or("");
+            out(&format!(
+                "    Program: {} (project {}, sha256 {})",
+                super::display::clean(p),
+                r.program.project.as_deref().unwrap_or("?"),
+                &sha[..sha.len().min(12)]
+            ));
+        }
+        out(&format!(
+            "    By: {}@{} (pid {}, keel {})",
+            r.user, r.host, r.pid, r.keel_version
+        ));
+    }
+    Ok(())
+}
