@@ -370,3 +370,81 @@ fn every_operation_that_took_the_lock_is_recorded() {
     let (_, err) = k.expect(2, &["stack", "history", "--stack", "dev"]);
     assert!(err.contains("dev"), "{err}");
 }
+
+#[test]
+fn graph_writes_dot_and_json_deterministically() {
+    let k = Keel::new();
+    let v1 = example("site-v1.yaml");
+    k.ok(&["up", "--program", &v1]);
+    let urn = |name: &str| {
+        resource(&k.export(), name)["urn"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+
+    let (_, err) = k.expect(0, &["stack", "graph", "g.dot"]);
+    assert!(err.contains("7 resources"), "{err}");
+    let dot = std::fs::read_to_string(k.path().join("g.dot")).unwrap();
+    assert!(
+        dot.starts_with("strict digraph {\n") && dot.ends_with("}\n"),
+        "{dot}"
+    );
+    let nodes = dot.lines().filter(|l| l.contains("[label=")).count();
+    assert_eq!(nodes, 7, "{dot}");
+    assert!(dot.contains("cdn\\naws:cloudfront:Distribution"), "{dot}");
+    assert!(dot.contains("[color=\"#AA6639\", style=dashed]"), "{dot}");
+    assert!(dot.contains("[color=\"#246C60\"]"), "{dot}");
+    // The same state gives the same file.
+    k.ok(&["stack", "graph", "g2.dot"]);
+    assert_eq!(
+        std::fs::read_to_string(k.path().join("g2.dot")).unwrap(),
+        dot
+    );
+
+    let g: Value = serde_json::from_str(&k.ok(&["stack", "graph", "-", "--json"])).unwrap();
+    assert_eq!(g["nodes"].as_array().unwrap().len(), 7);
+    let edges = g["edges"].as_array().unwrap();
+    let has = |from: &str, to: &str, kind: &str| {
+        edges.iter().any(|e| {
+            e["from"] == urn(from).as_str() && e["to"] == urn(to).as_str() && e["kind"] == kind
+        })
+    };
+    assert!(has("cdn", "policy", "dependency"), "{g}");
+    assert!(has("cdn", "assets", "dependency"), "{g}");
+    assert!(has("assets", "site", "parent"), "{g}");
+    assert!(!has("assets", "site", "dependency"), "{g}");
+
+    let out = k.ok(&[
+        "stack",
+        "graph",
+        "-",
+        "--ignore-parent-edges",
+        "--short-node-name",
+    ]);
+    assert!(
+        !out.contains("dashed") && out.contains("label=\"cdn\""),
+        "{out}"
+    );
+    let out = k.ok(&[
+        "stack",
+        "graph",
+        "-",
+        "--ignore-dependency-edges",
+        "--parent-edge-color",
+        "red",
+    ]);
+    assert!(
+        !out.contains("#246C60") && out.contains("color=\"red\""),
+        "{out}"
+    );
+
+    // Errors: an unknown stack, a file inside the backend, an unwritable
+    // path; the backend is left as it was.
+    let before = k.files();
+    k.expect(2, &["stack", "graph", "g.dot", "--stack", "nope"]);
+    let (_, err) = k.expect(2, &["stack", "graph", ".keel/g.dot"]);
+    assert!(err.contains(".keel"), "{err}");
+    k.expect(1, &["stack", "graph", "no/such/dir/g.dot"]);
+    assert_eq!(k.files(), before);
+}

@@ -243,7 +243,8 @@ impl Command {
                 | StackCommand::Import { stack, .. }
                 | StackCommand::Rename { stack, .. }
                 | StackCommand::Output { stack, .. }
-                | StackCommand::History { stack, .. },
+                | StackCommand::History { stack, .. }
+                | StackCommand::Graph { stack, .. },
             )
             | Self::State(StateCommand::Show { stack, .. }) => stack,
             Self::State(StateCommand::Verify { stack, file }) => {
@@ -632,6 +633,41 @@ host, pid and keel version.")]
         /// Print the records as a JSON array (`version` counts from 1).
         #[arg(long)]
         json: bool,
+    },
+    /// Write the stack's resource graph (DOT for Graphviz, or JSON).
+    #[command(after_help = "Examples:
+  keel stack graph site.dot && dot -Tsvg site.dot > site.svg
+  keel stack graph - --json | jq '.edges[] | select(.kind == \"parent\")'
+
+One node per resource (label: name and type). Edges go from a resource to
+its dependencies (solid) and to its parent (dashed), in their own colours.
+FILE `-` writes to stdout. The same state always gives the same graph.")]
+    Graph {
+        /// The file to write (`-`: stdout).
+        file: PathBuf,
+        /// The stack.
+        #[command(flatten)]
+        stack: StackArg,
+        /// Write JSON: `{\"nodes\": [{\"id\", \"urn\", \"type\", \"name\"}],
+        /// \"edges\": [{\"from\", \"to\", \"kind\"}]}` (kind: parent or
+        /// dependency).
+        #[arg(long)]
+        json: bool,
+        /// Leave out the edges to parents.
+        #[arg(long)]
+        ignore_parent_edges: bool,
+        /// Leave out the edges to dependencies.
+        #[arg(long)]
+        ignore_dependency_edges: bool,
+        /// The colour of edges to parents.
+        #[arg(long, value_name = "COLOR", default_value = super::graph::PARENT_COLOR)]
+        parent_edge_color: String,
+        /// The colour of edges to dependencies.
+        #[arg(long, value_name = "COLOR", default_value = super::graph::DEPENDENCY_COLOR)]
+        dependency_edge_color: String,
+        /// Label nodes with the resource's name only.
+        #[arg(long)]
+        short_node_name: bool,
     },
     /// Print (or write) the stack's state as deployment v3 JSON.
     #[command(after_help = "Examples:

@@ -64,6 +64,25 @@ pub fn run(mut cli: Cli) -> Result<(), CliError> {
             show_secrets,
             json,
         }) => super::stacks::output(&backend, stack.name(), name.as_deref(), show_secrets, json),
+        Command::Stack(StackCommand::Graph {
+            file,
+            stack,
+            json,
+            ignore_parent_edges,
+            ignore_dependency_edges,
+            parent_edge_color,
+            dependency_edge_color,
+            short_node_name,
+        }) => {
+            let options = super::graph::GraphOptions {
+                ignore_parent_edges,
+                ignore_dependency_edges,
+                parent_color: parent_edge_color,
+                dependency_color: dependency_edge_color,
+                short_node_name,
+            };
+            super::graph::graph(&backend, stack.name(), &file, json, &options)
+        }
         Command::Stack(StackCommand::History { stack, json }) => {
             super::history::history(&backend, stack.name(), json)
         }
@@ -1263,7 +1282,7 @@ fn export(
 /// Refuses a file inside the backend directory (a stack's checkpoint or
 /// journal, a lock, the simulated cloud): exporting onto it would replace
 /// keel's own state behind its back.
-fn refuse_backend_file(backend: &Path, path: &Path) -> Result<(), CliError> {
+pub(super) fn refuse_backend_file(backend: &Path, path: &Path) -> Result<(), CliError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),

@@ -9,7 +9,7 @@
 //!   [`show`]: `state show` and `cloud list`;
 //! - [`commands`]: the commands themselves; [`stacks`]: `keel stack
 //!   ls|select|init|rm|rename|output`; [`history`]: each operation's
-//!   record and `keel stack history`.
+//!   record and `keel stack history`; [`graph`]: `keel stack graph`.
 //!
 //! Exit status ([`CliError::exit_code`]): 0 success, 1 the operation
 //! failed, 2 bad usage or bad input (nothing was changed).
@@ -19,6 +19,7 @@ pub mod commands;
 pub mod config;
 mod decode;
 pub mod display;
+pub mod graph;
 pub mod history;
 pub mod import;
 pub mod program;
