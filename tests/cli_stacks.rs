@@ -448,3 +448,108 @@ fn graph_writes_dot_and_json_deterministically() {
     k.expect(1, &["stack", "graph", "no/such/dir/g.dot"]);
     assert_eq!(k.files(), before);
 }
+
+/// The lock file's holder, once an operation holds the stack.
+fn holder_command(k: &Keel) -> Option<String> {
+    let text = std::fs::read_to_string(k.backend().join("stacks/dev/lock")).ok()?;
+    let v: Value = serde_json::from_str(&text).ok()?;
+    v["command"].as_str().map(str::to_owned)
+}
+
+#[test]
+fn cancel_stops_a_running_up_gracefully() {
+    let k = Keel::new();
+    let v1 = example("site-v1.yaml");
+    let (_, err) = k.expect(2, &["cancel", "--yes"]);
+    assert!(err.contains("dev"), "{err}");
+    k.ok(&["stack", "init", "dev"]);
+    let (_, err) = k.expect(1, &["cancel", "--yes"]);
+    assert!(
+        err.contains("no operation is running on stack `dev`"),
+        "{err}"
+    );
+
+    // A holder: without a terminal --yes is required; then the request is
+    // written for it.
+    let held = keel::persist::backend::Backend::new(k.backend())
+        .lock("dev", "cli test holding the lock")
+        .expect("lock");
+    let request = k.backend().join("stacks/dev/cancel-request");
+    let (_, err) = k.expect(2, &["cancel"]);
+    assert!(err.contains("--yes"), "{err}");
+    assert!(!request.exists());
+    let (_, err) = k.expect(0, &["cancel", "--yes"]);
+    assert!(err.contains("cli test holding the lock"), "{err}");
+    assert!(request.exists());
+    drop(held);
+
+    // A slow up (one step at a time, 1.5 s each): the stale request above
+    // does not stop it; `keel cancel` once it holds the lock does.
+    let up = k
+        .command(&[
+            "up",
+            "--program",
+            &v1,
+            "--parallel",
+            "1",
+            "--sim-latency-ms",
+            "1500",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn keel up");
+    let mut tries = 0;
+    while holder_command(&k).as_deref() != Some("keel up") {
+        tries += 1;
+        assert!(tries < 6000, "keel up never took the lock");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let (_, err) = k.expect(0, &["cancel", "--yes"]);
+    assert!(err.contains("`keel up`"), "{err}");
+    let out = up.wait_with_output().expect("keel up ends");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stderr.contains("cancelled by `keel cancel`"), "{stderr}");
+    assert!(stderr.contains("cancelled by the operator"), "{stderr}");
+
+    // What was done is saved and matches the cloud; the lock is free and
+    // the request gone; the history says cancelled.
+    k.ok(&["state", "verify"]);
+    let state = k.export();
+    let mut state_ids: Vec<String> = state["deployment"]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r["custom"] == true && !r["type"].as_str().unwrap().starts_with("pulumi:providers:")
+        })
+        .map(|r| r["id"].as_str().unwrap().to_owned())
+        .collect();
+    state_ids.sort();
+    let cloud_ids: Vec<String> = k
+        .cloud()
+        .iter()
+        .map(|o| o["id"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(state_ids, cloud_ids);
+    assert!(!request.exists());
+    drop(
+        keel::persist::backend::Backend::new(k.backend())
+            .lock("dev", "cli test")
+            .expect("the lock was released"),
+    );
+    let h = history(&k, &[]);
+    assert_eq!(kinds(&h)[0], "update cancelled");
+    assert!(
+        h[0]["error"].as_str().unwrap().contains("cancelled"),
+        "{}",
+        h[0]
+    );
+
+    // The next up finishes the job.
+    k.ok(&["up", "--program", &v1]);
+    assert_eq!(k.cloud().len(), 4);
+    let (_, err) = k.expect(1, &["cancel", "--yes"]);
+    assert!(err.contains("no operation is running"), "{err}");
+}

@@ -109,6 +109,18 @@ Protected resources block a destroy before anything is deleted.")]
     /// import (deployment v3 JSON).
     #[command(subcommand)]
     Stack(StackCommand),
+    /// Ask the operation running on the stack to stop gracefully.
+    #[command(after_help = "Examples:
+  keel cancel --yes
+  keel cancel --stack prod
+
+The process holding the stack's lock (`keel up`, `refresh`, `destroy`)
+stops as on a first Ctrl-C: no new step starts, the steps in flight finish
+and are saved, the lock is released; it ends failed (exit 1), saying who
+cancelled it. keel cancel does not wait for that. Exit 1 when no operation
+is running. Asks for confirmation unless --yes; without a terminal --yes is
+required.")]
+    Cancel(CancelArgs),
     /// Inspect a stack's state.
     #[command(subcommand)]
     State(StateCommand),
@@ -246,7 +258,8 @@ impl Command {
                 | StackCommand::History { stack, .. }
                 | StackCommand::Graph { stack, .. },
             )
-            | Self::State(StateCommand::Show { stack, .. }) => stack,
+            | Self::State(StateCommand::Show { stack, .. })
+            | Self::Cancel(CancelArgs { stack, .. }) => stack,
             Self::State(StateCommand::Verify { stack, file }) => {
                 if stack.is_none() && file.is_none() {
                     *stack = selected;
@@ -271,6 +284,17 @@ impl Command {
             arg.stack = selected;
         }
     }
+}
+
+/// `keel cancel`.
+#[derive(Debug, Args)]
+pub struct CancelArgs {
+    /// The stack.
+    #[command(flatten)]
+    pub stack: StackArg,
+    /// Proceed without asking.
+    #[arg(long, short = 'y')]
+    pub yes: bool,
 }
 
 /// How operation events are shown.

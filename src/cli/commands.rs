@@ -93,6 +93,7 @@ pub fn run(mut cli: Cli) -> Result<(), CliError> {
             })
         }
         Command::Preview(a) => preview(&backend, a),
+        Command::Cancel(a) => super::cancel::cancel(&backend, a.stack.name(), a.yes),
         Command::Refresh(a) => recorded_operation(&backend, a, Op::Refresh),
         Command::Destroy(a) => recorded_operation(&backend, a, Op::Destroy),
         Command::Stack(StackCommand::Export {

@@ -27,6 +27,8 @@ struct Seen {
     locked: bool,
     /// Steps completed per kind.
     counts: std::collections::BTreeMap<String, usize>,
+    /// The watch for `keel cancel`, from the lock on.
+    watch: Option<super::cancel::Watch>,
 }
 
 /// One operation's history record in the making.
@@ -62,9 +64,18 @@ impl Recorder {
         self.cancel.clone()
     }
 
-    /// The operation took the stack's lock: it will be recorded.
+    /// The operation took the stack's lock: it will be recorded, and
+    /// `keel cancel` can stop it from now until it ends.
     pub fn opened(&self) {
-        self.seen.locked().locked = true;
+        let mut seen = self.seen.locked();
+        seen.locked = true;
+        if seen.watch.is_none() {
+            seen.watch = Some(super::cancel::watch(
+                &self.backend,
+                &self.stack,
+                self.cancel.clone(),
+            ));
+        }
     }
 
     /// The engine's result: its step counts are recorded.
@@ -125,6 +136,8 @@ pub fn recorded(
 ) -> Result<(), CliError> {
     let rec = Recorder::new(backend, stack, kind, program);
     let result = op(&rec);
+    // The operation ended: no more cancel requests for it.
+    drop(rec.seen.locked().watch.take());
     // Bad input (exit 2) changes nothing, history included, even when it
     // is found once the stack was read (another project's program).
     let bad_input = result.as_ref().is_err_and(|e| e.exit_code() == 2);
@@ -215,7 +228,8 @@ pub fn history(backend: &Path, stack: &str, json: bool) -> Result<(), CliError> 
             out(&format!("    Steps: {}", counts.join(", ")));
         }
         if let Some(e) = &r.error {
-            out(&format!("    Error: {}", super::display::clean_text(e)));
+            let e = super::display::clean_text(e).replace('\n', "\n        ");
+            out(&format!("    Error: {e}"));
         }
         if let Some(p) = &r.program.path {
             let sha = r.program.sha256.as_deref().unwrap_or("");

@@ -9,12 +9,14 @@
 //!   [`show`]: `state show` and `cloud list`;
 //! - [`commands`]: the commands themselves; [`stacks`]: `keel stack
 //!   ls|select|init|rm|rename|output`; [`history`]: each operation's
-//!   record and `keel stack history`; [`graph`]: `keel stack graph`.
+//!   record and `keel stack history`; [`graph`]: `keel stack graph`;
+//!   [`cancel`]: `keel cancel` and the running operation's watch for it.
 //!
 //! Exit status ([`CliError::exit_code`]): 0 success, 1 the operation
 //! failed, 2 bad usage or bad input (nothing was changed).
 
 pub mod args;
+pub mod cancel;
 pub mod commands;
 pub mod config;
 mod decode;
@@ -119,6 +121,12 @@ pub enum CliError {
     NeedsYes {
         /// The command.
         what: String,
+    },
+    /// `keel cancel` of a stack whose lock nobody holds.
+    #[error("no operation is running on stack `{stack}` (its lock is free): nothing to cancel")]
+    NotRunning {
+        /// The stack.
+        stack: String,
     },
     /// The user declined the confirmation.
     #[error("{what}: declined; nothing was changed")]
@@ -315,6 +323,7 @@ impl CliError {
             | Self::Write { .. }
             | Self::Runtime(_)
             | Self::Failed { .. }
+            | Self::NotRunning { .. }
             | Self::ConfigNotSet { .. }
             | Self::NoPlugin { .. }
             | Self::Engine(_) => 1,

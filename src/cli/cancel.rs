@@ -1,0 +1,185 @@
+//! `keel cancel`: asks the operation holding a stack's lock to stop
+//! gracefully, the way a first Ctrl-C does (no new step starts, the steps
+//! in flight finish and are saved, the lock is released).
+//!
+//! The request is a file, `stacks/<name>/cancel-request`, written
+//! atomically; it names who asked and the lock holder it is meant for (pid
+//! and host, read from the lock file). A running `up`, `refresh` or
+//! `destroy` watches for it ([`watch`], every 200 ms, from when it took the
+//! lock until it ends): a request for it triggers the operation's
+//! [`Cancel`]; a request for another holder (left by an earlier operation
+//! that ended first) is stale and removed. A request for the operation is
+//! removed when it ends.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::CliError;
+use crate::engine::Cancel;
+use crate::persist::backend::{Backend, BackendError};
+use crate::persist::fs::{atomic_write, Holder, IoCounters, LockError, StackLock};
+use crate::persist::PersistError;
+
+/// The request file in a stack's directory.
+pub const CANCEL_FILE: &str = "cancel-request";
+
+/// How often a running operation looks for a request.
+const POLL: Duration = Duration::from_millis(200);
+
+/// A request to stop.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CancelRequest {
+    /// The holder the request is for: its pid ...
+    pub target_pid: u32,
+    /// ... and host.
+    pub target_host: String,
+    /// Who asked (`$USER`).
+    pub user: String,
+    /// From which host ...
+    pub host: String,
+    /// ... and process.
+    pub pid: u32,
+    /// When (RFC 3339).
+    pub asked: String,
+}
+
+/// The holder of a stack's lock, if an operation holds it. A lock file
+/// without content has no holder (a holder writes itself there as soon as
+/// it has the lock, and clears it when it lets go); one with content is
+/// probed, so that the content a crashed holder left is not taken for a
+/// running operation.
+fn holder(lock: &Path) -> Result<Option<Holder>, CliError> {
+    let text = match std::fs::read_to_string(lock) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => {
+            return Err(PersistError::Io {
+                path: lock.to_owned(),
+                source,
+            }
+            .into())
+        }
+    };
+    if text.trim().is_empty() {
+        return Ok(None);
+    }
+    match StackLock::acquire(lock, &Holder::me("keel cancel (checking the lock)")) {
+        Ok(_free) => Ok(None),
+        Err(LockError::Held(h)) => Ok(Some(h)),
+        Err(LockError::HeldUnknown(_)) => Ok(serde_json::from_str(&text).ok()),
+        Err(e) => Err(CliError::Backend(BackendError::Locked(e))),
+    }
+}
+
+/// `keel cancel [--stack] [--yes]`.
+///
+/// # Errors
+/// [`CliError::NoStack`], [`CliError::NotRunning`] when no operation holds
+/// the stack's lock, [`CliError::NeedsYes`], [`CliError::Declined`],
+/// [`CliError::Persist`] when the request cannot be written.
+pub fn cancel(backend: &Path, stack: &str, yes: bool) -> Result<(), CliError> {
+    let b = super::commands::existing(backend, stack)?;
+    let paths = b.paths(stack);
+    let Some(h) = holder(&paths.lock)? else {
+        return Err(CliError::NotRunning {
+            stack: stack.to_owned(),
+        });
+    };
+    let who = format!(
+        "`{}` (pid {} on {}, since {})",
+        h.command, h.pid, h.host, h.started
+    );
+    super::stacks::confirm(
+        "keel cancel",
+        &format!("Cancel {who} on stack `{stack}`?"),
+        yes,
+    )?;
+    let me = Holder::me("keel cancel");
+    let request = CancelRequest {
+        target_pid: h.pid,
+        target_host: h.host.clone(),
+        user: user(),
+        host: me.host,
+        pid: me.pid,
+        asked: me.started,
+    };
+    let path = paths.dir.join(CANCEL_FILE);
+    let bytes = serde_json::to_vec(&request).unwrap_or_default();
+    atomic_write(&path, &bytes, false, &IoCounters::default())
+        .map_err(|source| PersistError::Io { path, source })?;
+    eprintln!("asked {who} to stop: no new step starts, the steps in flight finish and are saved, then it releases stack `{stack}`");
+    Ok(())
+}
+
+/// `$USER`, else `unknown`.
+fn user() -> String {
+    std::env::var("USER")
+        .or_else(|_| std::env::var("USERNAME"))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// A running operation's watch for cancel requests; dropping it stops the
+/// watch and removes the request.
+#[derive(Debug)]
+pub struct Watch {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    path: PathBuf,
+}
+
+/// Watches stack `stack`'s request file for this process: a request for it
+/// triggers `cancel` (and says who asked); a stale one is removed.
+pub fn watch(backend: &Path, stack: &str, cancel: Cancel) -> Watch {
+    let path = Backend::new(backend).paths(stack).dir.join(CANCEL_FILE);
+    let stop = Arc::new(AtomicBool::new(false));
+    let me = Holder::me("");
+    let (p, s) = (path.clone(), stop.clone());
+    let thread = std::thread::Builder::new()
+        .name("keel-cancel-watch".into())
+        .spawn(move || {
+            while !s.load(Ordering::SeqCst) {
+                if let Ok(bytes) = std::fs::read(&p) {
+                    match serde_json::from_slice::<CancelRequest>(&bytes) {
+                        Ok(r) if r.target_pid == me.pid && r.target_host == me.host => {
+                            eprintln!(
+                                "warning: cancelled by `keel cancel` ({}@{}, pid {}, at {}): no new step starts, the steps in flight finish and are saved",
+                                r.user, r.host, r.pid, r.asked
+                            );
+                            cancel.cancel();
+                            return;
+                        }
+                        // For an earlier holder, or unreadable: stale.
+                        _ => {
+                            let _ = std::fs::remove_file(&p);
+                        }
+                    }
+                }
+                std::thread::sleep(POLL);
+            }
+        })
+        .ok();
+    Watch { stop, thread, path }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        // Only a request for this process: after the lock was released,
+        // one may already be there for the next holder.
+        let mine = std::fs::read(&self.path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<CancelRequest>(&b).ok())
+            .is_some_and(|r| r.target_pid == std::process::id());
+        if mine {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
