@@ -46,6 +46,8 @@ fn init_ls_select_and_the_default_stack() {
     assert_eq!(names(&rows), ["prod"]);
     assert_eq!(rows[0]["current"], true);
     assert_eq!(rows[0]["resourceCount"], 0);
+    assert_eq!(rows[0]["updateInProgress"], false);
+    assert!(rows[0]["lastUpdate"].is_null(), "{rows:?}");
     k.ok(&["state", "verify", "--stack", "prod"]);
 
     // Commands without --stack run on the selected stack.
@@ -505,6 +507,7 @@ fn cancel_stops_a_running_up_gracefully() {
         assert!(tries < 6000, "keel up never took the lock");
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+    assert_eq!(ls_json(&k)[0]["updateInProgress"], true);
     let (_, err) = k.expect(0, &["cancel", "--yes"]);
     assert!(err.contains("`keel up`"), "{err}");
     let out = up.wait_with_output().expect("keel up ends");
@@ -547,9 +550,41 @@ fn cancel_stops_a_running_up_gracefully() {
         h[0]
     );
 
+    assert_eq!(ls_json(&k)[0]["updateInProgress"], false);
+
     // The next up finishes the job.
     k.ok(&["up", "--program", &v1]);
     assert_eq!(k.cloud().len(), 4);
     let (_, err) = k.expect(1, &["cancel", "--yes"]);
     assert!(err.contains("no operation is running"), "{err}");
+
+    // A destroy is cancelled the same way.
+    let destroy = k
+        .command(&[
+            "destroy",
+            "--yes",
+            "--parallel",
+            "1",
+            "--sim-latency-ms",
+            "1500",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn keel destroy");
+    let mut tries = 0;
+    while holder_command(&k).as_deref() != Some("keel destroy") {
+        tries += 1;
+        assert!(tries < 6000, "keel destroy never took the lock");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    k.ok(&["cancel", "--yes"]);
+    let out = destroy.wait_with_output().expect("keel destroy ends");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cancelled by `keel cancel`"), "{stderr}");
+    k.ok(&["state", "verify"]);
+    assert_eq!(kinds(&history(&k, &[]))[0], "destroy cancelled");
+    k.ok(&["destroy", "--yes"]);
+    assert!(k.cloud().is_empty());
 }

@@ -559,7 +559,8 @@ pub enum StackCommand {
   keel stack ls
   keel stack ls --json | jq -r '.[].name'")]
     Ls {
-        /// Print `[{\"name\", \"current\", \"lastUpdate\", \"resourceCount\"}]`.
+        /// Print `[{\"name\", \"current\", \"lastUpdate\",
+        /// \"updateInProgress\", \"resourceCount\"}]`.
         #[arg(long)]
         json: bool,
     },

@@ -53,7 +53,7 @@ pub struct CancelRequest {
 /// it has the lock, and clears it when it lets go); one with content is
 /// probed, so that the content a crashed holder left is not taken for a
 /// running operation.
-fn holder(lock: &Path) -> Result<Option<Holder>, CliError> {
+pub(super) fn holder(lock: &Path) -> Result<Option<Holder>, CliError> {
     let text = match std::fs::read_to_string(lock) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),

@@ -28,8 +28,11 @@ pub struct StackRow {
     pub name: String,
     /// Whether it is the selected stack.
     pub current: bool,
-    /// When its last operation began (the manifest's time), if any ran.
+    /// When its last operation ended (its history's last record), else
+    /// began (the state's manifest time), if any ran.
     pub last_update: Option<String>,
+    /// Whether an operation holds it now.
+    pub update_in_progress: bool,
     /// How many resources its state holds; `None` when it cannot be read.
     pub resource_count: Option<usize>,
 }
@@ -54,10 +57,19 @@ pub fn rows(backend: &Path) -> Result<Vec<StackRow>, CliError> {
                 (None, None)
             }
         };
+        let ended = b
+            .history(&name)
+            .ok()
+            .and_then(|h| h.records.last().map(|r| r.end.clone()));
+        let update_in_progress = super::cancel::holder(&b.paths(&name).lock)
+            .ok()
+            .flatten()
+            .is_some();
         rows.push(StackRow {
             current: selected.as_deref() == Some(name.as_str()),
+            update_in_progress,
             name,
-            last_update,
+            last_update: ended.or(last_update),
             resource_count,
         });
     }
@@ -78,6 +90,7 @@ pub fn ls(backend: &Path, json: bool) -> Result<(), CliError> {
                     "name": r.name,
                     "current": r.current,
                     "lastUpdate": r.last_update,
+                    "updateInProgress": r.update_in_progress,
                     "resourceCount": r.resource_count,
                 })
             })
@@ -104,7 +117,11 @@ pub fn ls(backend: &Path, json: bool) -> Result<(), CliError> {
     for (r, name) in rows.iter().zip(&names) {
         out(&format!(
             "{name:width$}  {:25}  {}",
-            r.last_update.as_deref().unwrap_or("n/a"),
+            if r.update_in_progress {
+                "in progress"
+            } else {
+                r.last_update.as_deref().unwrap_or("n/a")
+            },
             r.resource_count
                 .map_or_else(|| "unreadable".to_owned(), |n| n.to_string())
         ));
