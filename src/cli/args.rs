@@ -647,8 +647,9 @@ passphrase: KEEL_CONFIG_PASSPHRASE or KEEL_CONFIG_PASSPHRASE_FILE).")]
   keel stack history
   keel stack history --json | jq '.[0].result'
 
-Every `keel up`, `refresh` and `destroy` that took the stack's lock is
-recorded, whether it succeeded, failed or was cancelled: kind, start, end,
+Every `keel up`, `refresh` and `destroy` that ran (took the stack's lock
+and started; refused input is not) is recorded, whether it succeeded,
+failed or was cancelled: kind, start, end,
 result, error, step counts, the program (path, project, SHA-256), user,
 host, pid and keel version.")]
     History {

@@ -1,9 +1,10 @@
 //! The operation history from the CLI side: [`recorded`] runs `keel up`,
 //! `refresh` or `destroy` with a [`Recorder`] that appends the operation's
 //! [`HistoryRecord`] to the stack's history once it ended, whatever its
-//! result, when it got as far as taking the stack's lock and its input was
-//! good (bad input, exit 2, changes nothing, history included, even when
-//! it is found once the stack was read); and
+//! result (succeeded, failed, cancelled: a plan that fails is recorded),
+//! when it ran: it took the stack's lock and the engine started (a check
+//! refusing it before then, such as bad input, another project's program
+//! or a missing plugin, changes nothing, history included); and
 //! `keel stack history [--json]`, newest first as Pulumi lists it.
 
 use std::path::{Path, PathBuf};
@@ -122,7 +123,7 @@ impl Recorder {
 }
 
 /// Runs an operation with its [`Recorder`] and appends its record to the
-/// stack's history when it took the lock. A history that cannot be written
+/// stack's history when it ran (took the lock and started the engine). A history that cannot be written
 /// is a warning: the operation's own result stands.
 ///
 /// # Errors
@@ -138,10 +139,14 @@ pub fn recorded(
     let result = op(&rec);
     // The operation ended: no more cancel requests for it.
     drop(rec.seen.locked().watch.take());
-    // Bad input (exit 2) changes nothing, history included, even when it
-    // is found once the stack was read (another project's program).
-    let bad_input = result.as_ref().is_err_and(|e| e.exit_code() == 2);
-    if rec.seen.locked().locked && !bad_input {
+    // Only what ran is recorded: a check refusing the operation before the
+    // engine started (bad input, another project's program, a missing
+    // plugin) changes nothing, history included.
+    let ran = matches!(
+        result,
+        Ok(()) | Err(CliError::Failed { .. } | CliError::Engine(_))
+    );
+    if rec.seen.locked().locked && ran {
         let record = rec.record(&result);
         if let Err(e) = Backend::new(&rec.backend).append_history(&rec.stack, &record) {
             eprintln!(

@@ -370,17 +370,27 @@ pub fn rename(backend: &Path, old: &str, new: &str, yes: bool) -> Result<(), Cli
             .into())
         }
     }
-    let _new_lock = b.lock(new, "keel stack rename")?;
-    write_base(&paths.base, &d, 0, 0, &IoCounters::default())?;
-    // The history goes with the stack (the old copy stays in the backups).
-    let (from, to) = (b.history_path(old), b.history_path(new));
-    if from.is_file() {
-        let bytes = std::fs::read(&from).map_err(|source| PersistError::Io {
-            path: from.clone(),
-            source,
-        })?;
-        atomic_write(&to, &bytes, false, &IoCounters::default())
-            .map_err(|source| PersistError::Io { path: to, source })?;
+    let new_lock = b.lock(new, "keel stack rename")?;
+    let write_new = || -> Result<(), PersistError> {
+        write_base(&paths.base, &d, 0, 0, &IoCounters::default())?;
+        // The history goes with the stack (the old copy stays in the
+        // backups).
+        let (from, to) = (b.history_path(old), b.history_path(new));
+        if from.is_file() {
+            let bytes = std::fs::read(&from).map_err(|source| PersistError::Io {
+                path: from.clone(),
+                source,
+            })?;
+            atomic_write(&to, &bytes, false, &IoCounters::default())
+                .map_err(|source| PersistError::Io { path: to, source })?;
+        }
+        Ok(())
+    };
+    if let Err(e) = write_new() {
+        // A half-written new stack is not left behind; the old one stands.
+        drop(new_lock);
+        let _ = std::fs::remove_dir_all(&paths.dir);
+        return Err(e.into());
     }
     // The new stack is complete: the old one goes to the backups (a crash
     // before this leaves both, never neither).
