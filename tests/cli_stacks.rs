@@ -588,3 +588,44 @@ fn cancel_stops_a_running_up_gracefully() {
     k.ok(&["destroy", "--yes"]);
     assert!(k.cloud().is_empty());
 }
+
+#[test]
+fn a_ctrl_c_is_recorded_as_cancelled() {
+    let k = Keel::new();
+    let v1 = example("site-v1.yaml");
+    let mut up = k
+        .command(&[
+            "up",
+            "--program",
+            &v1,
+            "--parallel",
+            "1",
+            "--sim-latency-ms",
+            "1500",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn keel up");
+    // Once a step was shown, the operation renders its events (and
+    // handles Ctrl-C).
+    let stdout = up.stdout.take().expect("stdout");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    loop {
+        let line = lines.next().expect("keel up shows a step").expect("a line");
+        if line.starts_with("create ") {
+            break;
+        }
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-s", "INT", &up.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success());
+    let out = up.wait_with_output().expect("keel up ends");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    k.ok(&["state", "verify"]);
+    let h = history(&k, &[]);
+    assert_eq!(kinds(&h), ["update cancelled"]);
+}

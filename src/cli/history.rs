@@ -252,3 +252,31 @@ pub fn history(backend: &Path, stack: &str, json: bool) -> Result<(), CliError> 
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_program_directory_is_identified_by_its_listing() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("Pulumi.yaml"), "name: shop\n").unwrap();
+        std::fs::write(dir.path().join("__main__.py"), "x = 1\n").unwrap();
+        let one = identity(dir.path());
+        assert_eq!(one.project.as_deref(), Some("shop"));
+        assert_eq!(one.sha256.as_deref().map(str::len), Some(64));
+        assert_eq!(
+            identity(dir.path()),
+            one,
+            "the same listing, the same identity"
+        );
+        std::fs::write(dir.path().join("__main__.py"), "x = 12\n").unwrap();
+        assert_ne!(identity(dir.path()).sha256, one.sha256, "a file resized");
+        let file = dir.path().join("Pulumi.yaml");
+        let f = identity(&file);
+        assert_eq!(
+            f.sha256.as_deref(),
+            Some(hex::encode(Sha256::digest(b"name: shop\n")).as_str())
+        );
+    }
+}
