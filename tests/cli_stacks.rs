@@ -629,3 +629,61 @@ fn a_ctrl_c_is_recorded_as_cancelled() {
     let h = history(&k, &[]);
     assert_eq!(kinds(&h), ["update cancelled"]);
 }
+
+#[test]
+fn rename_and_rm_carry_the_stack_config_file() {
+    let k = Keel::new();
+    let src = std::fs::read_to_string(example("site-v1.yaml")).unwrap();
+    let prog = k.write("site.yaml", &src);
+    k.ok(&["config", "set", "env", "qa", "--program", &prog]);
+    assert!(k.path().join("Pulumi.dev.yaml").is_file());
+    k.ok(&["up", "--program", &prog]);
+
+    // A config file of the new name refuses the rename.
+    k.write("Pulumi.prod.yaml", "config: {}\n");
+    let before = k.files();
+    let (_, err) = k.expect(2, &["stack", "rename", "prod", "--program", &prog, "--yes"]);
+    assert!(err.contains("Pulumi.prod.yaml"), "{err}");
+    assert_eq!(k.files(), before);
+    assert!(k.path().join("Pulumi.dev.yaml").is_file());
+    std::fs::remove_file(k.path().join("Pulumi.prod.yaml")).unwrap();
+
+    // The config file follows the stack: the next up changes nothing.
+    k.ok(&["stack", "rename", "prod", "--program", &prog, "--yes"]);
+    assert!(!k.path().join("Pulumi.dev.yaml").exists());
+    assert!(k.path().join("Pulumi.prod.yaml").is_file());
+    let (out, _) = k.expect(0, &["up", "--program", &prog, "--stack", "prod", "--json"]);
+    all_same(&out);
+
+    // rm moves the config file into the backups, unless --preserve-config.
+    k.ok(&["stack", "init", "tmp"]);
+    k.ok(&[
+        "config",
+        "set",
+        "env",
+        "x",
+        "--program",
+        &prog,
+        "--stack",
+        "tmp",
+    ]);
+    k.ok(&[
+        "stack",
+        "rm",
+        "tmp",
+        "--program",
+        &prog,
+        "--preserve-config",
+        "--yes",
+    ]);
+    assert!(k.path().join("Pulumi.tmp.yaml").is_file());
+    k.ok(&["stack", "init", "tmp"]);
+    k.ok(&["stack", "rm", "tmp", "--program", &prog, "--yes"]);
+    assert!(!k.path().join("Pulumi.tmp.yaml").exists());
+    assert!(backups(&k).iter().any(|b| k
+        .backend()
+        .join("backups")
+        .join(b)
+        .join("Pulumi.tmp.yaml")
+        .is_file()));
+}

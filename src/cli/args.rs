@@ -591,6 +591,8 @@ Refuses a stack that exists.")]
 
 A stack that still has resources is refused unless --force (their cloud
 objects are then no longer tracked: `keel destroy` first to delete them).
+The stack's config file (Pulumi.<name>.yaml in the --program directory) is
+moved along into backups/ unless --preserve-config.
 Asks for confirmation unless --yes; without a terminal --yes is required.")]
     Rm {
         /// The stack.
@@ -598,6 +600,12 @@ Asks for confirmation unless --yes; without a terminal --yes is required.")]
         /// Remove it even though it has resources.
         #[arg(long, short = 'f')]
         force: bool,
+        /// Leave the stack's config file where it is.
+        #[arg(long)]
+        preserve_config: bool,
+        /// The program whose directory holds the stack's config file.
+        #[arg(long, value_name = "PATH", default_value = ".")]
+        program: PathBuf,
         /// Proceed without asking.
         #[arg(long, short = 'y')]
         yes: bool,
@@ -609,7 +617,9 @@ Asks for confirmation unless --yes; without a terminal --yes is required.")]
   keel stack rename dev2 --yes
 
 The renamed state is verified before it is written; the old stack's
-directory is kept under the backend's backups/. Refuses a NEW that exists.
+directory is kept under the backend's backups/. Refuses a NEW that exists
+(as a stack, or as a config file). The stack's config file
+(Pulumi.<old>.yaml in the --program directory) is renamed too.
 Asks for confirmation unless --yes; without a terminal --yes is required.")]
     Rename {
         /// The new name.
@@ -617,6 +627,9 @@ Asks for confirmation unless --yes; without a terminal --yes is required.")]
         /// The stack to rename.
         #[command(flatten)]
         stack: StackArg,
+        /// The program whose directory holds the stack's config file.
+        #[arg(long, value_name = "PATH", default_value = ".")]
+        program: PathBuf,
         /// Proceed without asking.
         #[arg(long, short = 'y')]
         yes: bool,

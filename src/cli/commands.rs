@@ -52,12 +52,22 @@ pub fn run(mut cli: Cli) -> Result<(), CliError> {
         Command::Stack(StackCommand::Ls { json }) => super::stacks::ls(&backend, json),
         Command::Stack(StackCommand::Select { name }) => super::stacks::select(&backend, &name),
         Command::Stack(StackCommand::Init { name }) => super::stacks::init(&backend, &name),
-        Command::Stack(StackCommand::Rm { name, force, yes }) => {
-            super::stacks::rm(&backend, &name, force, yes)
+        Command::Stack(StackCommand::Rm {
+            name,
+            force,
+            preserve_config,
+            program,
+            yes,
+        }) => {
+            let config = (!preserve_config).then_some(program.as_path());
+            super::stacks::rm(&backend, &name, force, config, yes)
         }
-        Command::Stack(StackCommand::Rename { new, stack, yes }) => {
-            super::stacks::rename(&backend, stack.name(), &new, yes)
-        }
+        Command::Stack(StackCommand::Rename {
+            new,
+            stack,
+            program,
+            yes,
+        }) => super::stacks::rename(&backend, stack.name(), &new, &program, yes),
         Command::Stack(StackCommand::Output {
             name,
             stack,
@@ -433,10 +443,21 @@ where
     // its plugins are killed) and keel exits 130.
     let mut op = Box::pin(op);
     let mut interrupts = 0u8;
+    // One listener at a time, kept across events: a Ctrl-C that arrives
+    // while an event is rendered is seen at the next turn, not lost.
+    type Listener = std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send>>;
+    let listen = || -> Listener { Box::pin(tokio::signal::ctrl_c()) };
+    let mut ctrl_c = listen();
     loop {
         tokio::select! {
             Some(e) = rx.recv() => display.event(&e),
-            Ok(()) = tokio::signal::ctrl_c() => {
+            heard = &mut ctrl_c => {
+                if heard.is_err() {
+                    // No signal handling here: Ctrl-C keeps its default.
+                    ctrl_c = Box::pin(std::future::pending());
+                    continue;
+                }
+                ctrl_c = listen();
                 interrupts += 1;
                 if interrupts == 1 {
                     cancel.cancel();

@@ -95,6 +95,12 @@ pub enum CliError {
         /// The backend directory.
         backend: PathBuf,
     },
+    /// `stack rename` onto a name whose config file exists.
+    #[error("the config file {} already exists: renaming the stack would replace it; move it away first (nothing was changed)", .path.display())]
+    ConfigFileExists {
+        /// The file.
+        path: PathBuf,
+    },
     /// `stack rm` of a stack that has resources, without `--force`.
     #[error("stack `{stack}` still has {count} resources; `keel destroy --stack {stack}` deletes them first, or `--force` removes the stack anyway (their cloud objects are then no longer tracked)")]
     StackHasResources {
@@ -302,6 +308,7 @@ impl CliError {
             | Self::NoStack { .. }
             | Self::StackExists { .. }
             | Self::StackHasResources { .. }
+            | Self::ConfigFileExists { .. }
             | Self::NoSuchOutput { .. }
             | Self::NeedsYes { .. }
             | Self::Declined { .. }

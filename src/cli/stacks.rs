@@ -12,6 +12,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
 
 use super::commands::{check_stack, existing, secrets_first, with_passphrase};
+use super::config::config_dir;
 use super::display::{mask, out, show_value};
 use super::CliError;
 use crate::migrate::rewrite::{identity_in, rewrite, SuccessorMap};
@@ -207,14 +208,22 @@ pub(super) fn confirm(what: &str, question: &str, yes: bool) -> Result<(), CliEr
     }
 }
 
-/// `keel stack rm NAME [--force] [--yes]`: moves the stack's directory
-/// under `backups/`; clears the selection if it was selected.
+/// `keel stack rm NAME [--force] [--preserve-config] [--yes]`: moves the
+/// stack's directory under `backups/` and, with `config` (the program
+/// whose directory holds it), the stack's config file into it; clears the
+/// selection if it was selected.
 ///
 /// # Errors
 /// [`CliError::NoStack`], [`CliError::StackHasResources`] (without
 /// `force`), [`CliError::Backend`] for a locked or unreadable stack,
 /// [`CliError::NeedsYes`], [`CliError::Declined`], [`CliError::Persist`].
-pub fn rm(backend: &Path, name: &str, force: bool, yes: bool) -> Result<(), CliError> {
+pub fn rm(
+    backend: &Path,
+    name: &str,
+    force: bool,
+    config: Option<&Path>,
+    yes: bool,
+) -> Result<(), CliError> {
     let b = existing(backend, name)?;
     // With --force an unreadable stack can be removed too (its count is
     // then unknown); without, its error is the answer.
@@ -252,6 +261,18 @@ pub fn rm(backend: &Path, name: &str, force: bool, yes: bool) -> Result<(), CliE
     refuse(n)?;
     let kept = b.move_to_backups(name)?;
     drop(lock);
+    if let Some(program) = config {
+        let file = crate::config::stack_file(&config_dir(program), name);
+        if file.is_file() {
+            let to = kept.join(file.file_name().unwrap_or_default());
+            move_file(&file, &to)?;
+            eprintln!(
+                "moved its config file {} to {}",
+                file.display(),
+                to.display()
+            );
+        }
+    }
     if b.selected()?.as_deref() == Some(name) {
         b.select(None)?;
     }
@@ -263,6 +284,26 @@ pub fn rm(backend: &Path, name: &str, force: bool, yes: bool) -> Result<(), CliE
         "removed stack `{name}` ({shown}); its files are kept in {}",
         kept.display()
     );
+    Ok(())
+}
+
+/// Moves `from` to `to` (which must not exist: a hard link, then the old
+/// name removed), durably.
+fn move_file(from: &Path, to: &Path) -> Result<(), PersistError> {
+    let io = |path: &Path| {
+        let path = path.to_owned();
+        move |source| PersistError::Io { path, source }
+    };
+    std::fs::hard_link(from, to).map_err(io(to))?;
+    std::fs::remove_file(from).map_err(io(from))?;
+    let counters = IoCounters::default();
+    for f in [to, from] {
+        let dir = match f.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        crate::persist::fs::sync_dir(dir, &counters).map_err(io(dir))?;
+    }
     Ok(())
 }
 
@@ -326,15 +367,23 @@ pub fn rename_deployment(d: &Deployment, old: &str, new: &str) -> Deployment {
     out
 }
 
-/// `keel stack rename NEW [--stack OLD] [--yes]`.
+/// `keel stack rename NEW [--stack OLD] [--program PATH] [--yes]`: the
+/// stack's config file in the program's directory is renamed too.
 ///
 /// # Errors
 /// [`CliError::BadStackName`], [`CliError::NoStack`],
-/// [`CliError::StackExists`], [`CliError::Verify`] when the renamed state
+/// [`CliError::StackExists`], [`CliError::ConfigFileExists`],
+/// [`CliError::Verify`] when the renamed state
 /// fails integrity (nothing is written), [`CliError::Backend`] for a locked
 /// or unreadable stack, [`CliError::NeedsYes`], [`CliError::Declined`],
 /// [`CliError::Persist`].
-pub fn rename(backend: &Path, old: &str, new: &str, yes: bool) -> Result<(), CliError> {
+pub fn rename(
+    backend: &Path,
+    old: &str,
+    new: &str,
+    program: &Path,
+    yes: bool,
+) -> Result<(), CliError> {
     check_stack(new)?;
     let b = existing(backend, old)?;
     let taken = || CliError::StackExists {
@@ -343,6 +392,15 @@ pub fn rename(backend: &Path, old: &str, new: &str, yes: bool) -> Result<(), Cli
     };
     if b.paths(new).dir.exists() {
         return Err(taken());
+    }
+    let dir = config_dir(program);
+    let (old_config, new_config) = (
+        crate::config::stack_file(&dir, old),
+        crate::config::stack_file(&dir, new),
+    );
+    let old_config = old_config.is_file().then_some(old_config);
+    if old_config.is_some() && new_config.exists() {
+        return Err(CliError::ConfigFileExists { path: new_config });
     }
     confirm(
         "keel stack rename",
@@ -396,6 +454,14 @@ pub fn rename(backend: &Path, old: &str, new: &str, yes: bool) -> Result<(), Cli
     // before this leaves both, never neither).
     let kept = b.move_to_backups(old)?;
     drop(old_lock);
+    if let Some(from) = &old_config {
+        move_file(from, &new_config)?;
+        eprintln!(
+            "renamed its config file {} to {}",
+            from.display(),
+            new_config.display()
+        );
+    }
     if b.selected()?.as_deref() == Some(old) {
         b.select(Some(new))?;
     }
