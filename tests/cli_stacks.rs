@@ -485,8 +485,14 @@ fn cancel_stops_a_running_up_gracefully() {
     assert!(request.exists());
     drop(held);
 
-    // A slow up (one step at a time, 1.5 s each): the stale request above
-    // does not stop it; `keel cancel` once it holds the lock does.
+    // The request was for that holder: the next operation removes it as it
+    // takes the lock, and runs.
+    k.ok(&["refresh"]);
+    assert!(!request.exists());
+    assert_eq!(kinds(&history(&k, &[])), ["refresh succeeded"]);
+
+    // A slow up (one step at a time, 1.5 s each): `keel cancel` once it
+    // holds the lock stops it.
     let up = k
         .command(&[
             "up",
@@ -543,7 +549,7 @@ fn cancel_stops_a_running_up_gracefully() {
             .expect("the lock was released"),
     );
     let h = history(&k, &[]);
-    assert_eq!(kinds(&h)[0], "update cancelled");
+    assert_eq!(kinds(&h), ["update cancelled", "refresh succeeded"]);
     assert!(
         h[0]["error"].as_str().unwrap().contains("cancelled"),
         "{}",

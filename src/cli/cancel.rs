@@ -138,6 +138,13 @@ pub fn watch(backend: &Path, stack: &str, cancel: Cancel) -> Watch {
     let path = Backend::new(backend).paths(stack).dir.join(CANCEL_FILE);
     let stop = Arc::new(AtomicBool::new(false));
     let me = Holder::me("");
+    // A request left for an earlier holder goes now, as the lock is taken.
+    let for_me = |r: &CancelRequest| r.target_pid == me.pid && r.target_host == me.host;
+    if let Ok(bytes) = std::fs::read(&path) {
+        if !serde_json::from_slice::<CancelRequest>(&bytes).is_ok_and(|r| for_me(&r)) {
+            let _ = std::fs::remove_file(&path);
+        }
+    }
     let (p, s) = (path.clone(), stop.clone());
     let thread = std::thread::Builder::new()
         .name("keel-cancel-watch".into())
