@@ -22,6 +22,7 @@ pub mod program;
 pub mod run;
 pub mod serving;
 pub mod show;
+pub mod surgery;
 pub mod template;
 
 use std::path::PathBuf;
