@@ -61,6 +61,29 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
         Command::State(StateCommand::Show { stack, json }) => {
             state_show(&backend, &stack.stack, json)
         }
+        Command::State(StateCommand::Delete(a)) => super::state_cmds::delete(&backend, a),
+        Command::State(StateCommand::Protect(a)) => super::state_cmds::protect(
+            &backend,
+            &a.stack.stack,
+            super::surgery::Selection::Urns(a.urns),
+            true,
+            a.yes,
+        ),
+        Command::State(StateCommand::Unprotect(a)) => super::state_cmds::protect(
+            &backend,
+            &a.stack.stack,
+            if a.all {
+                super::surgery::Selection::All
+            } else {
+                super::surgery::Selection::Urns(a.urns)
+            },
+            false,
+            a.yes,
+        ),
+        Command::State(StateCommand::Rename(a)) => super::state_cmds::rename(&backend, a),
+        Command::State(StateCommand::Move(a)) => super::state_cmds::move_resources(&backend, a),
+        Command::State(StateCommand::Repair(a)) => super::state_cmds::repair(&backend, a),
+        Command::State(StateCommand::Edit(a)) => super::state_cmds::edit(&backend, a),
         Command::Cloud(CloudCommand::List { json }) => cloud_list(&backend, json),
         Command::Config(c) => super::config::run(&backend, c),
     }

@@ -15,6 +15,7 @@
 pub mod args;
 pub mod commands;
 pub mod config;
+mod confirm;
 mod decode;
 pub mod display;
 pub mod import;
@@ -22,6 +23,7 @@ pub mod program;
 pub mod run;
 pub mod serving;
 pub mod show;
+pub mod state_cmds;
 pub mod surgery;
 pub mod template;
 
@@ -80,6 +82,29 @@ pub enum CliError {
         stack: String,
         /// The backend directory.
         backend: PathBuf,
+    },
+    /// A command that changes state was run without a terminal to confirm
+    /// on, and without `--yes`.
+    #[error(
+        "{what} changes state and stdin is not a terminal to confirm on: pass --yes to proceed"
+    )]
+    NeedsYes {
+        /// The command.
+        what: String,
+    },
+    /// The user declined the confirmation.
+    #[error("{what}: declined; nothing was changed")]
+    Declined {
+        /// The command.
+        what: String,
+    },
+    /// A state edit was refused (`keel state ...`); nothing was changed.
+    #[error("stack `{stack}`: {source}")]
+    Edit {
+        /// The stack.
+        stack: String,
+        /// Why.
+        source: surgery::EditError,
     },
     /// The program file is unreadable or invalid.
     #[error(transparent)]
@@ -247,6 +272,9 @@ impl CliError {
             | Self::ServingConflict { .. }
             | Self::BadStackName(_)
             | Self::NoStack { .. }
+            | Self::NeedsYes { .. }
+            | Self::Declined { .. }
+            | Self::Edit { .. }
             | Self::Program(_)
             | Self::Python(_)
             | Self::ReadInput { .. }
