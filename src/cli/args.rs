@@ -108,6 +108,18 @@ Protected resources block a destroy before anything is deleted.")]
     /// Inspect a stack's state.
     #[command(subcommand)]
     State(StateCommand),
+    /// Adopt existing cloud objects into the stack (read, never created).
+    #[command(after_help = "Examples:
+  keel import aws:s3/bucket:Bucket logs site-logs-1a2b3c
+  keel import aws:s3/bucket:Bucket logs ID --parent 'urn:pulumi:dev::site::site:web:Site::site' --yes
+  keel import --file resources.json --yes
+
+The file is Pulumi's import file: {\"resources\": [{\"type\", \"name\", \"id\",
+\"parent\", \"provider\", \"version\", \"logicalName\", \"component\"}],
+\"nameTable\": {\"name\": \"URN\"}}. Imported resources are protected unless
+--protect=false. An ID the stack already manages is refused (exit 2); an ID
+the cloud does not have fails (exit 1) and changes nothing.")]
+    Import(super::commands::adopt::ImportArgs),
     /// Inspect the simulated cloud.
     #[command(subcommand)]
     Cloud(CloudCommand),

@@ -106,6 +106,24 @@ pub enum CliError {
         /// Why.
         source: surgery::EditError,
     },
+    /// An import file (`keel import --file`) that cannot be used.
+    #[error("{}: {message}", .path.display())]
+    ImportFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// `keel import` of an object or URN the stack already manages.
+    #[error("stack `{stack}` already manages {urn} (id `{id}`): nothing to import; `keel state delete` it first to import it anew")]
+    AlreadyManaged {
+        /// The stack.
+        stack: String,
+        /// The resource managing it.
+        urn: String,
+        /// Its ID.
+        id: String,
+    },
     /// The program file is unreadable or invalid.
     #[error(transparent)]
     Program(#[from] program::ProgramFileError),
@@ -275,6 +293,8 @@ impl CliError {
             | Self::NeedsYes { .. }
             | Self::Declined { .. }
             | Self::Edit { .. }
+            | Self::ImportFile { .. }
+            | Self::AlreadyManaged { .. }
             | Self::Program(_)
             | Self::Python(_)
             | Self::ReadInput { .. }
