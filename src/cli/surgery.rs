@@ -300,12 +300,18 @@ pub struct RepairReport {
     pub pruned: Vec<(String, String, String)>,
     /// Pending operations dropped as duplicates: (URN, operation).
     pub duplicate_pending: Vec<(String, String)>,
+    /// URNs rewritten because a parent was dropped (the parent type leaves
+    /// the URN, of the orphan and of its descendants): (old, new).
+    pub renamed: Vec<(String, String)>,
 }
 
 impl RepairReport {
     /// True when nothing was changed.
     pub fn is_empty(&self) -> bool {
-        self.reordered.is_empty() && self.pruned.is_empty() && self.duplicate_pending.is_empty()
+        self.reordered.is_empty()
+            && self.pruned.is_empty()
+            && self.duplicate_pending.is_empty()
+            && self.renamed.is_empty()
     }
 
     /// One line per change, for the user.
@@ -320,6 +326,9 @@ impl RepairReport {
         for (u, op) in &self.duplicate_pending {
             out.push(format!("drop a duplicate pending {op} of {u}"));
         }
+        for (old, new) in &self.renamed {
+            out.push(format!("rename {old} to {new} (its parent chain changed)"));
+        }
         out
     }
 
@@ -329,6 +338,7 @@ impl RepairReport {
             "reordered": self.reordered.iter().map(|(u, f, t)| serde_json::json!({"urn": u, "from": f, "to": t})).collect::<Vec<_>>(),
             "pruned": self.pruned.iter().map(|(u, k, m)| serde_json::json!({"urn": u, "kind": k, "missing": m})).collect::<Vec<_>>(),
             "duplicatePending": self.duplicate_pending.iter().map(|(u, o)| serde_json::json!({"urn": u, "type": o})).collect::<Vec<_>>(),
+            "renamed": self.renamed.iter().map(|(o, n)| serde_json::json!({"from": o, "to": n})).collect::<Vec<_>>(),
         })
     }
 }
@@ -462,6 +472,49 @@ pub fn repair(d: &mut Deployment) -> Result<RepairReport, EditError> {
             .map(Some)
             .collect();
         d.resources = order.iter().filter_map(|&i| old[i].take()).collect();
+    }
+    // A resource whose parent was dropped loses the parent's type from its
+    // URN, and its descendants follow (as Pulumi's prune does); references
+    // to the old URNs follow too.
+    let orphans: HashSet<String> = report
+        .pruned
+        .iter()
+        .filter(|(_, kind, _)| kind == "parent")
+        .map(|(u, _, _)| u.clone())
+        .collect();
+    if !orphans.is_empty() {
+        let mut map = SuccessorMap::new();
+        for r in &d.resources {
+            let parent_q = if orphans.contains(r.urn.as_str()) {
+                None
+            } else if let Some(p) = map.get(&r.parent) {
+                Some(p.qualified_type().to_owned())
+            } else {
+                continue;
+            };
+            let Ok(ty) = TypeToken::parse(r.urn.type_str()) else {
+                continue;
+            };
+            let Ok(new) = Urn::new(
+                r.urn.stack(),
+                r.urn.project(),
+                parent_q.as_deref(),
+                &ty,
+                r.urn.name(),
+            ) else {
+                continue;
+            };
+            if new != r.urn {
+                map.insert(r.urn.clone(), new);
+            }
+        }
+        for r in &mut d.resources {
+            if let Some(n) = map.get(&r.urn) {
+                report.renamed.push((r.urn.to_string(), n.to_string()));
+                r.urn = n.clone();
+            }
+        }
+        rewrite_all(d, &map);
     }
     // Duplicate pending operations: the same resource and operation.
     let mut seen = HashSet::new();
@@ -964,6 +1017,30 @@ mod tests {
         assert_eq!(d.pending_operations.len(), 1);
         // Repairing a valid state changes nothing.
         assert!(repair(&mut d).unwrap().is_empty());
+    }
+
+    #[test]
+    fn repair_drops_a_missing_parent_from_the_urns() {
+        let comp = "urn:pulumi:dev::proj::my:c:C::gone";
+        let child = "urn:pulumi:dev::proj::my:c:C$sim:index:Bucket::kid";
+        let grandchild = "urn:pulumi:dev::proj::my:c:C$sim:index:Bucket$sim:index:Bucket::gk";
+        let mut d = raw(vec![
+            json!({"urn": child, "custom": true, "type": "sim:index:Bucket", "id": "1", "parent": comp, "provider": format!("{P}::p1")}),
+            json!({"urn": grandchild, "custom": true, "type": "sim:index:Bucket", "id": "2", "parent": child, "provider": format!("{P}::p1")}),
+            res("user", json!({"dependencies": [grandchild]})),
+        ]);
+        let report = repair(&mut d).unwrap();
+        crate::model::integrity::verify(&d).unwrap();
+        assert_eq!(report.renamed.len(), 2, "{report:?}");
+        assert_eq!(
+            d.resources[2].urn.as_str(),
+            "urn:pulumi:dev::proj::sim:index:Bucket::kid"
+        );
+        assert_eq!(
+            d.resources[3].urn.as_str(),
+            "urn:pulumi:dev::proj::sim:index:Bucket$sim:index:Bucket::gk"
+        );
+        assert_eq!(d.resources[4].dependencies[0], d.resources[3].urn);
     }
 
     #[test]
