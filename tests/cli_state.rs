@@ -383,3 +383,46 @@ fn move_takes_children_copies_the_provider_and_drops_cut_references() {
     assert_eq!(names(&k, "prod").len(), 7);
     k.ok(&["state", "verify", "--stack", "prod"]);
 }
+
+#[test]
+fn secrets_stay_encrypted_through_edits_and_moves() {
+    let mut k = Keel::new();
+    k.passphrase = Some("s3cure".into());
+    let program = k.write(
+        "vault.yaml",
+        "name: vault\nresources:\n  db:\n    type: \"aws:rds:Instance\"\n    properties: { password: { \"fn::secret\": \"pa55-w0rd-xyz\" }, size: 1 }\n  other:\n    type: \"aws:s3/bucket:Bucket\"\n    properties: { name: o }\n",
+    );
+    k.ok(&["up", "--program", &program]);
+    let db = k.urns().into_keys().find(|u| u.ends_with("::db")).unwrap();
+    let other = db.replace("aws:rds:Instance::db", "aws:s3/bucket:Bucket::other");
+    let plain = |k: &Keel| {
+        let mut all = String::new();
+        for (_, bytes) in k.files() {
+            all.push_str(&String::from_utf8_lossy(&bytes));
+        }
+        all.contains("pa55-w0rd-xyz")
+    };
+    // Surgery needs no passphrase and writes no plaintext.
+    k.passphrase = None;
+    k.ok(&["state", "rename", &other, "renamed", "--yes"]);
+    let o = k
+        .command(&["state", "edit", "--yes"])
+        .env("EDITOR", "sed -i s/\"size\":\\s*1/\"size\":2/")
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(
+        k.resources()[&db]["inputs"]["size"] == 2,
+        "the edit was written"
+    );
+    assert!(!plain(&k));
+    k.ok(&[
+        "state", "move", "--source", "dev", "--dest", "prod", &db, "--yes",
+    ]);
+    assert!(!plain(&k));
+    k.passphrase = Some("s3cure".into());
+    // The moved secret decrypts in its new stack with the same passphrase.
+    let shown = k.ok(&["stack", "export", "--stack", "prod", "--show-secrets"]);
+    assert!(shown.contains("pa55-w0rd-xyz"), "{shown}");
+    k.ok(&["state", "verify", "--stack", "prod"]);
+}
