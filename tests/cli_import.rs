@@ -85,6 +85,41 @@ fn import_adopts_an_object_by_reading_it() {
         .find(|r| r["type"] == "pulumi:pulumi:Stack")
         .unwrap();
     assert!(stack["outputs"]["url"].is_string(), "{stack}");
+
+    // Pulumi's `name=URN` forms of --parent and --provider.
+    let (logs, logs_id) = ids["logs"].clone();
+    k.ok(&[
+        "state",
+        "delete",
+        &logs,
+        "--force",
+        "--target-dependents",
+        "--yes",
+    ]);
+    let provider = k
+        .urns()
+        .into_keys()
+        .find(|u| u.contains("pulumi:providers:aws"))
+        .unwrap();
+    k.ok(&[
+        "import",
+        "aws:s3/bucket:Bucket",
+        "logs",
+        &logs_id,
+        "--parent",
+        &format!("site={}", ids["site"].0),
+        "--provider",
+        &format!("aws={provider}"),
+        "--protect=false",
+        "--yes",
+    ]);
+    let r = &k.resources()[&logs];
+    assert!(
+        r["provider"].as_str().unwrap().starts_with(&provider),
+        "{r}"
+    );
+    assert!(r.get("protect").is_none_or(|p| p == false), "{r}");
+    k.ok(&["state", "verify"]);
 }
 
 #[test]
@@ -294,4 +329,40 @@ fn a_program_file_imports_with_the_import_option() {
     let p = k.write("bad.yaml", "name: adopter\nresources:\n  c:\n    type: my:c:C\n    component: true\n    options:\n      import: x\n");
     let (_, err) = k.expect(2, &["up", "--program", &p, "--stack", "adopt"]);
     assert!(err.contains("options.import"), "{err}");
+}
+
+#[test]
+fn import_reads_through_an_explicit_provider_under_a_parent() {
+    let k = Keel::new();
+    let program = k.write(
+        "explicit.yaml",
+        "name: ex\nresources:\n  group:\n    type: my:app:Group\n    component: true\n  east:\n    type: pulumi:providers:aws\n    properties: { region: us-east-1 }\n  b:\n    type: aws:s3/bucket:Bucket\n    properties: { name: bee }\n    options: { parent: group, provider: east }\n",
+    );
+    k.ok(&["up", "--program", &program]);
+    let urns = k.urns();
+    let find = |suffix: &str| urns.iter().find(|(u, _)| u.ends_with(suffix)).unwrap();
+    let (b, b_id) = find("::b");
+    let (east, east_id) = find("::east");
+    let (group, _) = find("::group");
+    let provider_before = k.resources()[b]["provider"].clone();
+    k.ok(&["state", "delete", b, "--yes"]);
+    let cloud = k.cloud();
+    k.ok(&[
+        "import",
+        "aws:s3/bucket:Bucket",
+        "b",
+        b_id,
+        "--parent",
+        group,
+        "--provider",
+        east,
+        "--yes",
+    ]);
+    assert_eq!(k.cloud(), cloud);
+    let r = &k.resources()[b];
+    assert_eq!(r["provider"], provider_before);
+    assert_eq!(r["provider"], Value::from(format!("{east}::{east_id}")));
+    k.ok(&["state", "verify"]);
+    let (out, _) = k.expect(0, &["preview", "--program", &program, "--json"]);
+    all_same(&out);
 }

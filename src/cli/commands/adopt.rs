@@ -255,7 +255,9 @@ fn plan(
                     urn: p.to_string(),
                     stack: stack.to_owned(),
                 })?;
-            Some(format!("{}::{}", state.urn, state.id))
+            // A default provider is the engine's to register: the
+            // resource asks for it as the program's would.
+            (!is_default_provider(&state.urn)).then(|| format!("{}::{}", state.urn, state.id))
         };
         let urn = Urn::derive(stack, project, parent.as_ref(), &ty, logical)
             .map_err(|e| bad(format!("{what}: {e}")))?;
@@ -300,6 +302,61 @@ fn plan(
         out.push(Planned { urn, goal });
     }
     Ok(out)
+}
+
+/// Whether `urn` is a default provider (`pulumi:providers:<pkg>::default*`),
+/// which the engine registers itself.
+fn is_default_provider(urn: &Urn) -> bool {
+    urn.type_str().starts_with("pulumi:providers:") && urn.name().starts_with("default")
+}
+
+/// The registrations of the prior resources the imports need registered
+/// before them: their parents' chains and explicit providers (and those
+/// resources' own), in state order. They are outside the operation's
+/// targets, so their states are kept as they are.
+fn prior_goals(prior: &Deployment, planned: &[Planned]) -> Vec<Goal> {
+    let planned_urns: BTreeSet<&Urn> = planned.iter().map(|p| &p.urn).collect();
+    let provider_urn = |r: &str| {
+        crate::model::ProviderRef::parse(r)
+            .ok()
+            .map(|p| p.urn().clone())
+            .filter(|u| !is_default_provider(u))
+    };
+    let mut todo: Vec<Urn> = Vec::new();
+    for p in planned {
+        todo.extend(p.goal.options.parent.clone());
+        todo.extend(p.goal.options.provider.as_deref().and_then(provider_urn));
+    }
+    let mut needed: BTreeSet<Urn> = BTreeSet::new();
+    while let Some(u) = todo.pop() {
+        if planned_urns.contains(&u) || !needed.insert(u.clone()) {
+            continue;
+        }
+        if let Some(r) = prior.find(&u) {
+            if !r.parent.is_empty() {
+                todo.push(r.parent.clone());
+            }
+            todo.extend(provider_urn(&r.provider));
+        }
+    }
+    prior
+        .resources
+        .iter()
+        .filter(|r| !r.delete && !r.ty.is_stack() && needed.contains(&r.urn))
+        .map(|r| Goal {
+            ty: r.ty.clone(),
+            name: r.urn.name().to_owned(),
+            custom: r.custom,
+            inputs: r.inputs.clone(),
+            options: ResourceOptions {
+                parent: (!r.parent.is_empty()).then(|| r.parent.clone()),
+                provider: (!r.provider.is_empty() && provider_urn(&r.provider).is_some())
+                    .then(|| r.provider.clone()),
+                protect: r.protect,
+                ..ResourceOptions::default()
+            },
+        })
+        .collect()
 }
 
 /// `keel import`.
@@ -374,8 +431,10 @@ pub fn import_resources(backend: &Path, a: ImportArgs) -> Result<(), CliError> {
         let persister = open.persister(PersistenceKind::Journal, JournalOptions::default())?;
         let cancel = config.cancel.clone();
         let engine = Engine::new(config, registry);
-        let goals: Vec<Goal> = planned.iter().map(|p| p.goal.clone()).collect();
+        let mut goals = prior_goals(&open.deployment, &planned);
+        goals.extend(planned.iter().map(|p| p.goal.clone()));
         // Registered one after another: a parent before its children.
+        // Prior resources registered outside the targets keep their state.
         let program = move |ctx: crate::actors::Context| {
             let goals = goals.clone();
             async move {
