@@ -126,6 +126,11 @@ fn protect_blocks_delete_until_forced_or_unprotected() {
     assert!(k.files() == before);
 
     k.ok(&["state", "delete", &urns["cdn"], "--force", "--yes"]);
+    let (_, err) = k.expect(2, &["state", "delete", "--all", "--yes"]);
+    assert!(
+        err.contains(&urns["logs"]) && err.contains("--force"),
+        "{err}"
+    );
     k.ok(&["state", "unprotect", "--all", "--yes"]);
     assert_eq!(
         k.resources()[&urns["logs"]].get("protect"),
@@ -134,6 +139,10 @@ fn protect_blocks_delete_until_forced_or_unprotected() {
     let out = k.ok(&["state", "unprotect", &urns["logs"], "--yes"]);
     assert!(out.contains("nothing to change"), "{out}");
     k.ok(&["state", "verify"]);
+    let out = k.ok(&["state", "delete", "--all", "--yes"]);
+    assert_eq!(out.lines().count(), 6, "{out}");
+    assert!(k.resources().is_empty());
+    assert_eq!(k.cloud().len(), 4, "the cloud's objects are left alone");
 }
 
 #[test]

@@ -25,7 +25,11 @@ use crate::persist::PersistError;
 #[derive(Debug, Clone, Args)]
 pub struct DeleteArgs {
     /// The resource's URN.
-    pub urn: String,
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub urn: Option<String>,
+    /// Delete every resource of the stack.
+    #[arg(long)]
+    pub all: bool,
     /// The stack.
     #[command(flatten)]
     pub stack: StackArg,
@@ -273,8 +277,11 @@ pub fn delete(backend: &Path, a: DeleteArgs) -> Result<(), CliError> {
     let b = existing(backend, &stack)?;
     let l = open(&b, &stack, "keel state delete")?;
     let mut d = l.loaded.deployment.clone();
-    let gone = surgery::delete(&mut d, &stack, &a.urn, a.force, a.target_dependents)
-        .map_err(edit_err(&stack))?;
+    let gone = match &a.urn {
+        Some(urn) => surgery::delete(&mut d, &stack, urn, a.force, a.target_dependents),
+        None => surgery::delete_all(&mut d, a.force),
+    }
+    .map_err(edit_err(&stack))?;
     let list: Vec<String> = gone.iter().map(ToString::to_string).collect();
     confirm(
         "keel state delete",

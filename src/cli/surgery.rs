@@ -179,6 +179,28 @@ pub fn delete(
         .collect())
 }
 
+/// `state delete --all`: removes every resource from `d`, refusing when
+/// one is protected unless `force`. Returns the URNs deleted.
+///
+/// # Errors
+/// [`EditError::Protected`].
+pub fn delete_all(d: &mut Deployment, force: bool) -> Result<Vec<Urn>, EditError> {
+    if !force {
+        if let Some(p) = d.resources.iter().find(|r| r.protect) {
+            return Err(EditError::Protected {
+                urn: p.urn.to_string(),
+            });
+        }
+    }
+    let mut seen = HashSet::new();
+    let gone = std::mem::take(&mut d.resources)
+        .into_iter()
+        .map(|r| r.urn)
+        .filter(|u| seen.insert(u.clone()))
+        .collect();
+    Ok(gone)
+}
+
 /// Which resources `protect`/`unprotect` touch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Selection {
@@ -937,6 +959,15 @@ mod tests {
         crate::model::integrity::verify(&d).unwrap();
         let gone = delete(&mut d, "dev", &u("p"), true, false).unwrap();
         assert_eq!(gone.len(), 1);
+
+        let mut d = base.clone();
+        assert!(matches!(
+            delete_all(&mut d, false),
+            Err(EditError::Protected { .. })
+        ));
+        assert_eq!(d, base);
+        assert_eq!(delete_all(&mut d, true).unwrap().len(), 5);
+        assert!(d.resources.is_empty());
     }
 
     #[test]
