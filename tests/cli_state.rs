@@ -435,3 +435,50 @@ fn secrets_stay_encrypted_through_edits_and_moves() {
     assert!(shown.contains("pa55-w0rd-xyz"), "{shown}");
     k.ok(&["state", "verify", "--stack", "prod"]);
 }
+
+#[test]
+fn an_edit_adding_a_plaintext_secret_is_encrypted_or_refused() {
+    let (mut k, urns) = site();
+    let mut state = k.export();
+    for r in state["deployment"]["resources"].as_array_mut().unwrap() {
+        if r["urn"] == urns["cdn"].as_str() {
+            r["inputs"]["priceClass"] = serde_json::json!({
+                "4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270",
+                "plaintext": "\"Top-Secret-Class\"",
+            });
+        }
+    }
+    let edited = k.write("edited.json", &state.to_string());
+    let editor = format!("cp {edited}");
+    let before = k.files();
+    let o = k
+        .command(&["state", "edit", "--yes"])
+        .env("EDITOR", &editor)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("plaintext secrets"),
+        "{}",
+        text(&o.stderr)
+    );
+    assert!(k.files() == before, "nothing written");
+
+    k.passphrase = Some("s3cure".into());
+    let o = k
+        .command(&["state", "edit", "--yes"])
+        .env("EDITOR", &editor)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    for (path, bytes) in k.files() {
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains("Top-Secret-Class"),
+            "plaintext in {}",
+            path.display()
+        );
+    }
+    let shown = k.ok(&["stack", "export", "--show-secrets"]);
+    assert!(shown.contains("Top-Secret-Class"));
+    k.ok(&["state", "verify"]);
+}

@@ -17,7 +17,9 @@ use super::display::out;
 use super::surgery::{self, EditError, Selection};
 use super::CliError;
 use crate::model::{CheckpointFile, Deployment};
-use crate::persist::backend::{write_base, Backend, BackendError, Loaded, StackPaths};
+use crate::persist::backend::{
+    write_base, write_base_with, Backend, BackendError, Loaded, StackPaths,
+};
 use crate::persist::fs::{atomic_write, Holder, IoCounters, StackLock};
 use crate::persist::PersistError;
 
@@ -250,7 +252,29 @@ impl Locked {
             atomic_write(&self.paths.journal, &[], false, &self.counters)
                 .map_err(io(&self.paths.journal))?;
         }
-        write_base(&self.paths.base, d, self.loaded.seq, 0, &self.counters)?;
+        // A plaintext secret (put there by `state edit`) is encrypted on the
+        // way in, as `stack import` does, or refused without a passphrase.
+        let crypter = if crate::secrets::Crypter::has_plaintext(d) {
+            let secrets = |source| CliError::Secrets {
+                stack: self.stack.clone(),
+                source,
+            };
+            let passphrase = crate::secrets::passphrase_from_env()
+                .map_err(secrets)?
+                .ok_or_else(|| secrets(crate::secrets::SecretsError::PlaintextImport))?;
+            crate::secrets::Crypter::for_stack(&d.secrets_providers, Some(&passphrase))
+                .map_err(secrets)?
+        } else {
+            crate::secrets::Crypter::default()
+        };
+        write_base_with(
+            &self.paths.base,
+            d,
+            self.loaded.seq,
+            0,
+            &self.counters,
+            &crypter,
+        )?;
         if self.paths.journal.exists() {
             atomic_write(&self.paths.journal, &[], false, &self.counters)
                 .map_err(io(&self.paths.journal))?;
