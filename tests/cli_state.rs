@@ -114,8 +114,16 @@ fn protect_blocks_delete_until_forced_or_unprotected() {
             "--yes",
         ],
     );
-    let out = k.ok(&["state", "protect", &urns["cdn"], &urns["logs"], "--yes"]);
-    assert!(out.contains("protected"), "{out}");
+    let out = k.ok(&[
+        "state",
+        "protect",
+        &urns["cdn"],
+        &urns["logs"],
+        "--yes",
+        "--json",
+    ]);
+    let j: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(j["protected"].as_array().unwrap().len(), 2, "{out}");
     assert_eq!(k.resources()[&urns["cdn"]]["protect"], Value::Bool(true));
     let before = k.files();
     let (_, err) = k.expect(2, &["state", "delete", &urns["cdn"], "--yes"]);
@@ -150,9 +158,17 @@ fn rename_makes_references_follow() {
     let (k, urns) = site();
     let (_, err) = k.expect(2, &["state", "rename", &urns["assets"], "logs", "--yes"]);
     assert!(err.contains("already exists"), "{err}");
-    let out = k.ok(&["state", "rename", &urns["assets"], "static", "--yes"]);
+    let out = k.ok(&[
+        "state",
+        "rename",
+        &urns["assets"],
+        "static",
+        "--yes",
+        "--json",
+    ]);
     let new = urns["assets"].replace("::assets", "::static");
-    assert!(out.contains(&new), "{out}");
+    let j: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(j["to"], Value::from(new.clone()), "{out}");
     let r = k.resources();
     assert!(!r.contains_key(&urns["assets"]));
     let cdn = &r[&urns["cdn"]];

@@ -69,7 +69,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
             &a.stack.stack,
             super::surgery::Selection::Urns(a.urns),
             true,
-            a.yes,
+            (a.yes, a.json),
         ),
         Command::State(StateCommand::Unprotect(a)) => super::state_cmds::protect(
             &backend,
@@ -80,7 +80,7 @@ pub fn run(cli: Cli) -> Result<(), CliError> {
                 super::surgery::Selection::Urns(a.urns)
             },
             false,
-            a.yes,
+            (a.yes, a.json),
         ),
         Command::State(StateCommand::Rename(a)) => super::state_cmds::rename(&backend, a),
         Command::State(StateCommand::Move(a)) => super::state_cmds::move_resources(&backend, a),

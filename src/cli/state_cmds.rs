@@ -42,6 +42,9 @@ pub struct DeleteArgs {
     /// users of a provider).
     #[arg(long)]
     pub target_dependents: bool,
+    /// Print what changed as JSON.
+    #[arg(long)]
+    pub json: bool,
     /// Proceed without asking.
     #[arg(long, short = 'y')]
     pub yes: bool,
@@ -56,6 +59,9 @@ pub struct ProtectArgs {
     /// The stack.
     #[command(flatten)]
     pub stack: StackArg,
+    /// Print what changed as JSON.
+    #[arg(long)]
+    pub json: bool,
     /// Proceed without asking.
     #[arg(long, short = 'y')]
     pub yes: bool,
@@ -73,6 +79,9 @@ pub struct UnprotectArgs {
     /// The stack.
     #[command(flatten)]
     pub stack: StackArg,
+    /// Print what changed as JSON.
+    #[arg(long)]
+    pub json: bool,
     /// Proceed without asking.
     #[arg(long, short = 'y')]
     pub yes: bool,
@@ -88,6 +97,9 @@ pub struct RenameArgs {
     /// The stack.
     #[command(flatten)]
     pub stack: StackArg,
+    /// Print what changed as JSON.
+    #[arg(long)]
+    pub json: bool,
     /// Proceed without asking.
     #[arg(long, short = 'y')]
     pub yes: bool,
@@ -316,8 +328,12 @@ pub fn delete(backend: &Path, a: DeleteArgs) -> Result<(), CliError> {
         a.yes,
     )?;
     l.write(&d)?;
-    for u in &list {
-        out(&format!("deleted {u}"));
+    if a.json {
+        out(&serde_json::json!({"stack": stack, "deleted": list}).to_string());
+    } else {
+        for u in &list {
+            out(&format!("deleted {u}"));
+        }
     }
     Ok(())
 }
@@ -331,7 +347,7 @@ pub fn protect(
     stack: &str,
     which: Selection,
     on: bool,
-    yes: bool,
+    (yes, json): (bool, bool),
 ) -> Result<(), CliError> {
     let command = if on {
         "keel state protect"
@@ -343,8 +359,16 @@ pub fn protect(
     let mut d = l.loaded.deployment.clone();
     let changed = surgery::set_protect(&mut d, stack, &which, on).map_err(edit_err(stack))?;
     let verb = if on { "protected" } else { "unprotected" };
+    let report = |changed: &[crate::model::Urn]| {
+        let list: Vec<String> = changed.iter().map(ToString::to_string).collect();
+        out(&serde_json::json!({"stack": stack, verb: list}).to_string());
+    };
     if changed.is_empty() {
-        out(&format!("nothing to change: already {verb}"));
+        if json {
+            report(&changed);
+        } else {
+            out(&format!("nothing to change: already {verb}"));
+        }
         return Ok(());
     }
     confirm(
@@ -356,8 +380,12 @@ pub fn protect(
         yes,
     )?;
     l.write(&d)?;
-    for u in &changed {
-        out(&format!("{verb} {u}"));
+    if json {
+        report(&changed);
+    } else {
+        for u in &changed {
+            out(&format!("{verb} {u}"));
+        }
     }
     Ok(())
 }
@@ -382,7 +410,11 @@ pub fn rename(backend: &Path, a: RenameArgs) -> Result<(), CliError> {
         a.yes,
     )?;
     l.write(&d)?;
-    out(&format!("renamed {} to {new}", a.urn));
+    if a.json {
+        out(&serde_json::json!({"stack": stack, "from": a.urn, "to": new.as_str()}).to_string());
+    } else {
+        out(&format!("renamed {} to {new}", a.urn));
+    }
     Ok(())
 }
 
