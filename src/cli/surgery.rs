@@ -710,7 +710,7 @@ pub fn move_resources(
     loop {
         let before = chosen.len();
         for r in &src.resources {
-            if !r.parent.is_empty() && chosen.contains(&r.parent) && !r.ty.is_provider() {
+            if !r.parent.is_empty() && chosen.contains(&r.parent) {
                 chosen.insert(r.urn.clone());
             }
         }

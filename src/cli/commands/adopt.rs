@@ -23,7 +23,11 @@ use crate::source::goal::{Goal, ResourceOptions};
 #[derive(Debug, Clone, Args)]
 pub struct ImportArgs {
     /// The resource's type (`aws:s3/bucket:Bucket`).
-    #[arg(required_unless_present = "file", conflicts_with = "file")]
+    #[arg(
+        value_name = "TYPE",
+        required_unless_present = "file",
+        conflicts_with = "file"
+    )]
     pub ty: Option<String>,
     /// Its name in the stack.
     #[arg(requires = "ty")]
