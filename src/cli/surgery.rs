@@ -699,7 +699,8 @@ pub fn move_resources(
         let mut more = Vec::new();
         for u in &chosen {
             let mut cur = parents.get(u);
-            while let Some(p) = cur {
+            // The stack resource is never moved (nor its other children).
+            while let Some(p) = cur.filter(|p| Some(*p) != src_root.as_ref()) {
                 more.push(p.clone());
                 cur = parents.get(p);
             }
@@ -1082,6 +1083,42 @@ mod tests {
         let before = d.clone();
         assert!(matches!(repair(&mut d), Err(EditError::Unrepairable(_))));
         let _ = before;
+    }
+
+    #[test]
+    fn move_with_parents_takes_the_ancestors() {
+        let kid = "urn:pulumi:dev::proj::sim:index:Bucket$sim:index:Bucket::kid";
+        let mut src = deployment(vec![
+            res("a", json!({})),
+            json!({"urn": kid, "custom": true, "type": "sim:index:Bucket", "id": "k",
+                   "parent": u("a"), "provider": format!("{P}::p1")}),
+        ]);
+        let mut dst = Deployment::default();
+        let mut w = Vec::new();
+        let alone = move_resources(
+            &mut src.clone(),
+            "dev",
+            &mut Deployment::default(),
+            "prod",
+            &[kid.to_owned()],
+            false,
+            &mut w,
+        )
+        .unwrap();
+        assert_eq!(alone.moved, [kid]);
+        let both = move_resources(
+            &mut src,
+            "dev",
+            &mut dst,
+            "prod",
+            &[kid.to_owned()],
+            true,
+            &mut w,
+        )
+        .unwrap();
+        assert_eq!(both.moved, [u("a"), kid.to_owned()]);
+        assert_eq!(urns(&src), ["proj-dev", "default"]);
+        crate::model::integrity::verify(&dst).unwrap();
     }
 
     #[test]
