@@ -7,7 +7,9 @@
 //!   [`run`]: a validated file as a [`crate::actors::Program`];
 //! - [`display`]: the progress display, plain lines and JSON events;
 //!   [`show`]: `state show` and `cloud list`;
-//! - [`commands`]: the commands themselves.
+//! - [`commands`]: the commands themselves; [`commands::adopt`]: `keel
+//!   import`; [`state_cmds`]: `keel state delete|protect|unprotect|rename|
+//!   move|repair|edit`, over the sans-IO [`surgery`].
 //!
 //! Exit status ([`CliError::exit_code`]): 0 success, 1 the operation
 //! failed, 2 bad usage or bad input (nothing was changed).

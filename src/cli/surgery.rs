@@ -5,7 +5,7 @@
 //! Each function either changes the deployment and says what it did, or
 //! fails with an [`EditError`] naming the resource and leaves the
 //! deployment as it was (the CLI then writes nothing). References follow a
-//! renamed or moved resource through [`crate::migrate::rewrite`], so
+//! renamed or moved resource through `migrate::rewrite`, so
 //! `parent`, `dependencies`, `propertyDependencies`, `deletedWith`,
 //! `replaceWith`, provider references and resource references inside
 //! properties all stay consistent.
