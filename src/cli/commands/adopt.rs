@@ -379,7 +379,9 @@ pub fn import_resources(backend: &Path, a: ImportArgs) -> Result<(), CliError> {
     let rt = runtime()?;
     rt.block_on(async move {
         let cloud = load_cloud(backend, sim_config(&a.sim, None), true)?;
-        let mut open = open_stack(backend, &stack, Op::Update)?;
+        let mut open = with_passphrase(backend, &stack)?
+            .open(&stack, "keel import")
+            .map_err(secrets_first)?;
         let Some(project) = stack_project(&open.deployment).map(str::to_owned) else {
             return Err(CliError::BadFlag {
                 flag: "--stack",
