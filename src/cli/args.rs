@@ -124,6 +124,18 @@ required.")]
     /// Inspect a stack's state.
     #[command(subcommand)]
     State(StateCommand),
+    /// Adopt existing cloud objects into the stack (read, never created).
+    #[command(after_help = "Examples:
+  keel import aws:s3/bucket:Bucket logs site-logs-1a2b3c
+  keel import aws:s3/bucket:Bucket logs ID --parent 'urn:pulumi:dev::site::site:web:Site::site' --yes
+  keel import --file resources.json --yes
+
+The file is Pulumi's import file: {\"resources\": [{\"type\", \"name\", \"id\",
+\"parent\", \"provider\", \"version\", \"logicalName\", \"component\"}],
+\"nameTable\": {\"name\": \"URN\"}}. Imported resources are protected unless
+--protect=false. An ID the stack already manages is refused (exit 2); an ID
+the cloud does not have fails (exit 1) and changes nothing.")]
+    Import(super::commands::adopt::ImportArgs),
     /// Inspect the simulated cloud.
     #[command(subcommand)]
     Cloud(CloudCommand),
@@ -260,6 +272,13 @@ impl Command {
             )
             | Self::State(StateCommand::Show { stack, .. })
             | Self::Cancel(CancelArgs { stack, .. }) => stack,
+            Self::State(StateCommand::Delete(a)) => &mut a.stack,
+            Self::State(StateCommand::Protect(a)) => &mut a.stack,
+            Self::State(StateCommand::Unprotect(a)) => &mut a.stack,
+            Self::State(StateCommand::Rename(a)) => &mut a.stack,
+            Self::State(StateCommand::Repair(a)) => &mut a.stack,
+            Self::State(StateCommand::Edit(a)) => &mut a.stack,
+            Self::Import(a) => &mut a.stack,
             Self::State(StateCommand::Verify { stack, file }) => {
                 if stack.is_none() && file.is_none() {
                     *stack = selected;
@@ -278,6 +297,7 @@ impl Command {
                 | StackCommand::Init { .. }
                 | StackCommand::Rm { .. },
             )
+            | Self::State(StateCommand::Move(_))
             | Self::Cloud(_) => return,
         };
         if arg.stack.is_none() {
@@ -773,6 +793,43 @@ pub enum StateCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Delete a resource from the state (its cloud object is left alone).
+    #[command(after_help = "Examples:
+  keel state delete 'urn:pulumi:dev::site::sim:index:Bucket::logs' --yes
+  keel state delete URN --target-dependents --force --yes
+
+Refuses a protected resource without --force, and one other resources
+depend on (children, dependents, users of a provider) without
+--target-dependents.")]
+    Delete(super::state_cmds::DeleteArgs),
+    /// Mark resources protected (never deleted or replaced).
+    Protect(super::state_cmds::ProtectArgs),
+    /// Clear the protection of resources (or of all with --all).
+    Unprotect(super::state_cmds::UnprotectArgs),
+    /// Rename a resource in the state; references follow.
+    #[command(after_help = "Examples:
+  keel state rename 'urn:pulumi:dev::site::sim:index:Bucket::logs' archive --yes")]
+    Rename(super::state_cmds::RenameArgs),
+    /// Move resources (with their children) from one stack to another.
+    #[command(after_help = "Examples:
+  keel state move --source dev --dest prod 'urn:pulumi:dev::site::sim:index:Bucket::logs' --yes
+
+Providers the resources use are copied; references between moved
+resources and resources staying behind are dropped and listed.")]
+    Move(super::state_cmds::MoveArgs),
+    /// Repair an invalid state: order, dangling references, duplicate
+    /// pending operations.
+    #[command(after_help = "Examples:
+  keel state repair --dry-run
+  keel state repair --yes --json")]
+    Repair(super::state_cmds::RepairArgs),
+    /// Edit the state as JSON in $EDITOR; written only if it verifies.
+    #[command(after_help = "Examples:
+  EDITOR=vim keel state edit --stack prod
+
+Secrets stay encrypted in the file. The edited state must pass the checks
+of `keel stack import`; a summary of the changes is shown before writing.")]
+    Edit(super::state_cmds::EditArgs),
 }
 
 /// `keel cloud ...`.

@@ -94,7 +94,7 @@ pub fn cancel(backend: &Path, stack: &str, yes: bool) -> Result<(), CliError> {
         "`{}` (pid {} on {}, since {})",
         h.command, h.pid, h.host, h.started
     );
-    super::stacks::confirm(
+    super::confirm::confirm(
         "keel cancel",
         &format!("Cancel {who} on stack `{stack}`?"),
         yes,

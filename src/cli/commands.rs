@@ -28,13 +28,15 @@ use crate::grpc::plugin::discovery::DiscoveryEnv;
 use crate::grpc::plugin::served::{PluginServed, DYNAMIC_PYTHON};
 use crate::grpc::python::{PythonOptions, PythonProgram, PythonProject};
 use crate::model::{CheckpointFile, Deployment, Urn};
-use crate::persist::backend::{write_base_with, Backend, BackendError, OpenStack};
+use crate::persist::backend::{write_base_with, Backend, BackendError, OpenStack, PersistenceKind};
 use crate::persist::fs::atomic_write;
 use crate::persist::journal_file::JournalOptions;
 use crate::persist::PersistError;
 use crate::plan::generator::UpdateOptions;
 use crate::plan::saved::SavedPlan;
 use crate::provider::{ProviderRegistry, SimCloud, SimConfig};
+
+pub mod adopt;
 
 /// The simulated cloud's file in the backend directory.
 pub const CLOUD_FILE: &str = "cloud.json";
@@ -118,6 +120,30 @@ pub fn run(mut cli: Cli) -> Result<(), CliError> {
         Command::State(StateCommand::Show { stack, json }) => {
             state_show(&backend, stack.name(), json)
         }
+        Command::State(StateCommand::Delete(a)) => super::state_cmds::delete(&backend, a),
+        Command::State(StateCommand::Protect(a)) => super::state_cmds::protect(
+            &backend,
+            a.stack.name(),
+            super::surgery::Selection::Urns(a.urns),
+            true,
+            (a.yes, a.json),
+        ),
+        Command::State(StateCommand::Unprotect(a)) => super::state_cmds::protect(
+            &backend,
+            a.stack.name(),
+            if a.all {
+                super::surgery::Selection::All
+            } else {
+                super::surgery::Selection::Urns(a.urns)
+            },
+            false,
+            (a.yes, a.json),
+        ),
+        Command::State(StateCommand::Rename(a)) => super::state_cmds::rename(&backend, a),
+        Command::State(StateCommand::Move(a)) => super::state_cmds::move_resources(&backend, a),
+        Command::State(StateCommand::Repair(a)) => super::state_cmds::repair(&backend, a),
+        Command::State(StateCommand::Edit(a)) => super::state_cmds::edit(&backend, a),
+        Command::Import(a) => adopt::import_resources(&backend, a),
         Command::Cloud(CloudCommand::List { json }) => cloud_list(&backend, json),
         Command::Config(c) => super::config::run(&backend, c),
     }

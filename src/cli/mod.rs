@@ -10,7 +10,9 @@
 //! - [`commands`]: the commands themselves; [`stacks`]: `keel stack
 //!   ls|select|init|rm|rename|output`; [`history`]: each operation's
 //!   record and `keel stack history`; [`graph`]: `keel stack graph`;
-//!   [`cancel`]: `keel cancel` and the running operation's watch for it.
+//!   [`cancel`]: `keel cancel` and the running operation's watch for it;
+//!   [`commands::adopt`]: `keel import`; [`state_cmds`]: `keel state delete|protect|unprotect|rename|
+//!   move|repair|edit`, over the sans-IO [`surgery`].
 //!
 //! Exit status ([`CliError::exit_code`]): 0 success, 1 the operation
 //! failed, 2 bad usage or bad input (nothing was changed).
@@ -19,6 +21,7 @@ pub mod args;
 pub mod cancel;
 pub mod commands;
 pub mod config;
+mod confirm;
 mod decode;
 pub mod display;
 pub mod graph;
@@ -29,6 +32,8 @@ pub mod run;
 pub mod serving;
 pub mod show;
 pub mod stacks;
+pub mod state_cmds;
+pub mod surgery;
 pub mod template;
 
 use std::path::PathBuf;
@@ -139,6 +144,32 @@ pub enum CliError {
     Declined {
         /// The command.
         what: String,
+    },
+    /// A state edit was refused (`keel state ...`); nothing was changed.
+    #[error("stack `{stack}`: {source}")]
+    Edit {
+        /// The stack.
+        stack: String,
+        /// Why.
+        source: surgery::EditError,
+    },
+    /// An import file (`keel import --file`) that cannot be used.
+    #[error("{}: {message}", .path.display())]
+    ImportFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// `keel import` of an object or URN the stack already manages.
+    #[error("stack `{stack}` already manages {urn} (id `{id}`): nothing to import; `keel state delete` it first to import it anew")]
+    AlreadyManaged {
+        /// The stack.
+        stack: String,
+        /// The resource managing it.
+        urn: String,
+        /// Its ID.
+        id: String,
     },
     /// The program file is unreadable or invalid.
     #[error(transparent)]
@@ -312,6 +343,9 @@ impl CliError {
             | Self::NoSuchOutput { .. }
             | Self::NeedsYes { .. }
             | Self::Declined { .. }
+            | Self::Edit { .. }
+            | Self::ImportFile { .. }
+            | Self::AlreadyManaged { .. }
             | Self::Program(_)
             | Self::Python(_)
             | Self::ReadInput { .. }

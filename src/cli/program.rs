@@ -72,6 +72,7 @@ const OPTION_KEYS: &[&str] = &[
     "additionalSecretOutputs",
     "stateMigrations",
     "stateMigrationTimeout",
+    "import",
 ];
 /// The keys of an alias object.
 const ALIAS_KEYS: &[&str] = &["name", "type", "parent", "noParent", "stack", "project"];
@@ -240,6 +241,9 @@ pub struct OptionsSpec {
     /// `stateMigrationTimeout`: how long each of them may run (default:
     /// [`crate::source::migration::DEFAULT_TIMEOUT`]).
     pub state_migration_timeout: Option<std::time::Duration>,
+    /// `import`: the ID of an existing cloud object to adopt (read through
+    /// the provider, never created) when the stack has no state for it.
+    pub import: Option<String>,
 }
 
 /// An entry of `aliases`.
@@ -1122,6 +1126,7 @@ impl Checker {
                 }
                 "stateMigrations" => o.state_migrations = self.migrations(&key, v),
                 "stateMigrationTimeout" => o.state_migration_timeout = self.seconds(&key, v),
+                "import" => o.import = self.nonempty(&key, v),
                 _ => {}
             }
         }
@@ -1452,6 +1457,12 @@ impl Checker {
                     }
                     Some(_) => {}
                 }
+            }
+            if r.options.import.is_some() && (r.component || r.ty.is_provider()) {
+                self.issue(
+                    "options.import",
+                    "only custom resources (not components or providers) can be imported",
+                );
             }
             if r.options.provider.is_some() && (r.component || r.ty.is_provider()) {
                 self.issue(

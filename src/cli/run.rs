@@ -343,6 +343,7 @@ fn goal(
             replace_on_changes: o.replace_on_changes.clone(),
             additional_secret_outputs: o.additional_secret_outputs.clone(),
             state_migrations: state_migrations(file, o),
+            import: o.import.clone(),
             ..ResourceOptions::default()
         },
     })

@@ -8,7 +8,7 @@
 //! the stack's directory is moved whole under the backend's `backups/`,
 //! never deleted. `rename` verifies the renamed state before writing it.
 
-use std::io::{BufRead, IsTerminal, Write};
+use super::confirm::confirm;
 use std::path::Path;
 
 use super::commands::{check_stack, existing, secrets_first, with_passphrase};
@@ -178,34 +178,6 @@ pub fn init(backend: &Path, name: &str) -> Result<(), CliError> {
     b.select(Some(name))?;
     eprintln!("created stack `{name}` (selected)");
     Ok(())
-}
-
-/// Asks "`question` [y/N]" on the terminal, unless `yes`.
-///
-/// # Errors
-/// [`CliError::NeedsYes`] when stdin is not a terminal;
-/// [`CliError::Declined`] for any answer but `y`/`yes`.
-pub(super) fn confirm(what: &str, question: &str, yes: bool) -> Result<(), CliError> {
-    if yes {
-        return Ok(());
-    }
-    let stdin = std::io::stdin();
-    if !stdin.is_terminal() {
-        return Err(CliError::NeedsYes {
-            what: what.to_owned(),
-        });
-    }
-    let mut stderr = std::io::stderr().lock();
-    let _ = write!(stderr, "{question} [y/N] ");
-    let _ = stderr.flush();
-    let mut answer = String::new();
-    let _ = stdin.lock().read_line(&mut answer);
-    match answer.trim().to_ascii_lowercase().as_str() {
-        "y" | "yes" => Ok(()),
-        _ => Err(CliError::Declined {
-            what: what.to_owned(),
-        }),
-    }
 }
 
 /// `keel stack rm NAME [--force] [--preserve-config] [--yes]`: moves the

@@ -665,6 +665,11 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 }
             };
             new.id = obj.id;
+            // A goal without inputs (`keel import`) takes the object's, as
+            // Pulumi's import does; a program's inputs matched them above.
+            if new.inputs.is_empty() {
+                new.inputs = obj.inputs;
+            }
             new.outputs = obj.outputs;
             new.mark_secret_outputs();
             schema::stamp(&*provider, &mut new);
