@@ -120,6 +120,19 @@ fn import_adopts_an_object_by_reading_it() {
     );
     assert!(r.get("protect").is_none_or(|p| p == false), "{r}");
     k.ok(&["state", "verify"]);
+
+    // Both imports are in the stack's history, newest first, with their
+    // step counts.
+    let history: Value = serde_json::from_str(&k.ok(&["stack", "history", "--json"])).unwrap();
+    let kinds: Vec<&str> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["import", "import", "update"], "{history}");
+    assert_eq!(history[0]["result"], "succeeded", "{history}");
+    assert_eq!(history[0]["counts"]["import"], 1, "{history}");
 }
 
 #[test]

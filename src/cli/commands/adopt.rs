@@ -372,6 +372,19 @@ fn prior_goals(prior: &Deployment, planned: &[Planned]) -> Vec<Goal> {
 /// when the provider cannot read it (exit 1, the stack's resources
 /// unchanged); [`CliError::Backend`] for a locked stack.
 pub fn import_resources(backend: &Path, a: ImportArgs) -> Result<(), CliError> {
+    let stack = a.stack.name().to_owned();
+    super::super::history::recorded(backend, &stack, "import", None, |rec| {
+        import_recorded(backend, a, rec)
+    })
+}
+
+/// [`import_resources`], recorded in the stack's history once it ran, and
+/// stoppable by `keel cancel` from when it holds the lock.
+fn import_recorded(
+    backend: &Path,
+    a: ImportArgs,
+    rec: &super::super::history::Recorder,
+) -> Result<(), CliError> {
     let (file, path) = import_file(&a)?;
     // An import adopts into a stack that exists (its project names URNs).
     existing(backend, a.stack.name())?;
@@ -382,6 +395,7 @@ pub fn import_resources(backend: &Path, a: ImportArgs) -> Result<(), CliError> {
         let mut open = with_passphrase(backend, &stack)?
             .open(&stack, "keel import")
             .map_err(secrets_first)?;
+        rec.opened();
         let Some(project) = stack_project(&open.deployment).map(str::to_owned) else {
             return Err(CliError::BadFlag {
                 flag: "--stack",
@@ -435,6 +449,7 @@ pub fn import_resources(backend: &Path, a: ImportArgs) -> Result<(), CliError> {
             &named_packages(&open.deployment, None),
         )?;
         let persister = open.persister(PersistenceKind::Journal, JournalOptions::default())?;
+        config.cancel = rec.cancel();
         let cancel = config.cancel.clone();
         let engine = Engine::new(config, registry);
         let mut goals = prior_goals(&open.deployment, &planned);
@@ -454,6 +469,7 @@ pub fn import_resources(backend: &Path, a: ImportArgs) -> Result<(), CliError> {
         };
         let prior = std::mem::take(&mut open.deployment);
         let result = drive(engine.update(prior, program, persister), rx, &mut display, &cancel).await;
+        rec.outcome(&result);
         drop(open);
         match result {
             Ok(outcome) => {
