@@ -458,6 +458,26 @@ fn holder_command(k: &Keel) -> Option<String> {
     v["command"].as_str().map(str::to_owned)
 }
 
+/// Starts `keel ARGS` (slow: one step at a time, 1.5 s each) and returns
+/// once it holds the stack's lock as `command`.
+fn spawn_holding(k: &Keel, args: &[&str], command: &str) -> std::process::Child {
+    let mut all = args.to_vec();
+    all.extend(["--parallel", "1", "--sim-latency-ms", "1500"]);
+    let child = k
+        .command(&all)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {command}: {e}"));
+    let mut tries = 0;
+    while holder_command(k).as_deref() != Some(command) {
+        tries += 1;
+        assert!(tries < 6000, "{command} never took the lock");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child
+}
+
 #[test]
 fn cancel_stops_a_running_up_gracefully() {
     let k = Keel::new();
@@ -493,26 +513,7 @@ fn cancel_stops_a_running_up_gracefully() {
 
     // A slow up (one step at a time, 1.5 s each): `keel cancel` once it
     // holds the lock stops it.
-    let up = k
-        .command(&[
-            "up",
-            "--program",
-            &v1,
-            "--parallel",
-            "1",
-            "--sim-latency-ms",
-            "1500",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn keel up");
-    let mut tries = 0;
-    while holder_command(&k).as_deref() != Some("keel up") {
-        tries += 1;
-        assert!(tries < 6000, "keel up never took the lock");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let up = spawn_holding(&k, &["up", "--program", &v1], "keel up");
     assert_eq!(ls_json(&k)[0]["updateInProgress"], true);
     let (_, err) = k.expect(0, &["cancel", "--yes"]);
     assert!(err.contains("`keel up`"), "{err}");
@@ -565,25 +566,7 @@ fn cancel_stops_a_running_up_gracefully() {
     assert!(err.contains("no operation is running"), "{err}");
 
     // A destroy is cancelled the same way.
-    let destroy = k
-        .command(&[
-            "destroy",
-            "--yes",
-            "--parallel",
-            "1",
-            "--sim-latency-ms",
-            "1500",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn keel destroy");
-    let mut tries = 0;
-    while holder_command(&k).as_deref() != Some("keel destroy") {
-        tries += 1;
-        assert!(tries < 6000, "keel destroy never took the lock");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    let destroy = spawn_holding(&k, &["destroy", "--yes"], "keel destroy");
     k.ok(&["cancel", "--yes"]);
     let out = destroy.wait_with_output().expect("keel destroy ends");
     let stderr = text(&out.stderr);

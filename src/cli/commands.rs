@@ -313,6 +313,39 @@ fn explicit_serving(
 ///
 /// # Errors
 /// [`CliError::NoPlugin`].
+/// The providers of an operation on a stack's `deployment` without a
+/// program of its own (refresh, destroy, import): the engine log server
+/// for plugins (kept alive by the caller for the operation) and the
+/// registry.
+///
+/// # Errors
+/// [`CliError::Runtime`] when the server cannot start; the registry's.
+async fn stack_providers(
+    backend: &Path,
+    cloud: std::sync::Arc<SimCloud>,
+    dir: Option<PathBuf>,
+    choice: &Choice,
+    served: &ServedBy,
+    deployment: &Deployment,
+) -> Result<
+    (
+        Option<crate::grpc::engine_log::EngineLogServer>,
+        ProviderRegistry,
+    ),
+    CliError,
+> {
+    let server = plugin_engine(served, choice, false).await?;
+    let registry = registry(
+        backend,
+        cloud,
+        dir,
+        choice,
+        served,
+        &named_packages(deployment, None),
+    )?;
+    Ok((server, registry))
+}
+
 fn registry(
     backend: &Path,
     cloud: std::sync::Arc<SimCloud>,
@@ -1219,15 +1252,8 @@ fn operation(backend: &Path, a: OpArgs, op: Op, rec: &Recorder) -> Result<(), Cl
                 .then(|| PathBuf::from("."))
         });
         let served = ServedBy::new(&config.events);
-        let _plugin_engine = plugin_engine(&served, &choice, false).await?;
-        let registry = registry(
-            backend,
-            cloud,
-            dir,
-            &choice,
-            &served,
-            &named_packages(&open.deployment, None),
-        )?;
+        let (_plugin_engine, registry) =
+            stack_providers(backend, cloud, dir, &choice, &served, &open.deployment).await?;
         // Plugins are looked for before the stack's journal is touched.
         let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
         let cancel = config.cancel.clone();
@@ -1349,20 +1375,26 @@ pub(super) fn refuse_backend_file(backend: &Path, path: &Path) -> Result<(), Cli
     Ok(())
 }
 
-fn import(backend: &Path, stack: &str, file: &Path) -> Result<(), CliError> {
-    check_stack(stack)?;
-    let bytes = std::fs::read(file).map_err(|source| CliError::ReadInput {
-        path: file.to_owned(),
-        source,
-    })?;
+/// The state in `bytes` (read from `path`) for `stack`: it must verify
+/// (integrity), pass `stack import`'s checks (src/cli/import.rs) and hold
+/// only `stack`'s URNs. Used by `stack import` and `state edit`.
+///
+/// # Errors
+/// [`CliError::BadCheckpoint`], [`CliError::Import`],
+/// [`CliError::StackMismatch`].
+pub(super) fn checked_state(
+    path: &Path,
+    bytes: &[u8],
+    stack: &str,
+) -> Result<Deployment, CliError> {
     let checkpoint =
-        CheckpointFile::from_slice_verified(&bytes).map_err(|source| CliError::BadCheckpoint {
-            path: file.to_owned(),
+        CheckpointFile::from_slice_verified(bytes).map_err(|source| CliError::BadCheckpoint {
+            path: path.to_owned(),
             source,
         })?;
     let deployment = checkpoint.into_deployment();
     super::import::check(&deployment).map_err(|source| CliError::Import {
-        path: file.to_owned(),
+        path: path.to_owned(),
         source,
     })?;
     if let Some(other) = deployment
@@ -1372,11 +1404,21 @@ fn import(backend: &Path, stack: &str, file: &Path) -> Result<(), CliError> {
         .find(|s| *s != stack)
     {
         return Err(CliError::StackMismatch {
-            path: file.to_owned(),
+            path: path.to_owned(),
             found: other.to_owned(),
             stack: stack.to_owned(),
         });
     }
+    Ok(deployment)
+}
+
+fn import(backend: &Path, stack: &str, file: &Path) -> Result<(), CliError> {
+    check_stack(stack)?;
+    let bytes = std::fs::read(file).map_err(|source| CliError::ReadInput {
+        path: file.to_owned(),
+        source,
+    })?;
+    let deployment = checked_state(file, &bytes, stack)?;
     // Plaintext secrets in the file are encrypted on the way in, which
     // needs a passphrase (refused before anything is written without one);
     // the ciphertexts of any provider are kept as they are.

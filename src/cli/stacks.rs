@@ -514,7 +514,11 @@ pub fn output(
         .find(|r| r.ty.is_stack() && !r.delete)
         .map(|r| r.outputs.clone())
         .unwrap_or_default();
-    if show_secrets && outputs.values().any(holds_ciphertext) {
+    if show_secrets
+        && outputs
+            .values()
+            .any(crate::persist::backend::holds_ciphertext)
+    {
         return Err(CliError::Secrets {
             stack: stack.to_owned(),
             source: crate::secrets::SecretsError::NoPassphrase,
@@ -558,16 +562,4 @@ pub fn output(
         }
     }
     Ok(())
-}
-
-/// True when a value holds a secret still encrypted.
-fn holds_ciphertext(v: &PropertyValue) -> bool {
-    match v {
-        PropertyValue::Secret(Secret::Ciphertext(_)) => true,
-        PropertyValue::Secret(Secret::Plaintext(p)) => holds_ciphertext(p.value()),
-        PropertyValue::Array(a) => a.iter().any(holds_ciphertext),
-        PropertyValue::Object(m) => m.values().any(holds_ciphertext),
-        PropertyValue::Output(o) => o.value.as_deref().is_some_and(holds_ciphertext),
-        _ => false,
-    }
 }

@@ -573,23 +573,7 @@ pub fn edit(backend: &Path, a: EditArgs) -> Result<(), CliError> {
         path: path.clone(),
         source,
     })?;
-    let file =
-        CheckpointFile::from_slice_verified(&edited).map_err(|source| CliError::BadCheckpoint {
-            path: path.clone(),
-            source,
-        })?;
-    let d = file.into_deployment();
-    super::import::check(&d).map_err(|source| CliError::Import {
-        path: path.clone(),
-        source,
-    })?;
-    if let Some(r) = d.resources.iter().find(|r| r.urn.stack() != stack) {
-        return Err(CliError::StackMismatch {
-            path,
-            found: r.urn.stack().to_owned(),
-            stack,
-        });
-    }
+    let d = super::commands::checked_state(&path, &edited, &stack)?;
     let (added, removed, changed) = surgery::diff_summary(&l.loaded.deployment, &d);
     if added.is_empty() && removed.is_empty() && changed.is_empty() && d == l.loaded.deployment {
         out(&format!("stack `{stack}`: no changes"));

@@ -192,7 +192,7 @@ impl crate::provider::builtins::StackOutputs for Backend {
 }
 
 /// True when a value holds a secret still encrypted.
-fn holds_ciphertext(v: &crate::model::PropertyValue) -> bool {
+pub(crate) fn holds_ciphertext(v: &crate::model::PropertyValue) -> bool {
     use crate::model::property::Secret;
     use crate::model::PropertyValue as V;
     match v {

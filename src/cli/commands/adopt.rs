@@ -439,15 +439,8 @@ fn import_recorded(
             .is_file()
             .then(|| PathBuf::from("."));
         let served = ServedBy::new(&config.events);
-        let _plugin_engine = plugin_engine(&served, &choice, false).await?;
-        let registry = registry(
-            backend,
-            cloud,
-            dir,
-            &choice,
-            &served,
-            &named_packages(&open.deployment, None),
-        )?;
+        let (_plugin_engine, registry) =
+            stack_providers(backend, cloud, dir, &choice, &served, &open.deployment).await?;
         let persister = open.persister(PersistenceKind::Journal, JournalOptions::default())?;
         config.cancel = rec.cancel();
         let cancel = config.cancel.clone();
