@@ -227,6 +227,38 @@ resources:
 }
 
 #[test]
+fn a_provider_parented_to_a_component_serves_its_siblings() {
+    let k = Keel::new();
+    let v1 = k.write(
+        "v1.yaml",
+        "name: prov
+resources:
+  c: { type: my:web:Site, component: true }
+  p: { type: \"pulumi:providers:aws\", properties: { region: eu-west-1 }, options: { parent: c } }
+  r: { type: aws:s3/bucket:Bucket, options: { parent: c, provider: p } }
+",
+    );
+    k.ok(&["up", "--program", &v1]);
+    verified(&k);
+    let p = "urn:pulumi:dev::prov::my:web:Site$pulumi:providers:aws::p";
+    let state = k.resources();
+    let r = &state["urn:pulumi:dev::prov::my:web:Site$aws:s3/bucket:Bucket::r"];
+    assert!(
+        r["provider"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("{p}::")),
+        "{r}"
+    );
+    assert_eq!(state[p]["parent"], "urn:pulumi:dev::prov::my:web:Site::c");
+    let (out, _) = k.expect(0, &["preview", "--program", &v1, "--json"]);
+    common::cli::all_same(&out);
+    k.ok(&["destroy"]);
+    verified(&k);
+    assert!(k.cloud().is_empty());
+}
+
+#[test]
 fn a_program_of_another_project_is_refused_on_a_stack() {
     let k = Keel::new();
     let v1 = example("site-v1.yaml");

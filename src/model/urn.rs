@@ -575,10 +575,12 @@ impl ProviderRef {
     pub fn new(urn: Urn, id: impl Into<String>) -> Result<Self> {
         let id = id.into();
         let reference = format!("{urn}::{id}");
-        if !urn.type_str().starts_with(PROVIDER_TYPE_PREFIX) || urn.qualified_type().contains('$') {
+        // The resource's own type decides, as Pulumi's: a provider may be
+        // parented to a component (`my:c:Comp$pulumi:providers:aws`).
+        if !urn.type_str().starts_with(PROVIDER_TYPE_PREFIX) {
             return Err(UrnError::BadProviderReference {
                 reference,
-                reason: format!("`{}` is not a provider type", urn.qualified_type()),
+                reason: format!("`{}` is not a provider type", urn.type_str()),
             });
         }
         if id.is_empty() {
@@ -663,6 +665,20 @@ mod tests {
         assert_eq!(
             (t.package(), t.module(), t.name()),
             ("aws", "s3/bucket", "Bucket")
+        );
+    }
+
+    #[test]
+    fn a_provider_parented_to_a_component_is_a_provider() {
+        let r = ProviderRef::parse("urn:pulumi:dev::app::my:c:Comp$pulumi:providers:aws::p::id-1")
+            .unwrap();
+        assert_eq!((r.package(), r.id()), ("aws", "id-1"));
+        let not = ProviderRef::parse(
+            "urn:pulumi:dev::app::pulumi:providers:aws$aws:s3/bucket:Bucket::b::id-1",
+        );
+        assert!(
+            matches!(not, Err(UrnError::BadProviderReference { .. })),
+            "{not:?}"
         );
     }
 
