@@ -1038,3 +1038,50 @@ async fn a_recovered_prior_list_is_the_base_the_journal_names() {
     keel::model::integrity::verify(&loaded.deployment).unwrap();
     assert!(loaded.deployment.resources.iter().any(|s| s.id == "d-made"));
 }
+
+/// A same step's `keep` record is not awaited (nothing depends on its
+/// durability), but a failure to write it still fails the operation: the
+/// error is named at its end, whichever save of the no-op fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_keep_record_of_a_no_op_fails_the_operation() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path());
+    let cloud = SimCloud::new(SimConfig::default());
+    let o = up(&backend, &cloud, many(5), PersistenceKind::Journal, None)
+        .await
+        .unwrap();
+    // Stack, provider and five buckets: seven same steps, seven saves.
+    for n in 1..=7 {
+        let r = engine(&cloud, 8)
+            .update(
+                o.snapshot.clone(),
+                program(many(5)),
+                Box::new(keel::persist::MemoryPersister::failing_at(n)),
+            )
+            .await;
+        match r {
+            Err(EngineError::Failed(out)) => {
+                assert_eq!(out.summary.count(keel::StepKind::Same), 7, "save #{n}");
+                assert!(
+                    out.summary
+                        .errors
+                        .iter()
+                        .any(|e| e.contains(&format!("injected failure of save #{n}"))),
+                    "save #{n}: {:?}",
+                    out.summary.errors
+                );
+            }
+            other => panic!("save #{n}: the no-op succeeded: {other:?}"),
+        }
+    }
+    // Nothing failing: the same no-op succeeds.
+    let r = engine(&cloud, 8)
+        .update(
+            o.snapshot.clone(),
+            program(many(5)),
+            Box::new(keel::persist::MemoryPersister::new()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.summary.count(keel::StepKind::Same), 7);
+}

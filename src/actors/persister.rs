@@ -3,6 +3,8 @@
 //! once the mutation is durable. Blocking persisters run on the runtime's
 //! blocking capacity (`block_in_place`), never stalling other tasks.
 
+use std::sync::{Arc, Mutex};
+
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use super::protocol::PersistMsg;
@@ -16,6 +18,9 @@ pub(crate) struct PersisterActor;
 pub(crate) struct PersisterState {
     builder: SnapshotBuilder,
     persister: Box<dyn Persister>,
+    /// The first failure of a mutation nobody waited for
+    /// ([`PersistMsg::Record`]): the operation's end reports it.
+    lost: Arc<Mutex<Option<PersistError>>>,
 }
 
 impl std::fmt::Debug for PersisterState {
@@ -42,7 +47,11 @@ impl Actor for PersisterActor {
         _myself: ActorRef<Self::Msg>,
         (builder, persister): Self::Arguments,
     ) -> Result<Self::State, ActorProcessingErr> {
-        Ok(PersisterState { builder, persister })
+        Ok(PersisterState {
+            builder,
+            persister,
+            lost: Arc::default(),
+        })
     }
 
     async fn handle(
@@ -56,7 +65,9 @@ impl Actor for PersisterActor {
                 // A migration is written first and applied only once durable:
                 // a failed write leaves the state exactly as it was.
                 let (tx, rx) = tokio::sync::oneshot::channel();
-                let PersisterState { builder, persister } = state;
+                let PersisterState {
+                    builder, persister, ..
+                } = state;
                 let ack: crate::persist::Ack = Box::new(move |r| {
                     let _ = tx.send(r);
                 });
@@ -73,9 +84,27 @@ impl Actor for PersisterActor {
             }
             PersistMsg::Mutate(m, reply) => {
                 state.builder.apply(&m);
-                let PersisterState { builder, persister } = state;
+                let PersisterState {
+                    builder, persister, ..
+                } = state;
                 let ack: crate::persist::Ack = Box::new(move |r| {
                     let _ = reply.send(r);
+                });
+                blocking(|| persister.persist(&m, builder, ack));
+            }
+            PersistMsg::Record(m) => {
+                state.builder.apply(&m);
+                let PersisterState {
+                    builder,
+                    persister,
+                    lost,
+                } = state;
+                let lost = lost.clone();
+                let ack: crate::persist::Ack = Box::new(move |r| {
+                    if let Err(e) = r {
+                        let mut slot = lost.lock().unwrap_or_else(|p| p.into_inner());
+                        slot.get_or_insert(e);
+                    }
                 });
                 blocking(|| persister.persist(&m, builder, ack));
             }
@@ -83,10 +112,20 @@ impl Actor for PersisterActor {
                 let _ = reply.send(state.builder.snapshot());
             }
             PersistMsg::Finish(served, reply) => {
-                let PersisterState { builder, persister } = state;
+                let PersisterState {
+                    builder,
+                    persister,
+                    lost,
+                } = state;
                 builder.set_served(served);
                 let r = blocking(|| persister.finish(builder));
-                let _ = reply.send(r);
+                // Finishing flushed every record: a failed unawaited one is
+                // known by now.
+                let lost = lost.lock().unwrap_or_else(|p| p.into_inner()).take();
+                let _ = reply.send(match lost {
+                    Some(e) => Err(e),
+                    None => r,
+                });
             }
             PersistMsg::Io(reply) => {
                 let _ = reply.send(state.persister.io());

@@ -261,6 +261,9 @@ pub(crate) enum CoordMsg {
 pub(crate) enum PersistMsg {
     /// Make a mutation durable; the reply comes once it is.
     Mutate(Mutation, RpcReplyPort<Result<(), PersistError>>),
+    /// Make a mutation durable with no reply (a same step's `Keep`): a
+    /// failure to write it is kept and fails the operation's `Finish`.
+    Record(Mutation),
     /// The current deployment (in memory).
     Snapshot(RpcReplyPort<Deployment>),
     /// The operation ended: record what served each package (`package` ->

@@ -287,7 +287,7 @@ impl JournalPersister {
         mid_operation: bool,
     ) -> Result<Deployment> {
         self.flush()?;
-        let committed = current.snapshot_committed();
+        let (committed, live) = current.committed_in_order();
         crate::model::integrity::verify(&committed)?;
         write_base_with(
             &self.paths.base,
@@ -330,8 +330,13 @@ impl JournalPersister {
             source,
         })?;
         self.send(WriterMsg::Swap(file))?;
-        current.rebase();
-        Ok(current.snapshot())
+        // The live states, ordered and copied once above, become the base.
+        current.rebase_to(live);
+        let mut snapshot = committed;
+        snapshot
+            .pending_operations
+            .extend(current.pending().cloned());
+        Ok(snapshot)
     }
 }
 

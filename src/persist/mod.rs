@@ -277,10 +277,18 @@ impl SnapshotBuilder {
     /// The deployment without this run's in-flight operations (they are
     /// re-recorded in the fresh journal after a compaction).
     pub fn snapshot_committed(&self) -> Deployment {
+        self.committed_in_order().0
+    }
+
+    /// [`SnapshotBuilder::snapshot_committed`], and the live states in its
+    /// order, for [`SnapshotBuilder::rebase_to`] (a compaction orders and
+    /// copies the states once).
+    pub fn committed_in_order(&self) -> (Deployment, Vec<StateRef>) {
+        let (refs, states) = self.ordered_live();
         let mut d = self.base.clone();
-        d.resources = self.ordered_live().1;
+        d.resources = states;
         d.record_serving(&self.served);
-        d
+        (d, refs)
     }
 
     /// Records what served each package in this operation (`package` ->
@@ -328,8 +336,15 @@ impl SnapshotBuilder {
     /// Makes the current deployment the base (after a compaction wrote it):
     /// the live states, same `Arc`s, become the prior list in order.
     pub fn rebase(&mut self) {
-        let split = self.written_live();
         let live: Vec<StateRef> = self.ordered_live().0;
+        self.rebase_to(live);
+    }
+
+    /// [`SnapshotBuilder::rebase`] onto `live`, the order
+    /// [`SnapshotBuilder::committed_in_order`] gave with nothing applied
+    /// since.
+    pub fn rebase_to(&mut self, live: Vec<StateRef>) {
+        let split = self.written_live();
         self.split = split;
         self.old_pos = live.iter().enumerate().map(|(i, s)| (key(s), i)).collect();
         self.old_done = vec![false; live.len()];
@@ -423,6 +438,34 @@ pub(crate) fn referents(s: &State) -> impl Iterator<Item = crate::model::Urn> + 
         .filter(|u| !u.is_empty())
 }
 
+/// [`referents`] among `states` (`by_urn` indexes them), as borrowed
+/// URNs: a provider reference counts when its URN part names a provider
+/// state there (no parse, no copy: this runs for every state of every
+/// snapshot).
+fn referent_strs<'a>(
+    s: &'a State,
+    by_urn: &'a HashMap<&str, Vec<usize>>,
+    states: &'a [State],
+) -> impl Iterator<Item = &'a str> + 'a {
+    let provider = s
+        .provider
+        .rfind("::")
+        .map(|i| &s.provider[..i])
+        .filter(|u| {
+            by_urn
+                .get(u)
+                .is_some_and(|js| js.iter().any(|&j| states[j].ty.is_provider()))
+        });
+    std::iter::once(&s.parent)
+        .chain(&s.dependencies)
+        .chain(s.property_dependencies.values().flatten().flatten())
+        .chain(std::iter::once(&s.deleted_with))
+        .chain(&s.replace_with)
+        .map(crate::model::Urn::as_str)
+        .chain(provider)
+        .filter(|u| by_urn.contains_key(u))
+}
+
 /// A stable order in which every state comes after the states it refers to
 /// (`checkpoint.md` §4), or `None` when `states` already is one.
 ///
@@ -433,15 +476,15 @@ pub(crate) fn referents(s: &State) -> impl Iterator<Item = crate::model::Urn> + 
 /// comes first; then it moves up to just before its first referrer. Every
 /// state of a URN (a live one and one pending deletion) moves together.
 pub fn references_first(states: &[State]) -> Option<Vec<usize>> {
-    let mut by_urn: HashMap<&crate::model::Urn, Vec<usize>> = HashMap::with_capacity(states.len());
+    let mut by_urn: HashMap<&str, Vec<usize>> = HashMap::with_capacity(states.len());
     for (i, s) in states.iter().enumerate() {
-        by_urn.entry(&s.urn).or_default().push(i);
+        by_urn.entry(s.urn.as_str()).or_default().push(i);
     }
-    let mut seen: std::collections::HashSet<&crate::model::Urn> =
+    let mut seen: std::collections::HashSet<&str> =
         std::collections::HashSet::with_capacity(states.len());
     let in_order = states.iter().all(|s| {
-        let ok = referents(s).all(|r| !by_urn.contains_key(&r) || seen.contains(&r) || r == s.urn);
-        seen.insert(&s.urn);
+        let ok = referent_strs(s, &by_urn, states).all(|r| seen.contains(r) || r == s.urn.as_str());
+        seen.insert(s.urn.as_str());
         ok
     });
     if in_order {
@@ -460,8 +503,8 @@ pub fn references_first(states: &[State]) -> Option<Vec<usize>> {
         let mut stack: Vec<(usize, Vec<usize>)> = Vec::new();
         let push = |i: usize, mark: &mut [u8], stack: &mut Vec<(usize, Vec<usize>)>| {
             mark[i] = OPEN;
-            let mut next: Vec<usize> = referents(&states[i])
-                .filter_map(|r| by_urn.get(&r))
+            let mut next: Vec<usize> = referent_strs(&states[i], &by_urn, states)
+                .filter_map(|r| by_urn.get(r))
                 .flatten()
                 .copied()
                 .filter(|&j| j != i)

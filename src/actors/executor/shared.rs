@@ -195,6 +195,14 @@ impl ExecShared {
         rx
     }
 
+    /// Hands a mutation to the persister without waiting for it to be
+    /// durable (it is, in queue order, before anything queued after it; a
+    /// failure to write it fails the operation's end).
+    pub(super) fn record(&self, m: Mutation) {
+        // A stopped persister fails the operation's end anyway.
+        let _ = self.persister.cast(PersistMsg::Record(m));
+    }
+
     pub(super) async fn persist(&self, m: Mutation) -> Result<(), PersistError> {
         let r = self
             .persister

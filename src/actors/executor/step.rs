@@ -455,9 +455,13 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 let unchanged = lock(o).same_fields(&new);
                 if unchanged {
                     let reg = registered(&new);
-                    shared
-                        .persist(Mutation::Apply(Change::Keep { old: o.clone() }))
-                        .await?;
+                    // Queued, not awaited: no provider call depends on it,
+                    // and records are durable in queue order, so anything
+                    // the program does with this registration (a dependent's
+                    // step) is recorded after it. A crash before it is
+                    // durable leaves the prior state in the base, unchanged;
+                    // a failed write fails the operation's end.
+                    shared.record(Mutation::Apply(Change::Keep { old: o.clone() }));
                     shared.news.0.insert(new.urn, o.clone());
                     return Ok(Some(reg));
                 }

@@ -491,9 +491,11 @@ impl Planner {
         if let Some(i) = old_index {
             self.handled[i] = true;
         }
-        let old = lock(&old_ref).clone();
+        // No copy of the prior state unless it is replaced: a same or
+        // update step takes only its ID and outputs.
+        let pending_replacement = lock(&old_ref).pending_replacement;
         let deleting = old_index.and_then(|i| self.dbr_dependents.get(&i)).cloned();
-        if old.pending_replacement || deleting.is_some() {
+        if pending_replacement || deleting.is_some() {
             // Deleted by a delete-before-replace (earlier, or by a chain of
             // this operation, which it waits for): create it anew, from the
             // program's inputs.
@@ -516,10 +518,10 @@ impl Planner {
             });
         }
         let kind = judged.unwrap_or(DiffKind::Same);
-        new.id = old.id.clone();
+        new.id.clone_from(&lock(&old_ref).id);
         match kind {
             DiffKind::Same | DiffKind::Update => {
-                new.outputs = old.outputs.clone();
+                new.outputs.clone_from(&lock(&old_ref).outputs);
                 let step = if kind == DiffKind::Same {
                     StepKind::Same
                 } else {
@@ -531,6 +533,7 @@ impl Planner {
                 })
             }
             DiffKind::Replace => {
+                let old = lock(&old_ref).clone();
                 if old.protect {
                     return Err(PlanError::ProtectedReplace { urn });
                 }
