@@ -9,6 +9,8 @@
 //! resource only once its default provider's registration finished.
 
 mod common;
+#[path = "common/monitor.rs"]
+mod monitor;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -16,10 +18,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use keel::engine::{EngineConfig, EngineError, Outcome};
-use keel::events::EventSink;
-use keel::grpc::monitor::{DeploymentInfo, Monitor, MonitorServer};
 use keel::grpc::pb;
-use keel::grpc::pb::resource_monitor_client::ResourceMonitorClient;
 use keel::model::{PropertyMap, PropertyValue, Urn};
 use keel::persist::MemoryPersister;
 use keel::provider::{
@@ -27,9 +26,8 @@ use keel::provider::{
     Provider, ProviderError, ProviderRegistry, ResourceRequest, SimCloud, SimConfig,
 };
 use keel::{Context, Deployment, Engine};
+use monitor::Client;
 use prost_types::value::Kind;
-
-type Client = ResourceMonitorClient<tonic::transport::Channel>;
 
 const ROOT: &str = "urn:pulumi:dev::proj::pulumi:pulumi:Stack::proj-dev";
 const THING: &str = "urn:pulumi:dev::proj::comp:index:Thing::thing";
@@ -233,16 +231,7 @@ async fn run(comp: Arc<Comp>) -> (Result<Outcome, EngineError>, Vec<String>) {
     let program = move |ctx: Context| {
         let said = said.clone();
         async move {
-            let info = DeploymentInfo {
-                organization: "org".into(),
-                config: Default::default(),
-                config_secret_keys: Vec::new(),
-                parallel: 4,
-                can_store_secrets: true,
-            };
-            let server =
-                MonitorServer::start(Monitor::new(ctx, info, EventSink::default())).await?;
-            let mut client = Client::connect(format!("http://{}", server.address())).await?;
+            let (server, mut client) = monitor::serve(ctx).await?;
             let address = server.address().to_string();
             let thing = client
                 .register_resource(pb::RegisterResourceRequest {
@@ -375,16 +364,7 @@ async fn an_invoke_with_an_explicit_provider_uses_it() {
     let program = move |ctx: Context| {
         let said = said.clone();
         async move {
-            let info = DeploymentInfo {
-                organization: "org".into(),
-                config: Default::default(),
-                config_secret_keys: Vec::new(),
-                parallel: 4,
-                can_store_secrets: true,
-            };
-            let server =
-                MonitorServer::start(Monitor::new(ctx, info, EventSink::default())).await?;
-            let mut client = Client::connect(format!("http://{}", server.address())).await?;
+            let (server, mut client) = monitor::serve(ctx).await?;
             let mine = client
                 .register_resource(pb::RegisterResourceRequest {
                     r#type: "pulumi:providers:comp".into(),

@@ -8,25 +8,23 @@
 //! `INVALID_ARGUMENT`, registering nothing).
 
 mod common;
+#[path = "common/monitor.rs"]
+mod monitor;
 
 use std::future::Future;
 use std::sync::Arc;
 
 use common::*;
 use keel::engine::{EngineError, Outcome};
-use keel::events::EventSink;
-use keel::grpc::monitor::{DeploymentInfo, Monitor, MonitorServer};
 use keel::grpc::pb;
-use keel::grpc::pb::resource_monitor_client::ResourceMonitorClient;
 use keel::model::property::{SIG_KEY, SIG_RESOURCE_REFERENCE, SIG_SECRET, UNKNOWN_VALUE};
 use keel::model::PropertyValue;
 use keel::persist::MemoryPersister;
 use keel::provider::SimConfig;
 use keel::{Context, ProgramError};
+use monitor::Client;
 use prost_types::value::Kind;
 use serde_json::{json, Value as Json};
-
-type Client = ResourceMonitorClient<tonic::transport::Channel>;
 
 /// JSON as a wire value (written independently of keel's converter).
 fn wire(v: Json) -> prost_types::Value {
@@ -100,16 +98,7 @@ where
     let program = move |ctx: Context| {
         let script = script.clone();
         async move {
-            let info = DeploymentInfo {
-                organization: "org".into(),
-                config: Default::default(),
-                config_secret_keys: Vec::new(),
-                parallel: 4,
-                can_store_secrets: true,
-            };
-            let server =
-                MonitorServer::start(Monitor::new(ctx, info, EventSink::default())).await?;
-            let client = Client::connect(format!("http://{}", server.address())).await?;
+            let (server, client) = monitor::serve(ctx).await?;
             let result = script(client).await;
             server.stop().await?;
             result

@@ -761,7 +761,7 @@ fn conclude(
 
 /// Prints the stack resource's outputs.
 fn print_outputs(d: &Deployment) {
-    let Some(stack) = d.resources.iter().find(|r| r.ty.is_stack() && !r.delete) else {
+    let Some(stack) = d.stack_resource() else {
         return;
     };
     if stack.outputs.is_empty() {

@@ -509,9 +509,7 @@ pub fn output(
     }
     let outputs: PropertyMap = loaded
         .deployment
-        .resources
-        .iter()
-        .find(|r| r.ty.is_stack() && !r.delete)
+        .stack_resource()
         .map(|r| r.outputs.clone())
         .unwrap_or_default();
     if show_secrets

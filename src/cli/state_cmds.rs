@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::args::StackArg;
+use super::commands::existing;
 use super::confirm::confirm;
 use super::display::out;
 use super::surgery::{self, EditError, Selection};
@@ -180,20 +181,6 @@ impl From<Loaded> for Read {
             seq: l.seq,
             replayed: l.replayed,
         }
-    }
-}
-
-/// Fails unless `stack` is a valid name of an existing stack.
-fn existing(backend: &Path, stack: &str) -> Result<Backend, CliError> {
-    super::commands::check_stack(stack)?;
-    let b = Backend::new(backend);
-    if b.paths(stack).dir.is_dir() {
-        Ok(b)
-    } else {
-        Err(CliError::NoStack {
-            stack: stack.to_owned(),
-            backend: backend.to_owned(),
-        })
     }
 }
 

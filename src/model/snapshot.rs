@@ -140,6 +140,12 @@ fn provider_package(ty: &str) -> Option<&str> {
 }
 
 impl Deployment {
+    /// The root stack resource (`pulumi:pulumi:Stack`, not pending
+    /// deletion), whose outputs are the stack's outputs.
+    pub fn stack_resource(&self) -> Option<&State> {
+        self.resources.iter().find(|r| r.ty.is_stack() && !r.delete)
+    }
+
     /// What served each package with a provider resource here, as the
     /// manifest records it: keel's `plugins` entries carry [`SERVED_BY`];
     /// a deployment Pulumi wrote (a manifest version not keel's) was

@@ -177,9 +177,7 @@ impl crate::provider::builtins::StackOutputs for Backend {
         let loaded = self.load(name).map_err(|e| e.to_string())?;
         let outputs = loaded
             .deployment
-            .resources
-            .iter()
-            .find(|r| r.ty.is_stack() && !r.delete)
+            .stack_resource()
             .map(|r| r.outputs.clone())
             .unwrap_or_default();
         if outputs.values().any(holds_ciphertext) {
