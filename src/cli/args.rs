@@ -37,6 +37,7 @@ Examples:
 
 Backend: --backend DIR, else $KEEL_BACKEND, else ./.keel. It holds the stacks
 (stacks/<name>/), their locks, and the simulated cloud (cloud.json).
+A backend postgres://USER@HOST:PORT/DB keeps the stacks in PostgreSQL.
 The stack of a command: --stack, else the one `keel stack select` chose,
 else dev.
 

@@ -11,7 +11,7 @@
 //! that ended first) is stale and removed. A request for the operation is
 //! removed when it ends.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,12 +20,11 @@ use serde::{Deserialize, Serialize};
 
 use super::CliError;
 use crate::engine::Cancel;
-use crate::persist::backend::{Backend, BackendError};
-use crate::persist::fs::{atomic_write, Holder, IoCounters, LockError, StackLock};
-use crate::persist::PersistError;
+use crate::persist::fs::Holder;
+use crate::persist::store::Store;
 
 /// The request file in a stack's directory.
-pub const CANCEL_FILE: &str = "cancel-request";
+pub use crate::persist::store::CANCEL_FILE;
 
 /// How often a running operation looks for a request.
 const POLL: Duration = Duration::from_millis(200);
@@ -48,34 +47,6 @@ pub struct CancelRequest {
     pub asked: String,
 }
 
-/// The holder of a stack's lock, if an operation holds it. A lock file
-/// without content has no holder (a holder writes itself there as soon as
-/// it has the lock, and clears it when it lets go); one with content is
-/// probed, so that the content a crashed holder left is not taken for a
-/// running operation.
-pub(super) fn holder(lock: &Path) -> Result<Option<Holder>, CliError> {
-    let text = match std::fs::read_to_string(lock) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => {
-            return Err(PersistError::Io {
-                path: lock.to_owned(),
-                source,
-            }
-            .into())
-        }
-    };
-    if text.trim().is_empty() {
-        return Ok(None);
-    }
-    match StackLock::acquire(lock, &Holder::me("keel cancel (checking the lock)")) {
-        Ok(_free) => Ok(None),
-        Err(LockError::Held(h)) => Ok(Some(h)),
-        Err(LockError::HeldUnknown(_)) => Ok(serde_json::from_str(&text).ok()),
-        Err(e) => Err(CliError::Backend(BackendError::Locked(e))),
-    }
-}
-
 /// `keel cancel [--stack] [--yes]`.
 ///
 /// # Errors
@@ -84,8 +55,7 @@ pub(super) fn holder(lock: &Path) -> Result<Option<Holder>, CliError> {
 /// [`CliError::Persist`] when the request cannot be written.
 pub fn cancel(backend: &Path, stack: &str, yes: bool) -> Result<(), CliError> {
     let b = super::commands::existing(backend, stack)?;
-    let paths = b.paths(stack);
-    let Some(h) = holder(&paths.lock)? else {
+    let Some(h) = b.holder(stack)? else {
         return Err(CliError::NotRunning {
             stack: stack.to_owned(),
         });
@@ -108,10 +78,8 @@ pub fn cancel(backend: &Path, stack: &str, yes: bool) -> Result<(), CliError> {
         pid: me.pid,
         asked: me.started,
     };
-    let path = paths.dir.join(CANCEL_FILE);
     let bytes = serde_json::to_vec(&request).unwrap_or_default();
-    atomic_write(&path, &bytes, false, &IoCounters::default())
-        .map_err(|source| PersistError::Io { path, source })?;
+    b.set_cancel_request(stack, Some(&bytes))?;
     eprintln!("asked {who} to stop: no new step starts, the steps in flight finish and are saved, then it releases stack `{stack}`");
     Ok(())
 }
@@ -129,28 +97,29 @@ fn user() -> String {
 pub struct Watch {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
-    path: PathBuf,
+    store: Store,
+    stack: String,
 }
 
 /// Watches stack `stack`'s request file for this process: a request for it
 /// triggers `cancel` (and says who asked); a stale one is removed.
 pub fn watch(backend: &Path, stack: &str, cancel: Cancel) -> Watch {
-    let path = Backend::new(backend).paths(stack).dir.join(CANCEL_FILE);
+    let store = Store::new(backend);
     let stop = Arc::new(AtomicBool::new(false));
     let me = Holder::me("");
     // A request left for an earlier holder goes now, as the lock is taken.
     let for_me = |r: &CancelRequest| r.target_pid == me.pid && r.target_host == me.host;
-    if let Ok(bytes) = std::fs::read(&path) {
+    if let Ok(Some(bytes)) = store.cancel_request(stack) {
         if !serde_json::from_slice::<CancelRequest>(&bytes).is_ok_and(|r| for_me(&r)) {
-            let _ = std::fs::remove_file(&path);
+            let _ = store.set_cancel_request(stack, None);
         }
     }
-    let (p, s) = (path.clone(), stop.clone());
+    let (p, s, name) = (store.clone(), stop.clone(), stack.to_owned());
     let thread = std::thread::Builder::new()
         .name("keel-cancel-watch".into())
         .spawn(move || {
             while !s.load(Ordering::SeqCst) {
-                if let Ok(bytes) = std::fs::read(&p) {
+                if let Ok(Some(bytes)) = p.cancel_request(&name) {
                     match serde_json::from_slice::<CancelRequest>(&bytes) {
                         Ok(r) if r.target_pid == me.pid && r.target_host == me.host => {
                             eprintln!(
@@ -162,7 +131,7 @@ pub fn watch(backend: &Path, stack: &str, cancel: Cancel) -> Watch {
                         }
                         // For an earlier holder, or unreadable: stale.
                         _ => {
-                            let _ = std::fs::remove_file(&p);
+                            let _ = p.set_cancel_request(&name, None);
                         }
                     }
                 }
@@ -170,7 +139,12 @@ pub fn watch(backend: &Path, stack: &str, cancel: Cancel) -> Watch {
             }
         })
         .ok();
-    Watch { stop, thread, path }
+    Watch {
+        stop,
+        thread,
+        store,
+        stack: stack.to_owned(),
+    }
 }
 
 impl Drop for Watch {
@@ -181,12 +155,15 @@ impl Drop for Watch {
         }
         // Only a request for this process: after the lock was released,
         // one may already be there for the next holder.
-        let mine = std::fs::read(&self.path)
+        let mine = self
+            .store
+            .cancel_request(&self.stack)
             .ok()
+            .flatten()
             .and_then(|b| serde_json::from_slice::<CancelRequest>(&b).ok())
             .is_some_and(|r| r.target_pid == std::process::id());
         if mine {
-            let _ = std::fs::remove_file(&self.path);
+            let _ = self.store.set_cancel_request(&self.stack, None);
         }
     }
 }

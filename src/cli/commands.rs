@@ -28,10 +28,10 @@ use crate::grpc::plugin::discovery::DiscoveryEnv;
 use crate::grpc::plugin::served::{PluginServed, DYNAMIC_PYTHON};
 use crate::grpc::python::{PythonOptions, PythonProgram, PythonProject};
 use crate::model::{CheckpointFile, Deployment, Urn};
-use crate::persist::backend::{write_base_with, Backend, BackendError, OpenStack, PersistenceKind};
+use crate::persist::backend::{BackendError, OpenStack, PersistenceKind};
 use crate::persist::fs::atomic_write;
 use crate::persist::journal_file::JournalOptions;
-use crate::persist::PersistError;
+use crate::persist::store::Store;
 use crate::plan::generator::UpdateOptions;
 use crate::plan::saved::SavedPlan;
 use crate::provider::{ProviderRegistry, SimCloud, SimConfig};
@@ -48,7 +48,7 @@ pub const CLOUD_FILE: &str = "cloud.json";
 pub fn run(mut cli: Cli) -> Result<(), CliError> {
     let backend = cli.backend_dir();
     // `--stack`, else the selected stack, else `dev`.
-    let selected = Backend::new(&backend).selected()?;
+    let selected = Store::new(&backend).selected()?;
     cli.command.default_stack(selected);
     match cli.command {
         Command::Stack(StackCommand::Ls { json }) => super::stacks::ls(&backend, json),
@@ -388,7 +388,9 @@ fn registry(
     };
     Ok(
         ProviderRegistry::new(std::sync::Arc::new(factory)).with_stack_outputs(
-            std::sync::Arc::new(Backend::new(backend).with_passphrase(passphrase)),
+            Store::new(backend)
+                .with_passphrase(passphrase)
+                .stack_outputs(),
         ),
     )
 }
@@ -440,11 +442,23 @@ fn named_packages(prior: &Deployment, file: Option<&ProgramFile>) -> Vec<(String
     out.into_iter().collect()
 }
 
+/// The directory of the simulated cloud's file: the backend's; with a
+/// database backend, `$KEEL_SIM_CLOUD_DIR`, else `./.keel` (the cloud is
+/// not in the database yet).
+fn cloud_dir(backend: &Path) -> PathBuf {
+    if crate::persist::store::is_database(backend) {
+        std::env::var_os("KEEL_SIM_CLOUD_DIR").map_or_else(|| PathBuf::from(".keel"), PathBuf::from)
+    } else {
+        backend.to_owned()
+    }
+}
+
 fn load_cloud(
     backend: &Path,
     config: SimConfig,
     autosave: bool,
 ) -> Result<std::sync::Arc<SimCloud>, CliError> {
+    let backend = &cloud_dir(backend);
     let path = backend.join(CLOUD_FILE);
     let cloud = SimCloud::load(&path, config).map_err(|source| CliError::Cloud {
         path: path.clone(),
@@ -786,12 +800,12 @@ fn total(file: Option<&ProgramFile>, stack: &str, prior: &Deployment) -> usize {
 }
 
 /// The backend at `backend`, with the passphrase from the environment.
-pub(super) fn with_passphrase(backend: &Path, stack: &str) -> Result<Backend, CliError> {
+pub(super) fn with_passphrase(backend: &Path, stack: &str) -> Result<Store, CliError> {
     let passphrase = crate::secrets::passphrase_from_env().map_err(|source| CliError::Secrets {
         stack: stack.to_owned(),
         source,
     })?;
-    Ok(Backend::new(backend).with_passphrase(passphrase))
+    Ok(Store::new(backend).with_passphrase(passphrase))
 }
 
 /// Secrets errors become usage errors (exit 2), reported before anything runs.
@@ -947,7 +961,7 @@ fn up(backend: &Path, a: UpArgs, rec: &Recorder) -> Result<(), CliError> {
     check_stack(a.stack.name())?;
     let (mut source, stack_config) = ProgramSource::load(&a.program, a.stack.name())?;
     let stack = a.stack.name().to_owned();
-    if !Backend::new(backend).paths(&stack).dir.is_dir() {
+    if !Store::new(backend).exists(&stack)? {
         // A new stack: unknown names are refused before anything is made.
         let urns = source.file().map(|f| f.expected_urns(&stack));
         check_names(&options, urns.as_ref(), &stack, &Deployment::default())?;
@@ -1286,15 +1300,15 @@ async fn refreshed(engine: &Engine, prior: Deployment) -> Result<Deployment, Cli
 }
 
 /// Fails unless the stack exists in the backend.
-pub(super) fn existing(backend: &Path, stack: &str) -> Result<Backend, CliError> {
+pub(super) fn existing(backend: &Path, stack: &str) -> Result<Store, CliError> {
     check_stack(stack)?;
-    let b = Backend::new(backend);
-    if b.paths(stack).dir.is_dir() {
+    let b = Store::new(backend);
+    if b.exists(stack)? {
         Ok(b)
     } else {
         Err(CliError::NoStack {
             stack: stack.to_owned(),
-            backend: backend.to_owned(),
+            backend: b.location(),
         })
     }
 }
@@ -1433,7 +1447,7 @@ fn import(backend: &Path, stack: &str, file: &Path) -> Result<(), CliError> {
     }
     // Verified: now take the lock (which also folds the journal into the
     // base) and replace the base, leaving an empty journal.
-    let open = Backend::new(backend).open(stack, "keel stack import")?;
+    let open = Store::new(backend).open(stack, "keel stack import")?;
     let crypter = match passphrase {
         Some(p) if plaintext => {
             crate::secrets::Crypter::for_stack(&deployment.secrets_providers, Some(&p))
@@ -1441,20 +1455,7 @@ fn import(backend: &Path, stack: &str, file: &Path) -> Result<(), CliError> {
         }
         _ => crate::secrets::Crypter::default(),
     };
-    write_base_with(
-        &open.paths.base,
-        &deployment,
-        open.seq(),
-        0,
-        open.counters(),
-        &crypter,
-    )?;
-    atomic_write(&open.paths.journal, &[], false, open.counters()).map_err(|source| {
-        PersistError::Io {
-            path: open.paths.journal.clone(),
-            source,
-        }
-    })?;
+    open.replace_base(&deployment, &crypter)?;
     drop(open);
     eprintln!(
         "imported {} resources into stack `{stack}`",

@@ -17,7 +17,6 @@ use super::args::{ConfigCommand, ConfigTarget};
 use super::display::{clean, out};
 use super::CliError;
 use crate::config::{ConfigKey, Resolved, StackConfig};
-use crate::persist::backend::Backend;
 use crate::secrets::{
     passphrase_from_env, Crypter, PassphraseManager, SecretsError, SecretsManager, PASSPHRASE_TYPE,
 };
@@ -148,11 +147,9 @@ fn command_manager(
         ));
     }
     // The stack's own provider, read without decrypting anything.
-    let providers = if Backend::new(backend).paths(stack).dir.is_dir() {
-        Backend::new(backend)
-            .load(stack)?
-            .deployment
-            .secrets_providers
+    let store = crate::persist::store::Store::new(backend);
+    let providers = if store.exists(stack)? {
+        store.load(stack)?.deployment.secrets_providers
     } else {
         crate::model::snapshot::SecretsProviders::default()
     };

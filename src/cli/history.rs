@@ -17,9 +17,9 @@ use super::display::out;
 use super::CliError;
 use crate::engine::{Cancel, EngineError, Outcome};
 use crate::locks::MutexExt;
-use crate::persist::backend::Backend;
 use crate::persist::fs::Holder;
 use crate::persist::history::{HistoryRecord, ProgramIdentity};
+use crate::persist::store::Store;
 
 /// What an operation records while it runs.
 #[derive(Debug, Default)]
@@ -148,7 +148,7 @@ pub fn recorded(
     );
     if rec.seen.locked().locked && ran {
         let record = rec.record(&result);
-        if let Err(e) = Backend::new(&rec.backend).append_history(&rec.stack, &record) {
+        if let Err(e) = Store::new(&rec.backend).append_history(&rec.stack, &record) {
             eprintln!(
                 "warning: the history of stack `{}` was not written: {e}",
                 rec.stack

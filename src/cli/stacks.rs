@@ -18,8 +18,9 @@ use super::CliError;
 use crate::migrate::rewrite::{identity_in, rewrite, SuccessorMap};
 use crate::model::property::Secret;
 use crate::model::{Deployment, PropertyMap, PropertyValue, State, Urn};
-use crate::persist::backend::{write_base, Backend};
+use crate::persist::backend::write_base;
 use crate::persist::fs::{atomic_write, IoCounters};
+use crate::persist::store::Store;
 use crate::persist::PersistError;
 
 /// One row of `keel stack ls`.
@@ -44,7 +45,7 @@ pub struct StackRow {
 /// # Errors
 /// [`CliError::Persist`] when the backend cannot be read.
 pub fn rows(backend: &Path) -> Result<Vec<StackRow>, CliError> {
-    let b = Backend::new(backend);
+    let b = Store::new(backend);
     let selected = b.selected()?;
     let mut rows = Vec::new();
     for name in b.stacks()? {
@@ -62,10 +63,7 @@ pub fn rows(backend: &Path) -> Result<Vec<StackRow>, CliError> {
             .history(&name)
             .ok()
             .and_then(|h| h.records.last().map(|r| r.end.clone()));
-        let update_in_progress = super::cancel::holder(&b.paths(&name).lock)
-            .ok()
-            .flatten()
-            .is_some();
+        let update_in_progress = b.holder(&name).ok().flatten().is_some();
         rows.push(StackRow {
             current: selected.as_deref() == Some(name.as_str()),
             update_in_progress,
@@ -102,7 +100,7 @@ pub fn ls(backend: &Path, json: bool) -> Result<(), CliError> {
     if rows.is_empty() {
         out(&format!(
             "no stacks in the backend {} (`keel stack init NAME` makes one)",
-            backend.display()
+            Store::new(backend).location().display()
         ));
         return Ok(());
     }
@@ -136,7 +134,7 @@ pub fn ls(backend: &Path, json: bool) -> Result<(), CliError> {
 /// [`CliError::BadStackName`], [`CliError::NoStack`], [`CliError::Persist`].
 pub fn select(backend: &Path, name: &str) -> Result<(), CliError> {
     existing(backend, name)?;
-    Backend::new(backend).select(Some(name))?;
+    Store::new(backend).select(Some(name))?;
     eprintln!("selected stack `{name}`");
     Ok(())
 }
@@ -148,33 +146,13 @@ pub fn select(backend: &Path, name: &str) -> Result<(), CliError> {
 /// [`CliError::Persist`].
 pub fn init(backend: &Path, name: &str) -> Result<(), CliError> {
     check_stack(name)?;
-    let b = Backend::new(backend);
-    let paths = b.paths(name);
-    let io = |path: &Path| {
-        let path = path.to_owned();
-        move |source| PersistError::Io { path, source }
-    };
-    let stacks = paths.dir.parent().unwrap_or(backend);
-    std::fs::create_dir_all(stacks).map_err(io(stacks))?;
-    // `create_dir` (not `_all`) is the atomic existence check.
-    match std::fs::create_dir(&paths.dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            return Err(CliError::StackExists {
-                stack: name.to_owned(),
-                backend: backend.to_owned(),
-            })
-        }
-        Err(e) => return Err(io(&paths.dir)(e).into()),
+    let b = Store::new(backend);
+    if !b.init_stack(name, "keel stack init")? {
+        return Err(CliError::StackExists {
+            stack: name.to_owned(),
+            backend: b.location(),
+        });
     }
-    let _lock = b.lock(name, "keel stack init")?;
-    write_base(
-        &paths.base,
-        &Deployment::default(),
-        0,
-        0,
-        &IoCounters::default(),
-    )?;
     b.select(Some(name))?;
     eprintln!("created stack `{name}` (selected)");
     Ok(())
@@ -199,7 +177,7 @@ pub fn rm(
     let b = existing(backend, name)?;
     // With --force an unreadable stack can be removed too (its count is
     // then unknown); without, its error is the answer.
-    let count = |b: &Backend| -> Result<Option<usize>, CliError> {
+    let count = |b: &Store| -> Result<Option<usize>, CliError> {
         match b.load(name) {
             Ok(l) => Ok(Some(l.deployment.resources.len())),
             Err(e) if force => {
@@ -233,7 +211,8 @@ pub fn rm(
     refuse(n)?;
     let kept = b.move_to_backups(name)?;
     drop(lock);
-    if let Some(program) = config {
+    // A database's backups hold no files: the config file stays.
+    if let Some(program) = config.filter(|_| b.file().is_some()) {
         let file = crate::config::stack_file(&config_dir(program), name);
         if file.is_file() {
             let to = kept.join(file.file_name().unwrap_or_default());
@@ -358,6 +337,11 @@ pub fn rename(
 ) -> Result<(), CliError> {
     check_stack(new)?;
     let b = existing(backend, old)?;
+    let Some(b) = b.file() else {
+        return Err(CliError::Unsupported(
+            "`keel stack rename` on a database backend".into(),
+        ));
+    };
     let taken = || CliError::StackExists {
         stack: new.to_owned(),
         backend: backend.to_owned(),

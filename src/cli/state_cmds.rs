@@ -18,11 +18,8 @@ use super::display::out;
 use super::surgery::{self, EditError, Selection};
 use super::CliError;
 use crate::model::{CheckpointFile, Deployment};
-use crate::persist::backend::{
-    write_base, write_base_with, Backend, BackendError, Loaded, StackPaths,
-};
-use crate::persist::fs::{atomic_write, Holder, IoCounters, StackLock};
-use crate::persist::PersistError;
+use crate::persist::backend::{BackendError, Loaded, StackPaths};
+use crate::persist::store::{Store, StoreLock};
 
 /// `keel state delete`.
 #[derive(Debug, Clone, Args)]
@@ -160,10 +157,8 @@ pub struct EditArgs {
 /// A stack locked for an edit, with its state as read.
 struct Locked {
     stack: String,
-    paths: StackPaths,
     loaded: Read,
-    counters: IoCounters,
-    _lock: StackLock,
+    lock: StoreLock,
 }
 
 /// A stack's state as read: the deployment, the journal watermark it
@@ -186,26 +181,17 @@ impl From<Loaded> for Read {
 
 /// Locks `stack` for `command` and reads its state (secrets stay as
 /// stored: no passphrase is needed, and none is written in plaintext).
-fn lock(b: &Backend, stack: &str, command: &str) -> Result<(StackPaths, StackLock), CliError> {
-    let paths = b.paths(stack);
-    std::fs::create_dir_all(&paths.dir).map_err(|source| CliError::Write {
-        path: paths.dir.clone(),
-        source,
-    })?;
-    let lock = StackLock::acquire(&paths.lock, &Holder::me(command))
-        .map_err(|e| CliError::Backend(BackendError::Locked(e)))?;
-    Ok((paths, lock))
+fn lock(b: &Store, stack: &str, command: &str) -> Result<(StackPaths, StoreLock), CliError> {
+    Ok((b.paths(stack), b.lock(stack, command)?))
 }
 
-fn open(b: &Backend, stack: &str, command: &str) -> Result<Locked, CliError> {
-    let (paths, lock) = lock(b, stack, command)?;
+fn open(b: &Store, stack: &str, command: &str) -> Result<Locked, CliError> {
+    let (_, lock) = lock(b, stack, command)?;
     let loaded = b.load(stack)?.into();
     Ok(Locked {
         stack: stack.to_owned(),
-        paths,
         loaded,
-        counters: IoCounters::default(),
-        _lock: lock,
+        lock,
     })
 }
 
@@ -235,21 +221,12 @@ impl Locked {
     /// the new base is written and the journal emptied.
     fn write(&self, d: &Deployment) -> Result<(), CliError> {
         check(&self.stack, d)?;
-        let io = |path: &Path| {
-            let path = path.to_owned();
-            move |source| PersistError::Io { path, source }
-        };
-        let journal_len = std::fs::metadata(&self.paths.journal).map_or(0, |m| m.len());
-        if self.loaded.replayed > 0 || journal_len > 0 {
-            write_base(
-                &self.paths.base,
+        if self.loaded.replayed > 0 || self.lock.has_journal()? {
+            self.lock.write_state(
                 &self.loaded.deployment,
                 self.loaded.seq,
-                0,
-                &self.counters,
+                &crate::secrets::Crypter::default(),
             )?;
-            atomic_write(&self.paths.journal, &[], false, &self.counters)
-                .map_err(io(&self.paths.journal))?;
         }
         // A plaintext secret (put there by `state edit`) is encrypted on the
         // way in, as `stack import` does, or refused without a passphrase.
@@ -266,18 +243,7 @@ impl Locked {
         } else {
             crate::secrets::Crypter::default()
         };
-        write_base_with(
-            &self.paths.base,
-            d,
-            self.loaded.seq,
-            0,
-            &self.counters,
-            &crypter,
-        )?;
-        if self.paths.journal.exists() {
-            atomic_write(&self.paths.journal, &[], false, &self.counters)
-                .map_err(io(&self.paths.journal))?;
-        }
+        self.lock.write_state(d, self.loaded.seq, &crypter)?;
         Ok(())
     }
 }
@@ -447,10 +413,8 @@ pub fn repair(backend: &Path, a: RepairArgs) -> Result<(), CliError> {
     let l = match b.load(&stack) {
         Ok(loaded) => Locked {
             stack: stack.clone(),
-            paths,
             loaded: loaded.into(),
-            counters: IoCounters::default(),
-            _lock: lock,
+            lock,
         },
         Err(BackendError::Checkpoint { source, .. })
             if matches!(*source, crate::model::CheckpointError::Integrity(_)) =>
@@ -465,10 +429,8 @@ pub fn repair(backend: &Path, a: RepairArgs) -> Result<(), CliError> {
             };
             Locked {
                 stack: stack.clone(),
-                paths,
                 loaded,
-                counters: IoCounters::default(),
-                _lock: lock,
+                lock,
             }
         }
         Err(e) => return Err(e.into()),
@@ -605,7 +567,7 @@ pub fn move_resources(backend: &Path, a: MoveArgs) -> Result<(), CliError> {
     result
 }
 
-fn move_locked(b: &Backend, a: &MoveArgs) -> Result<(), CliError> {
+fn move_locked(b: &Store, a: &MoveArgs) -> Result<(), CliError> {
     if a.source == a.dest {
         return Err(edit_err(&a.source)(EditError::SameStack(a.source.clone())));
     }

@@ -232,6 +232,25 @@ pub fn write_base_with(
     counters: &IoCounters,
     crypter: &Crypter,
 ) -> Result<(), PersistError> {
+    let bytes = base_bytes(d, seq, split, crypter)?;
+    atomic_write(path, &bytes, true, counters).map_err(|source| PersistError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The bytes of a base checkpoint: `d` with its secrets encrypted by
+/// `crypter` (when it has a secrets manager), the journal watermark `seq`
+/// and the `split` (every backend stores exactly these bytes).
+///
+/// # Errors
+/// [`PersistError::Secrets`] when a secret cannot be encrypted.
+pub fn base_bytes(
+    d: &Deployment,
+    seq: u64,
+    split: usize,
+    crypter: &Crypter,
+) -> Result<Vec<u8>, PersistError> {
     let mut d = d.clone();
     if crypter.manager().is_some() {
         crypter.encrypt_deployment(&mut d)?;
@@ -241,10 +260,7 @@ pub fn write_base_with(
     if split > 0 {
         file.extra.insert(SPLIT_KEY.into(), split.into());
     }
-    atomic_write(path, &file.to_vec(), true, counters).map_err(|source| PersistError::Io {
-        path: path.to_owned(),
-        source,
-    })
+    Ok(file.to_vec())
 }
 
 /// A stack's state as read from disk.
@@ -282,6 +298,142 @@ impl Loaded {
     }
 }
 
+/// A stack's stored bytes, as any backend keeps them: the base checkpoint
+/// (none for a new stack) and the journal's records, framed as in the
+/// journal file, in order.
+#[derive(Debug)]
+pub struct StoredStack<'a> {
+    /// The stack.
+    pub stack: &'a str,
+    /// The base checkpoint's bytes.
+    pub base: Option<Vec<u8>>,
+    /// The journal's records.
+    pub journal: Vec<u8>,
+    /// Where the base is, for errors.
+    pub base_label: &'a Path,
+    /// Where the journal is, for errors.
+    pub journal_label: &'a Path,
+}
+
+impl StoredStack<'_> {
+    /// Replays the journal onto the base, verifies the result and derives
+    /// the stack's secrets (`passphrase`; a stack without a provider takes
+    /// `new_stack_salt`). `missing_base` refuses a journal without its base.
+    ///
+    /// # Errors
+    /// [`BackendError`] for an invalid base, a corrupt journal, secrets.
+    pub fn assemble(
+        self,
+        passphrase: Option<&str>,
+        new_stack_salt: Option<&str>,
+        missing_base: impl FnOnce(&journal::Decoded) -> Result<(), BackendError>,
+    ) -> Result<Loaded, BackendError> {
+        let stack = self.stack;
+        let (mut base, seq, split) = match &self.base {
+            Some(bytes) => {
+                let file = CheckpointFile::from_slice_verified(bytes).map_err(|source| {
+                    BackendError::Checkpoint {
+                        stack: stack.to_owned(),
+                        path: self.base_label.to_owned(),
+                        source: Box::new(source),
+                    }
+                })?;
+                let seq = file
+                    .extra
+                    .get(WATERMARK_KEY)
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(0);
+                let split = file
+                    .extra
+                    .get(SPLIT_KEY)
+                    .and_then(serde_json::Value::as_u64)
+                    .unwrap_or(0);
+                (file.into_deployment(), seq, split as usize)
+            }
+            None => (Deployment::default(), 0, 0),
+        };
+        let journal = &self.journal;
+        let journal_err = |source| BackendError::Journal {
+            stack: stack.to_owned(),
+            path: self.journal_label.to_owned(),
+            source,
+        };
+        let decoded = journal::decode(journal).map_err(journal_err)?;
+        missing_base(&decoded)?;
+        let mut warnings = Vec::new();
+        if let Some(t) = &decoded.torn {
+            warnings.push(format!("the journal of stack `{stack}` ended in a torn write: {t}; every whole record was kept"));
+        }
+        let replayed = decoded
+            .records
+            .iter()
+            .filter(|r| r.entry.seq() > seq)
+            .count();
+        // Nothing to replay: the base, verified on read, is the state.
+        let deployment = if replayed == 0 {
+            base
+        } else {
+            let olds = SnapshotBuilder::share_resources(&mut base);
+            let mut builder = SnapshotBuilder::new(base, olds).with_split(split);
+            journal::replay(&mut builder, &decoded.records, seq).map_err(journal_err)?;
+            let deployment = builder.snapshot();
+            crate::model::integrity::verify(&deployment).map_err(|e| BackendError::Journal {
+                stack: stack.to_owned(),
+                path: self.journal_label.to_owned(),
+                source: JournalError::Integrity(e.to_string()),
+            })?;
+            deployment
+        };
+        let last = decoded
+            .records
+            .last()
+            .map_or(seq, |r| r.entry.seq().max(seq));
+        let secrets = |source| BackendError::Secrets {
+            stack: stack.to_owned(),
+            source,
+        };
+        let mut deployment = deployment;
+        let crypter = if passphrase.is_none() && deployment.secrets_providers.ty.is_empty() {
+            Crypter::default()
+        } else if let (true, Some(p), Some(salt)) = (
+            deployment.secrets_providers.ty.is_empty(),
+            passphrase,
+            new_stack_salt,
+        ) {
+            Crypter::new(Arc::new(
+                crate::secrets::PassphraseManager::from_salt_state(p, salt).map_err(secrets)?,
+            ))
+        } else {
+            Crypter::for_stack(&deployment.secrets_providers, passphrase).map_err(secrets)?
+        };
+        if crypter.manager().is_some() {
+            crypter
+                .decrypt_deployment(&mut deployment)
+                .map_err(secrets)?;
+        }
+        if !deployment.pending_operations.is_empty() {
+            let urns: Vec<String> = deployment
+                .pending_operations
+                .iter()
+                .map(|p| format!("{:?} {}", p.ty, p.resource.urn))
+                .collect();
+            warnings.push(format!(
+                "stack `{stack}`: an interrupted operation left {}: the next `keel up` or `keel refresh` resolves them (adopting objects that were created, removing resources whose delete went through, clearing the rest)",
+                crate::events::summarize("pending operation", &urns)
+            ));
+        }
+        Ok(Loaded {
+            deployment,
+            seq: last,
+            replayed,
+            warnings,
+            crypter: Arc::new(crypter),
+            valid_len: decoded.valid_len,
+            journal_len: journal.len() as u64,
+        })
+    }
+}
+
 /// A stack opened for an operation: locked, replayed and compacted.
 #[derive(Debug)]
 pub struct OpenStack {
@@ -297,7 +449,15 @@ pub struct OpenStack {
     pub crypter: Arc<Crypter>,
     seq: u64,
     counters: Arc<IoCounters>,
-    lock: StackLock,
+    held: Held,
+}
+
+/// The lock an open stack holds: a lock file, or a database's lock.
+#[derive(Debug)]
+enum Held {
+    File(StackLock),
+    #[cfg(feature = "postgres")]
+    Pg(super::pg::lock::PgLock),
 }
 
 impl OpenStack {
@@ -310,6 +470,28 @@ impl OpenStack {
         kind: PersistenceKind,
         options: JournalOptions,
     ) -> Result<Box<dyn Persister>, PersistError> {
+        #[cfg(feature = "postgres")]
+        if let Held::Pg(lock) = &self.held {
+            // Checkpoint persistence on the database: a compaction (a new
+            // base) after every mutation.
+            let options = match kind {
+                PersistenceKind::Journal => options,
+                PersistenceKind::Checkpoint => JournalOptions {
+                    compact_bytes: 0,
+                    ..options
+                },
+            };
+            return Ok(Box::new(
+                super::pg::journal::PgJournalPersister::open(
+                    lock,
+                    self.paths.clone(),
+                    self.seq,
+                    options,
+                    self.counters.clone(),
+                )?
+                .with_crypter(self.crypter.clone()),
+            ));
+        }
         Ok(match kind {
             PersistenceKind::Journal => Box::new(
                 JournalPersister::open(
@@ -327,9 +509,56 @@ impl OpenStack {
         })
     }
 
-    /// The lock held for this operation.
-    pub fn lock(&self) -> &StackLock {
-        &self.lock
+    /// The lock file held for this operation (none on a database).
+    pub fn lock(&self) -> Option<&StackLock> {
+        match &self.held {
+            Held::File(l) => Some(l),
+            #[cfg(feature = "postgres")]
+            Held::Pg(_) => None,
+        }
+    }
+
+    /// Replaces the stack's state with `d` (a new base with the open
+    /// watermark, its secrets encrypted by `crypter`; the replaced base
+    /// kept as the backup) and empties the journal.
+    ///
+    /// # Errors
+    /// [`PersistError`]; the previous state then stands.
+    pub fn replace_base(&self, d: &Deployment, crypter: &Crypter) -> Result<(), PersistError> {
+        match &self.held {
+            Held::File(_) => {
+                write_base_with(&self.paths.base, d, self.seq, 0, &self.counters, crypter)?;
+                atomic_write(&self.paths.journal, &[], false, &self.counters).map_err(|source| {
+                    PersistError::Io {
+                        path: self.paths.journal.clone(),
+                        source,
+                    }
+                })
+            }
+            #[cfg(feature = "postgres")]
+            Held::Pg(lock) => lock.compact(base_bytes(d, self.seq, 0, crypter)?, Vec::new()),
+        }
+    }
+
+    /// A stack opened on a database under `lock`.
+    #[cfg(feature = "postgres")]
+    pub(crate) fn pg(
+        stack: &str,
+        paths: StackPaths,
+        loaded: Loaded,
+        counters: Arc<IoCounters>,
+        lock: super::pg::lock::PgLock,
+    ) -> Self {
+        Self {
+            name: stack.to_owned(),
+            paths,
+            deployment: loaded.deployment,
+            warnings: loaded.warnings,
+            crypter: loaded.crypter,
+            seq: loaded.seq,
+            counters,
+            held: Held::Pg(lock),
+        }
     }
 
     /// I/O counters shared with the persisters made here.
@@ -512,31 +741,9 @@ impl Backend {
             stack: stack.to_owned(),
             source,
         };
-        let base_bytes = std::fs::read(&paths.base);
-        let base_missing =
-            matches!(&base_bytes, Err(e) if e.kind() == std::io::ErrorKind::NotFound);
-        let (mut base, seq, split) = match base_bytes {
-            Ok(bytes) => {
-                let file = CheckpointFile::from_slice_verified(&bytes).map_err(|source| {
-                    BackendError::Checkpoint {
-                        stack: stack.to_owned(),
-                        path: paths.base.clone(),
-                        source: Box::new(source),
-                    }
-                })?;
-                let seq = file
-                    .extra
-                    .get(WATERMARK_KEY)
-                    .and_then(serde_json::Value::as_u64)
-                    .unwrap_or(0);
-                let split = file
-                    .extra
-                    .get(SPLIT_KEY)
-                    .and_then(serde_json::Value::as_u64)
-                    .unwrap_or(0);
-                (file.into_deployment(), seq, split as usize)
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Deployment::default(), 0, 0),
+        let base = match std::fs::read(&paths.base) {
+            Ok(bytes) => Some(bytes),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(source) => {
                 return Err(persist(PersistError::Io {
                     path: paths.base.clone(),
@@ -554,104 +761,44 @@ impl Backend {
                 }))
             }
         };
-        let journal_err = |source| BackendError::Journal {
-            stack: stack.to_owned(),
-            path: paths.journal.clone(),
-            source,
+        let base_missing = base.is_none();
+        let journal_empty = journal.is_empty();
+        let stored = StoredStack {
+            stack,
+            base,
+            journal,
+            base_label: &paths.base,
+            journal_label: &paths.journal,
         };
-        let decoded = journal::decode(&journal).map_err(journal_err)?;
-        if base_missing {
-            // A stack's first operation journals onto an empty base from
-            // seq 1; any other file there means the base was removed.
-            let bak = fs::backup_path(&paths.base);
-            let mut found: Vec<PathBuf> = Vec::new();
-            if bak.exists() {
-                found.push(bak);
-            }
-            let follows_a_base = decoded.records.first().is_some_and(|r| r.entry.seq() != 1);
-            if follows_a_base || (!found.is_empty() && !journal.is_empty()) {
-                found.push(paths.journal.clone());
-            }
-            if !found.is_empty() {
-                return Err(BackendError::MissingBase {
-                    stack: stack.to_owned(),
-                    base: paths.base.clone(),
-                    found,
-                });
-            }
-        }
-        let mut warnings = Vec::new();
-        if let Some(t) = &decoded.torn {
-            warnings.push(format!("the journal of stack `{stack}` ended in a torn write: {t}; every whole record was kept"));
-        }
-        let replayed = decoded
-            .records
-            .iter()
-            .filter(|r| r.entry.seq() > seq)
-            .count();
-        // Nothing to replay: the base, verified on read, is the state.
-        let deployment = if replayed == 0 {
-            base
-        } else {
-            let olds = SnapshotBuilder::share_resources(&mut base);
-            let mut builder = SnapshotBuilder::new(base, olds).with_split(split);
-            journal::replay(&mut builder, &decoded.records, seq).map_err(journal_err)?;
-            let deployment = builder.snapshot();
-            crate::model::integrity::verify(&deployment).map_err(|e| BackendError::Journal {
-                stack: stack.to_owned(),
-                path: paths.journal.clone(),
-                source: JournalError::Integrity(e.to_string()),
-            })?;
-            deployment
-        };
-        let last = decoded
-            .records
-            .last()
-            .map_or(seq, |r| r.entry.seq().max(seq));
-        let secrets = |source| BackendError::Secrets {
-            stack: stack.to_owned(),
-            source,
-        };
-        let mut deployment = deployment;
-        let crypter = if self.passphrase.is_none() && deployment.secrets_providers.ty.is_empty() {
-            Crypter::default()
-        } else if let (true, Some(p), Some(salt)) = (
-            deployment.secrets_providers.ty.is_empty(),
+        stored.assemble(
             self.passphrase.as_deref(),
             self.new_stack_salt.as_deref(),
-        ) {
-            Crypter::new(Arc::new(
-                crate::secrets::PassphraseManager::from_salt_state(p, salt).map_err(secrets)?,
-            ))
-        } else {
-            Crypter::for_stack(&deployment.secrets_providers, self.passphrase.as_deref())
-                .map_err(secrets)?
-        };
-        if crypter.manager().is_some() {
-            crypter
-                .decrypt_deployment(&mut deployment)
-                .map_err(secrets)?;
-        }
-        if !deployment.pending_operations.is_empty() {
-            let urns: Vec<String> = deployment
-                .pending_operations
-                .iter()
-                .map(|p| format!("{:?} {}", p.ty, p.resource.urn))
-                .collect();
-            warnings.push(format!(
-                "stack `{stack}`: an interrupted operation left {}: the next `keel up` or `keel refresh` resolves them (adopting objects that were created, removing resources whose delete went through, clearing the rest)",
-                crate::events::summarize("pending operation", &urns)
-            ));
-        }
-        Ok(Loaded {
-            deployment,
-            seq: last,
-            replayed,
-            warnings,
-            crypter: Arc::new(crypter),
-            valid_len: decoded.valid_len,
-            journal_len: journal.len() as u64,
-        })
+            |decoded| {
+                if !base_missing {
+                    return Ok(());
+                }
+                // A stack's first operation journals onto an empty base from
+                // seq 1; any other file there means the base was removed.
+                let bak = fs::backup_path(&paths.base);
+                let mut found: Vec<PathBuf> = Vec::new();
+                if bak.exists() {
+                    found.push(bak);
+                }
+                let follows_a_base = decoded.records.first().is_some_and(|r| r.entry.seq() != 1);
+                if follows_a_base || (!found.is_empty() && !journal_empty) {
+                    found.push(paths.journal.clone());
+                }
+                if found.is_empty() {
+                    Ok(())
+                } else {
+                    Err(BackendError::MissingBase {
+                        stack: stack.to_owned(),
+                        base: paths.base.clone(),
+                        found,
+                    })
+                }
+            },
+        )
     }
 
     /// Opens a stack for an operation running `command`: takes the lock,
@@ -719,7 +866,7 @@ impl Backend {
             crypter: loaded.crypter,
             seq: loaded.seq,
             counters,
-            lock,
+            held: Held::File(lock),
         })
     }
 }

@@ -11,6 +11,9 @@ pub mod history;
 pub mod journal;
 pub mod journal_file;
 pub mod migration;
+#[cfg(feature = "postgres")]
+pub mod pg;
+pub mod store;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;

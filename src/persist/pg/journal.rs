@@ -1,0 +1,279 @@
+//! The journal persister of the PostgreSQL backend: the file journal's
+//! [`super::super::journal_file::JournalPersister`] with rows for appends.
+//! A writer task on the database's thread group-commits: every record
+//! queued while the previous transaction ran goes into the next one (up to
+//! `batch_max`), one `keel_journal` row per record framed exactly as in
+//! `journal.log`, and each mutation is acknowledged once its transaction
+//! committed. Compaction (at the end of the operation, or when the journal
+//! passes its size bound) is one transaction too, queued behind the
+//! appends. All of it goes through the connection holding the stack's
+//! advisory lock. After a failed transaction every later write fails (a
+//! gap in the journal would not replay), and the operation ends with the
+//! error; the stack keeps its last committed state.
+
+use std::sync::Arc;
+
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+use super::conn::DbError;
+use super::lock::{compact, insert_records, PgLock};
+use crate::model::Deployment;
+use crate::persist::backend::{base_bytes, StackPaths};
+use crate::persist::fs::IoCounters;
+use crate::persist::journal::{encode_with, Entry};
+use crate::persist::journal_file::JournalOptions;
+use crate::persist::{Ack, Mutation, PersistError, Persister, Result, SnapshotBuilder};
+use crate::secrets::Crypter;
+
+type Reply = std::sync::mpsc::SyncSender<std::result::Result<(), DbError>>;
+
+enum Msg {
+    Append(i64, Vec<u8>, Ack),
+    Compact(Vec<u8>, Vec<(i64, Vec<u8>)>, Reply),
+}
+
+/// The PostgreSQL journal persister.
+pub struct PgJournalPersister {
+    paths: StackPaths,
+    seq: u64,
+    tx: UnboundedSender<Msg>,
+    counters: Arc<IoCounters>,
+    journal_bytes: u64,
+    options: JournalOptions,
+    broken: Option<String>,
+    crypter: Arc<Crypter>,
+}
+
+impl std::fmt::Debug for PgJournalPersister {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgJournalPersister")
+            .field("stack", &self.paths.dir)
+            .field("seq", &self.seq)
+            .finish_non_exhaustive()
+    }
+}
+
+fn err(paths: &StackPaths, message: impl std::fmt::Display) -> PersistError {
+    PersistError::Io {
+        path: paths.journal.clone(),
+        source: std::io::Error::other(format!("PostgreSQL: {message}")),
+    }
+}
+
+async fn writer(
+    client: Arc<tokio::sync::Mutex<tokio_postgres::Client>>,
+    stack: String,
+    mut rx: UnboundedReceiver<Msg>,
+    counters: Arc<IoCounters>,
+    batch_max: usize,
+    paths: StackPaths,
+) {
+    let mut failed: Option<DbError> = None;
+    let mut pending: Option<Msg> = None;
+    loop {
+        let first = match pending.take() {
+            Some(m) => m,
+            None => match rx.recv().await {
+                Some(m) => m,
+                None => return,
+            },
+        };
+        let mut batch: Vec<(i64, Vec<u8>, Ack)> = Vec::new();
+        match first {
+            Msg::Append(s, b, a) => batch.push((s, b, a)),
+            other => pending = Some(other),
+        }
+        while pending.is_none() && !batch.is_empty() && batch.len() < batch_max {
+            match rx.try_recv() {
+                Ok(Msg::Append(s, b, a)) => batch.push((s, b, a)),
+                Ok(other) => pending = Some(other),
+                Err(_) => break,
+            }
+        }
+        if !batch.is_empty() {
+            let result = match &failed {
+                Some(f) => Err(f.clone()),
+                None => {
+                    let records: Vec<(i64, Vec<u8>)> =
+                        batch.iter().map(|(s, b, _)| (*s, b.clone())).collect();
+                    let bytes: usize = records.iter().map(|(_, b)| b.len()).sum();
+                    let mut c = client.lock().await;
+                    let r = async {
+                        let tx = c.transaction().await?;
+                        insert_records(&tx, &stack, records).await?;
+                        tx.commit().await?;
+                        Ok::<(), DbError>(())
+                    }
+                    .await;
+                    match r {
+                        Ok(()) => {
+                            counters.wrote(bytes);
+                            counters.synced();
+                            Ok(())
+                        }
+                        Err(e) => {
+                            failed = Some(e.clone());
+                            Err(e)
+                        }
+                    }
+                }
+            };
+            for (_, _, ack) in batch {
+                ack(result.clone().map_err(|e| err(&paths, e)));
+            }
+            continue;
+        }
+        if let Some(Msg::Compact(base, fresh, reply)) = pending.take() {
+            let r = match &failed {
+                Some(f) => Err(f.clone()),
+                None => {
+                    let bytes = base.len() + fresh.iter().map(|(_, b)| b.len()).sum::<usize>();
+                    let mut c = client.lock().await;
+                    let r = compact(&mut c, &stack, base, fresh).await;
+                    if r.is_ok() {
+                        counters.wrote(bytes);
+                        counters.synced();
+                    }
+                    r
+                }
+            };
+            let _ = reply.send(r);
+        }
+    }
+}
+
+impl PgJournalPersister {
+    /// A journal persister for the stack `lock` holds, after `seq`.
+    ///
+    /// # Errors
+    /// [`PersistError::Io`] when the writer cannot start.
+    pub fn open(
+        lock: &PgLock,
+        paths: StackPaths,
+        seq: u64,
+        options: JournalOptions,
+        counters: Arc<IoCounters>,
+    ) -> Result<Self> {
+        let (tx, rx) = unbounded_channel();
+        let (client, stack, c, p) = (
+            lock.client(),
+            lock.stack.clone(),
+            counters.clone(),
+            paths.clone(),
+        );
+        let batch_max = options.batch_max.max(1);
+        lock.db
+            .spawn(move |_| writer(client, stack, rx, c, batch_max, p))
+            .map_err(|e| err(&paths, e))?;
+        Ok(Self {
+            paths,
+            seq,
+            tx,
+            counters,
+            journal_bytes: 0,
+            options,
+            broken: None,
+            crypter: Arc::default(),
+        })
+    }
+
+    /// Encrypts secrets with `crypter` in every entry and base written.
+    pub fn with_crypter(mut self, crypter: Arc<Crypter>) -> Self {
+        self.crypter = crypter;
+        self
+    }
+
+    fn compact(
+        &mut self,
+        current: &mut SnapshotBuilder,
+        mid_operation: bool,
+    ) -> Result<Deployment> {
+        let (committed, live) = current.committed_in_order();
+        crate::model::integrity::verify(&committed)?;
+        let split = if mid_operation {
+            current.written_live()
+        } else {
+            0
+        };
+        let base = base_bytes(&committed, self.seq, split, &self.crypter)?;
+        let mut fresh = Vec::new();
+        let mut seq = self.seq;
+        let mut fresh_bytes = 0u64;
+        for (op, p) in current.in_flight() {
+            seq += 1;
+            let bytes = encode_with(
+                &Entry::Begin {
+                    seq,
+                    op,
+                    ty: p.ty,
+                    state: Box::new(p.resource.clone()),
+                },
+                &self.crypter,
+            )?;
+            fresh_bytes += bytes.len() as u64;
+            fresh.push((i64::try_from(seq).unwrap_or(i64::MAX), bytes));
+        }
+        let (reply, rx) = std::sync::mpsc::sync_channel(1);
+        self.tx
+            .send(Msg::Compact(base, fresh, reply))
+            .map_err(|_| err(&self.paths, "the journal writer stopped"))?;
+        rx.recv()
+            .map_err(|_| err(&self.paths, "the journal writer stopped"))?
+            .map_err(|e| err(&self.paths, e))?;
+        self.seq = seq;
+        self.journal_bytes = fresh_bytes;
+        current.rebase_to(live);
+        let mut snapshot = committed;
+        snapshot
+            .pending_operations
+            .extend(current.pending().cloned());
+        Ok(snapshot)
+    }
+}
+
+impl Persister for PgJournalPersister {
+    fn persist(&mut self, m: &Mutation, current: &mut SnapshotBuilder, ack: Ack) {
+        if let Some(b) = &self.broken {
+            return ack(Err(err(&self.paths, b)));
+        }
+        let Some(entry) = current.entry_for(self.seq + 1, m) else {
+            return ack(Err(err(
+                &self.paths,
+                "a mutation names a state the journal does not know (a bug in keel)",
+            )));
+        };
+        self.seq += 1;
+        let bytes = match encode_with(&entry, &self.crypter) {
+            Ok(b) => b,
+            Err(e) => return ack(Err(e.into())),
+        };
+        self.journal_bytes += bytes.len() as u64;
+        let seq = i64::try_from(self.seq).unwrap_or(i64::MAX);
+        if let Err(tokio::sync::mpsc::error::SendError(Msg::Append(_, _, ack))) =
+            self.tx.send(Msg::Append(seq, bytes, ack))
+        {
+            self.broken = Some("the journal writer stopped".into());
+            return ack(Err(err(&self.paths, "the journal writer stopped")));
+        }
+        if self.journal_bytes > self.options.compact_bytes {
+            if let Err(e) = self.compact(current, true) {
+                self.broken = Some(e.to_string());
+            }
+        }
+    }
+
+    fn rebase(&mut self, current: &mut SnapshotBuilder) -> Result<()> {
+        self.compact(current, false).map(|_| ())
+    }
+
+    fn finish(&mut self, current: &mut SnapshotBuilder) -> Result<Deployment> {
+        if let Some(b) = &self.broken {
+            return Err(err(&self.paths, b));
+        }
+        self.compact(current, false)
+    }
+
+    fn io(&self) -> (u64, u64) {
+        (self.counters.bytes(), self.counters.fsyncs())
+    }
+}
