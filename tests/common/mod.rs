@@ -7,6 +7,8 @@
 #[cfg(feature = "cli")]
 pub mod cli;
 #[cfg(feature = "cli")]
+pub mod pg;
+#[cfg(feature = "cli")]
 pub mod python;
 
 use std::collections::BTreeMap;

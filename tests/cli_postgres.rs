@@ -1,0 +1,327 @@
+//! The `keel` binary on the PostgreSQL backend (`--backend postgres://...`,
+//! here through `KEEL_BACKEND`): the core commands, the lock between
+//! processes, several stacks at once, a holder killed mid-update, the
+//! server restarted mid-update, and moving stacks between backends.
+//!
+//! Each test has a database of its own (tests/common/pg.rs): in the server
+//! `KEEL_TEST_POSTGRES` names (`.ci/run` starts one), else in a private
+//! cluster; a test is skipped, saying so, only without server binaries.
+
+mod common;
+
+use common::cli::*;
+use common::pg::Pg;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::process::{Child, Stdio};
+
+/// A keel working directory whose backend is `pg`'s database (the
+/// simulated cloud stays in `./.keel`).
+fn keel_on(pg: &Pg) -> Keel {
+    let mut k = Keel::new();
+    k.env.push(("KEEL_BACKEND".into(), pg.url.clone()));
+    k
+}
+
+/// `stack ls --json`, by name.
+fn stacks(k: &Keel) -> std::collections::BTreeMap<String, Value> {
+    let v: Value = serde_json::from_str(&k.ok(&["stack", "ls", "--json"])).expect("JSON");
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|r| (r["name"].as_str().unwrap().to_owned(), r.clone()))
+        .collect()
+}
+
+/// Starts a slow `keel up` (one step at a time) and returns once it has
+/// shown its first finished cloud object (so it holds the lock and has
+/// committed journal records).
+fn slow_up(k: &Keel, program: &str, stack: &str) -> Child {
+    let mut child = k
+        .command(&[
+            "up",
+            "--program",
+            program,
+            "--stack",
+            stack,
+            "--parallel",
+            "1",
+            "--sim-latency-ms",
+            "700",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn keel up");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = std::io::BufRead::lines(std::io::BufReader::new(stdout));
+    loop {
+        let line = lines.next().expect("keel up shows a step").expect("a line");
+        // A cloud object's step (not the stack's or a component's).
+        if line.starts_with("create ") && line.contains("aws:s3/") {
+            break;
+        }
+    }
+    // Keep draining stdout so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    child
+}
+
+/// The IDs of the stack's resources that name cloud objects, and the
+/// cloud's object IDs: equal when nothing is orphaned or lost.
+fn ids(k: &Keel, stack: &str) -> (BTreeSet<String>, BTreeSet<String>) {
+    let v: Value =
+        serde_json::from_str(&k.ok(&["stack", "export", "--stack", stack])).expect("export");
+    let state: BTreeSet<String> = v["deployment"]["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter(|r| {
+            let ty = r["type"].as_str().unwrap_or_default();
+            !ty.starts_with("pulumi:") && r["custom"] != Value::Bool(false)
+        })
+        .filter_map(|r| {
+            r["id"]
+                .as_str()
+                .filter(|s| !s.is_empty())
+                .map(str::to_owned)
+        })
+        .collect();
+    let cloud = k
+        .cloud()
+        .iter()
+        .filter_map(|o| o["id"].as_str().map(str::to_owned))
+        .collect();
+    (state, cloud)
+}
+
+#[test]
+fn core_commands_on_postgres() {
+    let Some(pg) = Pg::new("core") else { return };
+    let k = keel_on(&pg);
+    let (v1, v2) = (example("site-v1.yaml"), example("site-v2.yaml"));
+
+    let (_, err) = k.expect(2, &["stack", "select", "nope"]);
+    assert!(err.contains("nope"), "{err}");
+    let out = k.ok(&["stack", "ls"]);
+    assert!(
+        out.contains("no stacks in the backend postgres://"),
+        "{out}"
+    );
+
+    let out = k.ok(&["up", "--program", &v1]);
+    assert!(out.contains("update succeeded"), "{out}");
+    assert_eq!(k.cloud().len(), 4);
+    let ls = stacks(&k);
+    assert_eq!(ls["dev"]["resourceCount"], 7, "{ls:?}");
+    assert_eq!(ls["dev"]["updateInProgress"], false);
+
+    // A preview changes nothing in the database.
+    let before = k.ok(&["stack", "export"]);
+    let (out, _) = k.expect(0, &["preview", "--program", &v2, "--json"]);
+    assert_eq!(summary_steps(&out), counts(&[("same", 6), ("update", 1)]));
+    assert_eq!(k.ok(&["stack", "export"]), before);
+
+    let (out, _) = k.expect(0, &["up", "--program", &v2, "--json"]);
+    assert_eq!(summary_steps(&out)["update"], 1, "{out}");
+    let (out, _) = k.expect(0, &["refresh", "--yes", "--json"]);
+    assert!(out.contains("refresh"), "{out}");
+    let out = k.ok(&["stack", "output", "url"]);
+    assert!(out.starts_with("https://cdn-"), "{out}");
+    let out = k.ok(&["state", "verify"]);
+    assert!(out.contains("ok (7 resources"), "{out}");
+
+    let h: Value = serde_json::from_str(&k.ok(&["stack", "history", "--json"])).expect("history");
+    let kinds: Vec<String> = h
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            format!(
+                "{} {}",
+                r["kind"].as_str().unwrap(),
+                r["result"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        ["refresh succeeded", "update succeeded", "update succeeded"]
+    );
+
+    // state delete: an unknown URN changes nothing; a leaf goes.
+    let urns = k.urns();
+    let (_, err) = k.expect(
+        2,
+        &[
+            "state",
+            "delete",
+            "urn:pulumi:dev::site::x:y:Z::nope",
+            "--yes",
+        ],
+    );
+    assert!(err.contains("nope"), "{err}");
+    let cdn = urns
+        .keys()
+        .find(|u| u.ends_with("::cdn"))
+        .expect("cdn")
+        .clone();
+    let cdn_id = urns[&cdn].clone();
+    k.ok(&["state", "delete", &cdn, "--yes"]);
+    assert!(!k.urns().contains_key(&cdn));
+    // ... and comes back by import (adopting the object).
+    k.ok(&[
+        "import",
+        "aws:cloudfront:Distribution",
+        "cdn",
+        &cdn_id,
+        "--yes",
+    ]);
+    assert_eq!(k.urns()[&cdn], cdn_id);
+    k.ok(&["state", "unprotect", &cdn, "--yes"]);
+
+    // More stacks: init, select, rm.
+    k.ok(&["stack", "init", "qa"]);
+    let (_, err) = k.expect(2, &["stack", "init", "qa"]);
+    assert!(err.contains("already exists"), "{err}");
+    assert_eq!(stacks(&k)["qa"]["current"], true);
+    k.ok(&["stack", "select", "dev"]);
+    assert_eq!(stacks(&k)["dev"]["current"], true);
+    let out = k.ok(&["stack", "rm", "qa", "--yes"]);
+    assert!(out.is_empty());
+    assert!(!stacks(&k).contains_key("qa"));
+    let (_, err) = k.expect(2, &["stack", "rm", "dev", "--yes"]);
+    assert!(err.contains("resources"), "{err}");
+
+    let (out, _) = k.expect(0, &["destroy", "--yes", "--json"]);
+    assert!(summary_steps(&out)["delete"] >= 7, "{out}");
+    assert!(k.cloud().is_empty());
+    assert_eq!(stacks(&k)["dev"]["resourceCount"], 0);
+    k.ok(&["stack", "rm", "dev", "--yes"]);
+    assert!(stacks(&k).is_empty());
+}
+
+#[test]
+fn a_second_operation_is_refused_naming_the_holder() {
+    let Some(pg) = Pg::new("lock") else { return };
+    let k = keel_on(&pg);
+    let v1 = example("site-v1.yaml");
+    let mut up = slow_up(&k, &v1, "dev");
+    assert_eq!(stacks(&k)["dev"]["updateInProgress"], true);
+    let before = k.ok(&["stack", "export"]);
+    let (_, err) = k.expect(1, &["destroy", "--yes"]);
+    assert!(err.contains("locked by another operation"), "{err}");
+    assert!(
+        err.contains("`keel up`") && err.contains(&format!("pid {}", up.id())),
+        "{err}"
+    );
+    let (_, err) = k.expect(
+        1,
+        &["state", "delete", "urn:pulumi:dev::site::x:y:Z::a", "--yes"],
+    );
+    assert!(err.contains("locked by another operation"), "{err}");
+    let _ = before;
+    let status = up.wait().expect("keel up ends");
+    assert!(status.success());
+    assert_eq!(stacks(&k)["dev"]["updateInProgress"], false);
+    k.ok(&["destroy", "--yes"]);
+}
+
+#[test]
+fn several_stacks_from_several_processes() {
+    let Some(pg) = Pg::new("many") else { return };
+    let k = keel_on(&pg);
+    let v1 = example("site-v1.yaml");
+    let names = ["a", "b", "c", "d"];
+    let children: Vec<Child> = names
+        .iter()
+        .map(|s| {
+            k.command(&["up", "--program", &v1, "--stack", s])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for (s, c) in names.iter().zip(children) {
+        let o = c.wait_with_output().expect("keel up ends");
+        assert!(o.status.success(), "{s}: {}", text(&o.stderr));
+    }
+    let ls = stacks(&k);
+    for s in names {
+        assert_eq!(ls[s]["resourceCount"], 7, "{ls:?}");
+        k.ok(&["state", "verify", "--stack", s]);
+        let h: Value = serde_json::from_str(&k.ok(&["stack", "history", "--json", "--stack", s]))
+            .expect("history");
+        assert_eq!(h.as_array().unwrap().len(), 1);
+    }
+    assert_eq!(k.cloud().len(), 16);
+}
+
+#[test]
+fn a_holder_killed_mid_update_loses_nothing() {
+    let Some(pg) = Pg::new("kill") else { return };
+    let k = keel_on(&pg);
+    let v1 = example("site-v1.yaml");
+    let mut up = slow_up(&k, &v1, "dev");
+    up.kill().expect("SIGKILL");
+    up.wait().expect("reaped");
+    // The server released the dead holder's lock; its row is stale.
+    assert_eq!(stacks(&k)["dev"]["updateInProgress"], false);
+    let out = k.ok(&["state", "verify"]);
+    assert!(out.contains("stack `dev`: ok"), "{out}");
+    let (state, cloud) = ids(&k, "dev");
+    assert!(!state.is_empty(), "the committed steps were kept");
+    assert!(state.is_subset(&cloud), "{state:?} {cloud:?}");
+    // The next update takes the stale lock over and converges: every
+    // object is the stack's (adopted or created), none orphaned.
+    let out = k.ok(&["up", "--program", &v1]);
+    assert!(out.contains("update succeeded"), "{out}");
+    let (state, cloud) = ids(&k, "dev");
+    assert_eq!(state, cloud);
+    assert_eq!(state.len(), 4);
+    let (out, _) = k.expect(0, &["up", "--program", &v1, "--json"]);
+    all_same(&out);
+}
+
+#[test]
+fn a_database_restart_mid_update_fails_clearly_and_the_next_up_converges() {
+    let Some(pg) = Pg::private("restart") else {
+        return;
+    };
+    let k = keel_on(&pg);
+    let v1 = example("site-v1.yaml");
+    let up = slow_up(&k, &v1, "dev");
+    pg.cluster.as_ref().expect("a private cluster").restart();
+    let o = up.wait_with_output().expect("keel up ends");
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("PostgreSQL"), "{err}");
+    let out = k.ok(&["state", "verify"]);
+    assert!(out.contains("stack `dev`: ok"), "{out}");
+    let (state, cloud) = ids(&k, "dev");
+    assert!(state.is_subset(&cloud), "{state:?} {cloud:?}");
+    let out = k.ok(&["up", "--program", &v1]);
+    assert!(out.contains("update succeeded"), "{out}");
+    let (state, cloud) = ids(&k, "dev");
+    assert_eq!(state, cloud);
+    assert_eq!(state.len(), 4);
+}
+
+#[test]
+fn export_and_import_move_stacks_between_backends() {
+    let Some(pg) = Pg::new("export") else { return };
+    let file = Keel::new();
+    file.ok(&["up", "--program", &example("site-v1.yaml")]);
+    let exported = file.ok(&["stack", "export"]);
+    let path = file.write("dev.json", &exported);
+
+    let db = keel_on(&pg);
+    db.ok(&["stack", "import", "--file", &path]);
+    assert_eq!(db.ok(&["stack", "export"]), exported);
+    let again = db.write("from-db.json", &db.ok(&["stack", "export"]));
+
+    let back = Keel::new();
+    back.ok(&["stack", "import", "--file", &again]);
+    assert_eq!(back.ok(&["stack", "export"]), exported);
+}
