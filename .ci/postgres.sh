@@ -17,7 +17,15 @@ pg_as() {
 }
 rm -rf "$pg_dir"
 mkdir -p "$pg_dir"
-if [ "$(id -u)" = 0 ]; then chown postgres: "$pg_dir"; chmod 755 "$PWD/target"; fi
+if [ "$(id -u)" = 0 ]; then
+  chown postgres: "$pg_dir"
+  # A checkout under a directory the postgres user cannot enter (/root):
+  # the cluster goes to a temporary directory instead.
+  if ! runuser -u postgres -- test -w "$pg_dir"; then
+    pg_dir=$(mktemp -d /tmp/keel-pg.XXXXXX)
+    chown postgres: "$pg_dir"
+  fi
+fi
 pg_as "$pg_bin/initdb" -D "$pg_dir/data" -U postgres -A trust --no-sync >"$pg_dir/initdb.log"
 pg_as "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/server.log" -w \
   -o "-p $pg_port -k $pg_dir -c listen_addresses=127.0.0.1 -c max_connections=300 -c fsync=on" start >/dev/null

@@ -109,7 +109,7 @@ impl PgLock {
     ///
     /// # Errors
     /// [`PersistError::Io`].
-    pub fn read(&self) -> Result<(Option<Vec<u8>>, Vec<u8>, Option<i64>), PersistError> {
+    pub fn read(&self) -> Result<super::StoredRows, PersistError> {
         let (c, name) = (self.client(), self.stack.clone());
         self.db
             .call(move |_| async move {

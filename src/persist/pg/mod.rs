@@ -522,12 +522,15 @@ impl PgBackend {
     }
 }
 
-/// A stack's base, its journal's records (concatenated, in order) and the
-/// first record's sequence number.
+/// A stack's rows: its base, its journal's records (concatenated, in
+/// order) and the first record's sequence number.
+pub type StoredRows = (Option<Vec<u8>>, Vec<u8>, Option<i64>);
+
+/// A stack's rows, read.
 pub(crate) async fn read_stack(
     c: &impl tokio_postgres::GenericClient,
     stack: &str,
-) -> Result<(Option<Vec<u8>>, Vec<u8>, Option<i64>), DbError> {
+) -> Result<StoredRows, DbError> {
     let base = c
         .query_opt(
             "SELECT base FROM keel_checkpoints WHERE stack = $1",
