@@ -180,13 +180,20 @@ fn core_commands_on_postgres() {
     assert_eq!(k.urns()[&cdn], cdn_id);
     k.ok(&["state", "unprotect", &cdn, "--yes"]);
 
-    // More stacks: init, select, rm.
+    // More stacks: init, select, rename, rm.
     k.ok(&["stack", "init", "qa"]);
     let (_, err) = k.expect(2, &["stack", "init", "qa"]);
     assert!(err.contains("already exists"), "{err}");
     assert_eq!(stacks(&k)["qa"]["current"], true);
     k.ok(&["stack", "select", "dev"]);
     assert_eq!(stacks(&k)["dev"]["current"], true);
+    k.ok(&["stack", "rename", "qa2", "--stack", "qa", "--yes"]);
+    let (_, err) = k.expect(2, &["stack", "rename", "dev", "--stack", "qa2", "--yes"]);
+    assert!(err.contains("already exists"), "{err}");
+    let ls = stacks(&k);
+    assert!(!ls.contains_key("qa") && ls.contains_key("qa2"), "{ls:?}");
+    k.ok(&["stack", "rm", "qa2", "--yes"]);
+    k.ok(&["stack", "init", "qa"]);
     let out = k.ok(&["stack", "rm", "qa", "--yes"]);
     assert!(out.is_empty());
     assert!(!stacks(&k).contains_key("qa"));

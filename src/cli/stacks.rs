@@ -338,9 +338,7 @@ pub fn rename(
     check_stack(new)?;
     let b = existing(backend, old)?;
     let Some(b) = b.file() else {
-        return Err(CliError::Unsupported(
-            "`keel stack rename` on a database backend".into(),
-        ));
+        return rename_in_database(&b, old, new, program, yes);
     };
     let taken = || CliError::StackExists {
         stack: new.to_owned(),
@@ -423,6 +421,75 @@ pub fn rename(
     }
     eprintln!(
         "renamed stack `{old}` to `{new}` ({} resources); the old files are kept in {}",
+        d.resources.len(),
+        kept.display()
+    );
+    Ok(())
+}
+
+/// `stack rename` on a database backend: the renamed state (verified) and
+/// the history are written to the new stack before the old one moves to
+/// the backups, so a failure leaves the old stack as it was.
+fn rename_in_database(
+    b: &Store,
+    old: &str,
+    new: &str,
+    program: &Path,
+    yes: bool,
+) -> Result<(), CliError> {
+    let taken = || CliError::StackExists {
+        stack: new.to_owned(),
+        backend: b.location(),
+    };
+    if b.exists(new)? {
+        return Err(taken());
+    }
+    let dir = config_dir(program);
+    let (old_config, new_config) = (
+        crate::config::stack_file(&dir, old),
+        crate::config::stack_file(&dir, new),
+    );
+    let old_config = old_config.is_file().then_some(old_config);
+    if old_config.is_some() && new_config.exists() {
+        return Err(CliError::ConfigFileExists { path: new_config });
+    }
+    confirm(
+        "keel stack rename",
+        &format!("Rename stack `{old}` to `{new}` (its resources' URNs change)?"),
+        yes,
+    )?;
+    let old_lock = b.lock(old, "keel stack rename")?;
+    let loaded = b.load(old)?;
+    let d = rename_deployment(&loaded.deployment, old, new);
+    crate::model::integrity::verify(&d).map_err(|e| CliError::Verify {
+        what: format!("stack `{old}` renamed to `{new}`"),
+        message: e.to_string(),
+    })?;
+    if b.exists(new)? {
+        return Err(taken());
+    }
+    let new_lock = b.lock(new, "keel stack rename")?;
+    // Secrets stay encrypted as stored (loaded without a passphrase).
+    new_lock.write_state(&d, 0, &crate::secrets::Crypter::default())?;
+    for r in b.history(old)?.records {
+        b.append_history(new, &r)?;
+    }
+    drop(new_lock);
+    let kept = b.move_to_backups(old)?;
+    drop(old_lock);
+    if let Some(from) = &old_config {
+        move_file(from, &new_config)?;
+        eprintln!(
+            "renamed its config file {} to {}",
+            from.display(),
+            new_config.display()
+        );
+    }
+    if b.selected()?.as_deref() == Some(old) {
+        b.select(Some(new))?;
+    }
+    eprintln!(
+        "renamed stack `{old}` to `{new}` ({} resources); the old state is kept in {}",
         d.resources.len(),
         kept.display()
     );
