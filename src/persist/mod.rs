@@ -582,6 +582,14 @@ pub enum PersistError {
     /// The persister actor is gone.
     #[error("the persister stopped: {0}")]
     Stopped(String),
+    /// A database backend's call failed (`persist::pg`).
+    #[error("PostgreSQL backend {place}: {message}; the last committed state is intact")]
+    Database {
+        /// The database (URL without password) and what was being done.
+        place: String,
+        /// The server's or the client's message.
+        message: String,
+    },
     /// Secrets could not be encrypted for writing.
     #[error("cannot encrypt the stack's secrets: {0}")]
     Secrets(#[from] crate::secrets::SecretsError),

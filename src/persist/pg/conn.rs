@@ -32,7 +32,17 @@ impl From<tokio_postgres::Error> for DbError {
         // `Display` ("db error") does not.
         match e.as_db_error() {
             Some(db) => Self(format!("{}: {}", db.severity(), db.message())),
-            None => Self(e.to_string()),
+            None => {
+                // "error connecting to server", then why.
+                let mut text = e.to_string();
+                let mut cause = std::error::Error::source(&e);
+                while let Some(c) = cause {
+                    text.push_str(": ");
+                    text.push_str(&c.to_string());
+                    cause = c.source();
+                }
+                Self(text)
+            }
         }
     }
 }

@@ -54,9 +54,9 @@ impl std::fmt::Debug for PgJournalPersister {
 }
 
 fn err(paths: &StackPaths, message: impl std::fmt::Display) -> PersistError {
-    PersistError::Io {
-        path: paths.journal.clone(),
-        source: std::io::Error::other(format!("PostgreSQL: {message}")),
+    PersistError::Database {
+        place: format!("{} (writing the journal)", paths.dir.display()),
+        message: message.to_string(),
     }
 }
 
@@ -146,7 +146,7 @@ impl PgJournalPersister {
     /// A journal persister for the stack `lock` holds, after `seq`.
     ///
     /// # Errors
-    /// [`PersistError::Io`] when the writer cannot start.
+    /// [`PersistError::Database`] when the writer cannot start.
     pub fn open(
         lock: &PgLock,
         paths: StackPaths,
@@ -257,7 +257,10 @@ impl Persister for PgJournalPersister {
         }
         if self.journal_bytes > self.options.compact_bytes {
             if let Err(e) = self.compact(current, true) {
-                self.broken = Some(e.to_string());
+                self.broken = Some(match e {
+                    PersistError::Database { message, .. } => message,
+                    other => other.to_string(),
+                });
             }
         }
     }

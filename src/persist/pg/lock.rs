@@ -108,7 +108,7 @@ impl PgLock {
     /// under the lock.
     ///
     /// # Errors
-    /// [`PersistError::Io`].
+    /// [`PersistError::Database`].
     pub fn read(&self) -> Result<super::StoredRows, PersistError> {
         let (c, name) = (self.client(), self.stack.clone());
         self.db
@@ -124,7 +124,7 @@ impl PgLock {
     /// (sequence number, framed record).
     ///
     /// # Errors
-    /// [`PersistError::Io`]; the previous state then stands.
+    /// [`PersistError::Database`]; the previous state then stands.
     pub fn compact(&self, base: Vec<u8>, fresh: Vec<(i64, Vec<u8>)>) -> Result<(), PersistError> {
         let (c, name) = (self.client(), self.stack.clone());
         self.db

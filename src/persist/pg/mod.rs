@@ -47,10 +47,10 @@ pub struct PgBackend {
 
 /// A database error as a persistence error (labelled with the database
 /// and what was being done).
-pub(crate) fn persist_err(label: impl Into<PathBuf>, e: DbError) -> PersistError {
-    PersistError::Io {
-        path: label.into(),
-        source: std::io::Error::other(format!("PostgreSQL: {e}")),
+pub(crate) fn persist_err(place: impl Into<String>, e: DbError) -> PersistError {
+    PersistError::Database {
+        place: place.into(),
+        message: e.0,
     }
 }
 
@@ -84,7 +84,7 @@ impl PgBackend {
     /// The database (its schema migrated).
     ///
     /// # Errors
-    /// [`PersistError::Io`] naming the URL.
+    /// [`PersistError::Database`] naming the URL.
     pub fn db(&self) -> Result<Arc<Db>, PersistError> {
         Db::get(&self.url).map_err(|e| persist_err(self.url.clone(), e))
     }
@@ -119,7 +119,7 @@ impl PgBackend {
     /// The stacks, sorted.
     ///
     /// # Errors
-    /// [`PersistError::Io`] when the database cannot be read.
+    /// [`PersistError::Database`] when the database cannot be read.
     pub fn stacks(&self) -> Result<Vec<String>, PersistError> {
         self.call("listing stacks", |pool| async move {
             let c = pool.get().await?;
@@ -133,7 +133,7 @@ impl PgBackend {
     /// True when the stack exists.
     ///
     /// # Errors
-    /// [`PersistError::Io`] when the database cannot be read.
+    /// [`PersistError::Database`] when the database cannot be read.
     pub fn exists(&self, stack: &str) -> Result<bool, PersistError> {
         let stack = stack.to_owned();
         self.call("reading a stack", |pool| async move {
@@ -148,7 +148,7 @@ impl PgBackend {
     /// Creates an empty stack (no base): false when it already exists.
     ///
     /// # Errors
-    /// [`PersistError::Io`] when the database cannot be written.
+    /// [`PersistError::Database`] when the database cannot be written.
     pub fn create(&self, stack: &str) -> Result<bool, PersistError> {
         let stack = stack.to_owned();
         self.call("creating a stack", |pool| async move {
@@ -166,7 +166,7 @@ impl PgBackend {
     /// The selected stack.
     ///
     /// # Errors
-    /// [`PersistError::Io`] when the database cannot be read.
+    /// [`PersistError::Database`] when the database cannot be read.
     pub fn selected(&self) -> Result<Option<String>, PersistError> {
         self.call("reading the selected stack", |pool| async move {
             let c = pool.get().await?;
@@ -183,7 +183,7 @@ impl PgBackend {
     /// Records the selected stack, or clears it.
     ///
     /// # Errors
-    /// [`PersistError::Io`]; the previous selection then stands.
+    /// [`PersistError::Database`]; the previous selection then stands.
     pub fn select(&self, stack: Option<&str>) -> Result<(), PersistError> {
         let stack = stack.map(str::to_owned);
         self.call("selecting a stack", |pool| async move {
@@ -343,7 +343,7 @@ impl PgBackend {
     /// label of where it went.
     ///
     /// # Errors
-    /// [`PersistError::Io`]; the stack is then where it was.
+    /// [`PersistError::Database`]; the stack is then where it was.
     pub fn move_to_backups(&self, stack: &str) -> Result<PathBuf, PersistError> {
         let name = stack.to_owned();
         let secs = std::time::SystemTime::now()
@@ -390,7 +390,7 @@ impl PgBackend {
     /// Appends a record to the stack's history.
     ///
     /// # Errors
-    /// [`PersistError::Io`] (the stack must exist).
+    /// [`PersistError::Database`] (the stack must exist).
     pub fn append_history(&self, stack: &str, record: &HistoryRecord) -> Result<(), PersistError> {
         let name = stack.to_owned();
         let line = serde_json::to_string(record).unwrap_or_default();
@@ -408,7 +408,7 @@ impl PgBackend {
     /// The stack's history, oldest first.
     ///
     /// # Errors
-    /// [`PersistError::Io`] when the database cannot be read.
+    /// [`PersistError::Database`] when the database cannot be read.
     pub fn history(&self, stack: &str) -> Result<History, PersistError> {
         let name = stack.to_owned();
         let lines: Vec<String> = self.call("reading the history", |pool| async move {
@@ -438,7 +438,7 @@ impl PgBackend {
     /// The holder of the stack's lock, if an operation holds it.
     ///
     /// # Errors
-    /// [`PersistError::Io`] when the database cannot be read.
+    /// [`PersistError::Database`] when the database cannot be read.
     pub fn holder(&self, stack: &str) -> Result<Option<Holder>, PersistError> {
         let db = self.db()?;
         lock::holder(&db, stack).map_err(|e| persist_err(db.label.clone(), e))
@@ -447,7 +447,7 @@ impl PgBackend {
     /// The stack's cancel request, if any.
     ///
     /// # Errors
-    /// [`PersistError::Io`] when the database cannot be read.
+    /// [`PersistError::Database`] when the database cannot be read.
     pub fn cancel_request(&self, stack: &str) -> Result<Option<Vec<u8>>, PersistError> {
         let name = stack.to_owned();
         self.call("reading a cancel request", |pool| async move {
@@ -465,7 +465,7 @@ impl PgBackend {
     /// Sets (`Some`) or removes the stack's cancel request.
     ///
     /// # Errors
-    /// [`PersistError::Io`] when the database cannot be written.
+    /// [`PersistError::Database`] when the database cannot be written.
     pub fn set_cancel_request(
         &self,
         stack: &str,
@@ -494,7 +494,7 @@ impl PgBackend {
     /// The simulated cloud's bytes (its file's format), if saved.
     ///
     /// # Errors
-    /// [`PersistError::Io`] when the database cannot be read.
+    /// [`PersistError::Database`] when the database cannot be read.
     pub fn read_cloud(&self) -> Result<Option<Vec<u8>>, PersistError> {
         self.call("reading the simulated cloud", |pool| async move {
             let c = pool.get().await?;
@@ -508,7 +508,7 @@ impl PgBackend {
     /// Saves the simulated cloud's bytes.
     ///
     /// # Errors
-    /// [`PersistError::Io`] when the database cannot be written.
+    /// [`PersistError::Database`] when the database cannot be written.
     pub fn write_cloud(&self, body: Vec<u8>) -> Result<(), PersistError> {
         self.call("saving the simulated cloud", |pool| async move {
             let c = pool.get().await?;
