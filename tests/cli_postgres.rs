@@ -213,7 +213,7 @@ fn a_second_operation_is_refused_naming_the_holder() {
     let Some(pg) = Pg::new("lock") else { return };
     let k = keel_on(&pg);
     let v1 = example("site-v1.yaml");
-    let mut up = slow_up(&k, &v1, "dev");
+    let up = slow_up(&k, &v1, "dev");
     assert_eq!(stacks(&k)["dev"]["updateInProgress"], true);
     let before = k.ok(&["stack", "export"]);
     let (_, err) = k.expect(1, &["destroy", "--yes"]);
@@ -227,10 +227,21 @@ fn a_second_operation_is_refused_naming_the_holder() {
         &["state", "delete", "urn:pulumi:dev::site::x:y:Z::a", "--yes"],
     );
     assert!(err.contains("locked by another operation"), "{err}");
-    let _ = before;
-    let status = up.wait().expect("keel up ends");
-    assert!(status.success());
+    assert_eq!(
+        k.ok(&["stack", "export"]),
+        before,
+        "the refusals changed nothing"
+    );
+    // `keel cancel` reaches the holder through the database.
+    k.ok(&["cancel", "--yes"]);
+    let out = up.wait_with_output().expect("keel up ends");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("cancelled by `keel cancel`"), "{err}");
     assert_eq!(stacks(&k)["dev"]["updateInProgress"], false);
+    let h: Value = serde_json::from_str(&k.ok(&["stack", "history", "--json"])).expect("history");
+    assert_eq!(h[0]["result"], "cancelled");
+    k.ok(&["state", "verify"]);
     k.ok(&["destroy", "--yes"]);
 }
 
