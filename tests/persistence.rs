@@ -1140,8 +1140,9 @@ async fn a_no_op_rewrites_nothing_and_later_updates_replay_onto_its_base() {
     }
 
     // The journal of an update after a no-op, left by a crash before its
-    // compaction (every save from the 10th on fails), replays onto the
-    // base the no-op kept.
+    // compaction, replays onto the base the no-op kept. Every save from
+    // the 25th on fails: of 27 (17 keeps, 5 begins, 5 ends) at most 17 of
+    // the first 24 are keeps, which wait for a record that is written.
     let dir = tempfile::tempdir().unwrap();
     let backend = Backend::new(dir.path());
     let cloud = SimCloud::new(SimConfig::default());
@@ -1158,8 +1159,8 @@ async fn a_no_op_rewrites_nothing_and_later_updates_replay_onto_its_base() {
     for (i, r) in v2.iter_mut().enumerate().filter(|(i, _)| i % 4 == 1) {
         *r = bucket(&format!("b{i}"), &[("size", "3")]);
     }
-    let failed = up(&backend, &cloud, v2, PersistenceKind::Journal, Some(10)).await;
-    assert!(failed.is_err(), "the 10th save fails");
+    let failed = up(&backend, &cloud, v2, PersistenceKind::Journal, Some(25)).await;
+    assert!(failed.is_err(), "the 25th save fails");
     let journal = std::fs::metadata(backend.paths(STACK).journal)
         .unwrap()
         .len();

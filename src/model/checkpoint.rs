@@ -175,7 +175,7 @@ struct Head {
 /// ahead of the body and names the problem; what this pass accepts, that
 /// path decodes to the same value.
 enum Fast {
-    Read(CheckpointFile),
+    Read(Box<CheckpointFile>),
     Fallback,
 }
 
@@ -238,7 +238,7 @@ impl<'de> Deserialize<'de> for Fast {
                         .all(|f| SUPPORTED_FEATURES.contains(&f.as_str()))
                     && (out.deployment.is_some() || out.checkpoint.is_some());
                 Ok(if readable {
-                    Fast::Read(out)
+                    Fast::Read(Box::new(out))
                 } else {
                     Fast::Fallback
                 })
@@ -277,7 +277,7 @@ impl CheckpointFile {
         // One pass for a file keel reads; anything else is read again
         // below, version first, for the error that names the problem.
         if let Ok(Fast::Read(file)) = serde_json::from_slice::<Fast>(bytes) {
-            return Ok(file);
+            return Ok(*file);
         }
         let head: Head = serde_json::from_slice(bytes).map_err(CheckpointError::from_json)?;
         let version = match head.version {
@@ -408,7 +408,7 @@ mod tests {
             ),
         ] {
             let fast = match serde_json::from_slice::<Fast>(text.as_bytes()) {
-                Ok(Fast::Read(f)) => f,
+                Ok(Fast::Read(f)) => *f,
                 _ => panic!("read in one pass: {text}"),
             };
             let careful: CheckpointFile = serde_json::from_slice(text.as_bytes()).unwrap();
