@@ -579,6 +579,7 @@ impl Engine {
                 gate: gate.clone(),
                 stop: shared.stop_flag(),
                 written: shared.written(),
+                exec: shared.clone(),
                 events: self.config.events.clone(),
                 done: done_tx,
                 preview,

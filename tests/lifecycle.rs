@@ -623,6 +623,113 @@ async fn events_stream_every_step_and_the_summary() {
     }
 }
 
+/// A no-op's same steps stream their events like any other step's (most
+/// are answered by the step generator itself, with no chain on the
+/// executor). A same registration that names a dependency still being
+/// updated waits for it: its step starts after the update finished, and
+/// the state keeps the dependency first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn same_steps_stream_their_events_and_wait_for_dependencies_in_flight() {
+    use keel::events::{EngineEvent, EventSink};
+    use keel::{Context, Goal, MemoryPersister};
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let config = SimConfig {
+        latency: Duration::from_millis(30),
+        ..SimConfig::default()
+    };
+    let mut h = Harness::with(config, |c| c.events = EventSink::new(tx));
+    let v1 = || {
+        vec![
+            bucket("a", &[("size", "1")]),
+            bucket("b", &[]).dep("a"),
+            bucket("c", &[]),
+        ]
+    };
+    h.up(v1()).await.unwrap();
+    while rx.try_recv().is_ok() {}
+    let drain = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<EngineEvent>| {
+        let mut events = Vec::new();
+        while let Ok(e) = rx.try_recv() {
+            events.push(e);
+        }
+        events
+    };
+
+    let o = h.up(v1()).await.unwrap();
+    assert_eq!(o.summary.count(Same), 5, "stack, provider, a, b, c");
+    let events = drain(&mut rx);
+    let started: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::StepStarted { kind, urn, .. } => Some((*kind, urn.name().to_owned())),
+            _ => None,
+        })
+        .collect();
+    let finished: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            EngineEvent::StepFinished {
+                kind, urn, error, ..
+            } => Some((*kind, urn.name().to_owned(), error.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(started.len(), 5, "{started:?}");
+    assert!(started.iter().all(|(k, _)| *k == Same), "{started:?}");
+    assert_eq!(finished.len(), 5, "{finished:?}");
+    assert!(finished.iter().all(|(k, _, e)| *k == Same && e.is_none()));
+    for name in ["a", "b", "c"] {
+        assert!(
+            started.iter().any(|(_, n)| n == name),
+            "{name}: {started:?}"
+        );
+    }
+
+    // `b` registers (unchanged) while `a`, which it depends on, is still
+    // being updated: its same step waits for the update.
+    let a_urn = h.urn("a");
+    let program = move |ctx: Context| {
+        let a_urn = a_urn.clone();
+        async move {
+            let a = ctx.register(Goal::custom(ty(BUCKET), "a", props(&[("size", "2")])));
+            let mut goal = Goal::custom(ty(BUCKET), "b", Default::default());
+            goal.options.depends_on.push(a_urn);
+            let b = ctx.register(goal);
+            let c = ctx.register(Goal::custom(ty(BUCKET), "c", Default::default()));
+            let (a, b, c) = tokio::join!(a, b, c);
+            a?;
+            b?;
+            c?;
+            Ok(())
+        }
+    };
+    let o = h
+        .engine
+        .update(h.state.clone(), program, Box::new(MemoryPersister::new()))
+        .await
+        .unwrap();
+    assert_eq!(o.summary.count(Update), 1);
+    assert_eq!(o.summary.count(Same), 4, "stack, provider, b, c");
+    let events = drain(&mut rx);
+    let position = |want: &dyn Fn(&EngineEvent) -> bool| events.iter().position(want).unwrap();
+    let a_done = position(
+        &|e| matches!(e, EngineEvent::StepFinished { kind: Update, urn, .. } if urn.name() == "a"),
+    );
+    let b_started = position(
+        &|e| matches!(e, EngineEvent::StepStarted { kind: Same, urn, .. } if urn.name() == "b"),
+    );
+    assert!(a_done < b_started, "b's same step waited for a's update");
+    keel::model::integrity::verify(&o.snapshot).unwrap();
+    let at = |name: &str| {
+        o.snapshot
+            .resources
+            .iter()
+            .position(|s| s.urn.name() == name)
+            .unwrap()
+    };
+    assert!(at("a") < at("b"), "the dependency stays first");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interrupted_delete_resolved_by_the_next_operation_drops_references_to_it() {
     use keel::model::snapshot::{OperationType, PendingOperation};

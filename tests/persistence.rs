@@ -1085,3 +1085,95 @@ async fn a_failed_keep_record_of_a_no_op_fails_the_operation() {
         .unwrap();
     assert_eq!(r.summary.count(keel::StepKind::Same), 7);
 }
+
+/// A no-op (every step `same`, nothing else changed) writes nothing: the
+/// base checkpoint is already the result, so it is neither rewritten nor
+/// followed by journal records (no byte, no fsync), with either persister.
+/// A later update that changes something journals against that base, and
+/// replays onto it after a crash before its compaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_no_op_rewrites_nothing_and_later_updates_replay_onto_its_base() {
+    for kind in [PersistenceKind::Journal, PersistenceKind::Checkpoint] {
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Backend::new(dir.path());
+        let cloud = SimCloud::new(SimConfig::default());
+        up(&backend, &cloud, many(20), kind, None).await.unwrap();
+        let before = stack_files(&backend);
+        let base = backend.paths(STACK).base;
+        let modified = std::fs::metadata(&base).unwrap().modified().unwrap();
+        // The program registers in another order than the base holds.
+        let mut reordered = many(20);
+        reordered.swap(0, 1);
+        let o = up(&backend, &cloud, reordered, kind, None).await.unwrap();
+        assert_eq!(o.summary.count(keel::StepKind::Same), 22, "{kind:?}");
+        assert_eq!(
+            (o.bytes_written, o.fsyncs),
+            (0, 0),
+            "{kind:?}: a no-op writes nothing"
+        );
+        assert!(stack_files(&backend) == before, "{kind:?}: files unchanged");
+        assert_eq!(
+            std::fs::metadata(&base).unwrap().modified().unwrap(),
+            modified,
+            "{kind:?}: the base was not rewritten"
+        );
+        let loaded = backend.load(STACK).unwrap();
+        assert!(
+            json(&loaded.deployment.resources) == json(&o.snapshot.resources),
+            "{kind:?}: the no-op's result is the base"
+        );
+        verify(&loaded.deployment).unwrap();
+
+        // An update that changes one bucket and adds one: written as usual.
+        let mut v2 = many(21);
+        v2[4] = bucket("b4", &[("size", "2")]);
+        let o2 = up(&backend, &cloud, v2.clone(), kind, None).await.unwrap();
+        assert_eq!(o2.summary.count(keel::StepKind::Update), 1, "{kind:?}");
+        assert_eq!(o2.summary.count(keel::StepKind::Create), 1, "{kind:?}");
+        assert!(o2.fsyncs > 0, "{kind:?}");
+        let loaded = backend.load(STACK).unwrap();
+        assert!(
+            json(&loaded.deployment.resources) == json(&o2.snapshot.resources),
+            "{kind:?}"
+        );
+        verify(&loaded.deployment).unwrap();
+    }
+
+    // The journal of an update after a no-op, left by a crash before its
+    // compaction, replays onto the base the no-op kept. Every save from
+    // the 25th on fails: of 27 (17 keeps, 5 begins, 5 ends) at most 17 of
+    // the first 24 are keeps, which wait for a record that is written.
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path());
+    let cloud = SimCloud::new(SimConfig::default());
+    up(&backend, &cloud, many(20), PersistenceKind::Journal, None)
+        .await
+        .unwrap();
+    // Its groups of three (`b{3k+2}` depends on `b{3k+1}`) in reverse.
+    let reordered: Vec<Res> = many(20).chunks(3).rev().flatten().cloned().collect();
+    let noop = up(&backend, &cloud, reordered, PersistenceKind::Journal, None)
+        .await
+        .unwrap();
+    assert_eq!((noop.bytes_written, noop.fsyncs), (0, 0));
+    let mut v2 = many(20);
+    for (i, r) in v2.iter_mut().enumerate().filter(|(i, _)| i % 4 == 1) {
+        *r = bucket(&format!("b{i}"), &[("size", "3")]);
+    }
+    let failed = up(&backend, &cloud, v2, PersistenceKind::Journal, Some(25)).await;
+    assert!(failed.is_err(), "the 25th save fails");
+    let journal = std::fs::metadata(backend.paths(STACK).journal)
+        .unwrap()
+        .len();
+    assert!(journal > 0, "the crashed update left journal records");
+    let loaded = backend.load(STACK).unwrap();
+    assert!(loaded.replayed > 0);
+    verify(&loaded.deployment).unwrap();
+    assert_eq!(names(&loaded.deployment).len(), 22);
+    nothing_forgotten(&loaded.deployment, &cloud);
+    // And the next update saves from there.
+    let again = up(&backend, &cloud, many(20), PersistenceKind::Journal, None)
+        .await
+        .unwrap();
+    let loaded = backend.load(STACK).unwrap();
+    assert!(json(&loaded.deployment.resources) == json(&again.snapshot.resources));
+}

@@ -87,6 +87,12 @@ pub(crate) struct GenState {
     stop: StopFlag,
     /// What this operation wrote or read (`getResource`).
     written: Arc<Written>,
+    /// The executor's shared state: same steps answered here
+    /// ([`super::executor::answer_same`]).
+    exec: Arc<super::executor::ExecShared>,
+    /// The URNs of the steps of every chain submitted (a same step waiting
+    /// for one of them is not answered here until its status is done).
+    submitted: std::collections::HashSet<Urn>,
     /// Diagnostics go here.
     events: EventSink,
     /// Step failures the executor reported so far.
@@ -168,6 +174,8 @@ pub(crate) struct GenArgs {
     pub stop: StopFlag,
     /// What this operation wrote or read, shared with the executor.
     pub written: Arc<Written>,
+    /// The executor's shared state.
+    pub exec: Arc<super::executor::ExecShared>,
     /// The event stream.
     pub events: EventSink,
     /// Told when everything finished.
@@ -186,6 +194,9 @@ impl GenState {
         let Some(exec) = &self.executor else {
             return;
         };
+        for step in chain.steps.iter().filter(|s| s.new.is_some()) {
+            self.submitted.insert(step.urn.clone());
+        }
         self.chains += 1;
         if !self.gated.is_empty() {
             self.gated.push_back((chain, reply));
@@ -767,12 +778,30 @@ impl GenState {
             .planner
             .decide_with(prepared, diff.as_ref(), dbr, dependents)
         {
-            Ok(chain) => self.submit(chain, Some(reply)),
+            Ok(chain) => self.submit_or_answer(chain, reply),
             Err(e) => {
                 self.plan_failed(&e);
                 let _ = reply.send(Err(RegisterError::Plan(e)));
             }
         }
+    }
+
+    /// Answers an unchanged `same` registration whose dependencies are
+    /// done at once ([`super::executor::answer_same`]); submits any other
+    /// chain. Not while chains wait for the gate: they go first.
+    fn submit_or_answer(&mut self, chain: crate::plan::step::Chain, reply: RegisterReply) {
+        let chain = if self.gated.is_empty() && self.executor.is_some() {
+            match super::executor::answer_same(&self.exec, chain, &self.submitted) {
+                Ok(r) => {
+                    let _ = reply.send(r);
+                    return;
+                }
+                Err(chain) => chain,
+            }
+        } else {
+            chain
+        };
+        self.submit(chain, Some(reply));
     }
 }
 
@@ -1086,6 +1115,8 @@ impl Actor for GeneratorActor {
             gate: args.gate,
             stop: args.stop,
             written: args.written,
+            exec: args.exec,
+            submitted: std::collections::HashSet::new(),
             events: args.events,
             step_failures: 0,
             executor: None,

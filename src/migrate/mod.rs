@@ -23,7 +23,7 @@
 
 pub(crate) mod chain;
 pub(crate) mod check;
-mod fasthash;
+pub(crate) mod fasthash;
 pub mod helpers;
 pub(crate) mod record;
 pub(crate) mod rewrite;

@@ -9,8 +9,11 @@
 //! Version 3 is read and written; version 4 is version 3 plus a `features`
 //! list, read when every feature is one keel supports. Older formats (no
 //! `version`, 1, 2) and unknown newer ones are refused with an error naming
-//! the version found. Decoding checks the version first (one scan that
-//! skips the body), then decodes the body once.
+//! the version found. A file keel reads decodes in one pass (its version
+//! and features checked as they are read, each URN and type token
+//! validated once and shared: `urn::with_interning`); anything else is
+//! decoded again version first (one scan that skips the body), for the
+//! error that names the version or the problem.
 
 use std::path::{Path, PathBuf};
 
@@ -165,6 +168,86 @@ struct Head {
     checkpoint: Option<IgnoredAny>,
 }
 
+/// The whole file in one pass, for the common case: the head keys once
+/// each, the version one keel reads, its features supported and a body
+/// present. Anything else ([`Fast::Fallback`]) is decoded again by
+/// [`CheckpointFile::from_slice`]'s careful path, whose version check runs
+/// ahead of the body and names the problem; what this pass accepts, that
+/// path decodes to the same value.
+enum Fast {
+    Read(Box<CheckpointFile>),
+    Fallback,
+}
+
+impl<'de> Deserialize<'de> for Fast {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Fast;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a checkpoint file")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Fast, A::Error> {
+                // The order of `CheckpointFile`'s keys (its `KeySet` bits).
+                const HEAD: [&str; 4] = ["version", "features", "deployment", "checkpoint"];
+                let mut out = CheckpointFile::default();
+                let mut seen = [false; 4];
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    let Some(i) = HEAD.iter().position(|k| *k == key) else {
+                        let v: serde_json::Value = map.next_value()?;
+                        out.extra.insert(key.into_owned(), v);
+                        continue;
+                    };
+                    if std::mem::replace(&mut seen[i], true) {
+                        // A repeated key: the careful path refuses it.
+                        return Ok(Fast::Fallback);
+                    }
+                    let null = match i {
+                        0 => match map.next_value::<Option<serde_json::Value>>()? {
+                            Some(v) => match v.as_u64() {
+                                Some(n) => {
+                                    out.version = n;
+                                    false
+                                }
+                                None => return Ok(Fast::Fallback),
+                            },
+                            None => return Ok(Fast::Fallback),
+                        },
+                        1 => match map.next_value::<Option<Vec<String>>>()? {
+                            Some(v) => {
+                                out.features = v;
+                                false
+                            }
+                            None => true,
+                        },
+                        2 => {
+                            out.deployment = map.next_value()?;
+                            out.deployment.is_none()
+                        }
+                        _ => {
+                            out.checkpoint = map.next_value()?;
+                            out.checkpoint.is_none()
+                        }
+                    };
+                    out.keys.mark(i, null);
+                }
+                let readable = matches!(out.version, 3 | 4)
+                    && out
+                        .features
+                        .iter()
+                        .all(|f| SUPPORTED_FEATURES.contains(&f.as_str()))
+                    && (out.deployment.is_some() || out.checkpoint.is_some());
+                Ok(if readable {
+                    Fast::Read(Box::new(out))
+                } else {
+                    Fast::Fallback
+                })
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
 impl CheckpointFile {
     /// A stack export file (`{"version": 3, "deployment": ...}`).
     pub fn export(deployment: Deployment) -> Self {
@@ -184,8 +267,17 @@ impl CheckpointFile {
     /// wrong-typed input and for unsupported versions and features; never
     /// panics.
     pub fn from_slice(bytes: &[u8]) -> Result<Self> {
+        super::urn::with_interning(|| Self::decode(bytes))
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Self> {
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Err(CheckpointError::Empty);
+        }
+        // One pass for a file keel reads; anything else is read again
+        // below, version first, for the error that names the problem.
+        if let Ok(Fast::Read(file)) = serde_json::from_slice::<Fast>(bytes) {
+            return Ok(*file);
         }
         let head: Head = serde_json::from_slice(bytes).map_err(CheckpointError::from_json)?;
         let version = match head.version {
@@ -295,5 +387,95 @@ impl CheckpointFile {
     /// Encodes the file as compact JSON.
     pub fn to_vec(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BODY: &str = r#"{"manifest": {"time": "t", "magic": "", "version": ""}, "resources": [{"urn": "urn:pulumi:d::p::pulumi:pulumi:Stack::p-d", "type": "pulumi:pulumi:Stack", "custom": false}, {"urn": "urn:pulumi:d::p::a:b:C::n", "type": "a:b:C", "custom": false, "parent": "urn:pulumi:d::p::pulumi:pulumi:Stack::p-d", "extraKey": [1]}]}"#;
+
+    /// The one-pass decode gives what the version-first decode gives,
+    /// whatever the order of the head keys.
+    #[test]
+    fn one_pass_and_version_first_decodes_agree() {
+        for text in [
+            format!(r#"{{"version": 3, "deployment": {BODY}, "other": null}}"#),
+            format!(r#"{{"deployment": {BODY}, "features": ["views"], "version": 4}}"#),
+            format!(
+                r#"{{"version": 3, "features": null, "checkpoint": {{"stack": "d", "latest": {BODY}}}}}"#
+            ),
+        ] {
+            let fast = match serde_json::from_slice::<Fast>(text.as_bytes()) {
+                Ok(Fast::Read(f)) => *f,
+                _ => panic!("read in one pass: {text}"),
+            };
+            let careful: CheckpointFile = serde_json::from_slice(text.as_bytes()).unwrap();
+            assert_eq!(fast, careful, "{text}");
+            assert_eq!(fast.to_vec(), careful.to_vec());
+            assert_eq!(
+                CheckpointFile::from_slice(text.as_bytes()).unwrap(),
+                careful
+            );
+        }
+    }
+
+    /// What the version check refuses, the one-pass decode leaves to it:
+    /// the errors name the version, the features or the repeated key.
+    #[test]
+    fn files_the_version_check_refuses_are_refused_as_before() {
+        let cases = [
+            (
+                format!(r#"{{"version": 2, "deployment": {BODY}}}"#),
+                "version 2",
+            ),
+            (format!(r#"{{"deployment": {BODY}}}"#), "no `version`"),
+            (
+                format!(r#"{{"version": null, "deployment": {BODY}}}"#),
+                "no `version`",
+            ),
+            (
+                format!(r#"{{"version": 9, "deployment": {BODY}}}"#),
+                "version 9",
+            ),
+            (
+                format!(r#"{{"version": 4, "features": ["x"], "deployment": {BODY}}}"#),
+                "features: x",
+            ),
+            (
+                format!(r#"{{"version": 3, "version": 3, "deployment": {BODY}}}"#),
+                "duplicate field `version`",
+            ),
+            (
+                format!(r#"{{"version": 3, "deployment": {BODY}, "deployment": {BODY}}}"#),
+                "duplicate field `deployment`",
+            ),
+            (r#"{"version": 3}"#.to_owned(), "neither"),
+        ];
+        for (text, says) in cases {
+            assert!(
+                !matches!(
+                    serde_json::from_slice::<Fast>(text.as_bytes()),
+                    Ok(Fast::Read(_))
+                ),
+                "{text}"
+            );
+            let e = CheckpointFile::from_slice(text.as_bytes()).unwrap_err();
+            assert!(e.to_string().contains(says), "{text}: {e}");
+        }
+    }
+
+    /// A URN read many times in one file is validated and allocated once.
+    #[test]
+    fn a_file_shares_each_urn() {
+        let text = format!(r#"{{"version": 3, "deployment": {BODY}}}"#);
+        let file = CheckpointFile::from_slice(text.as_bytes()).unwrap();
+        let d = file.deployment_ref().unwrap();
+        assert!(d.resources[0].urn.shares_text(&d.resources[1].parent));
+        // Another decode has its own table.
+        let again = CheckpointFile::from_slice(text.as_bytes()).unwrap();
+        let d2 = again.deployment_ref().unwrap();
+        assert!(!d2.resources[0].urn.shares_text(&d.resources[0].urn));
     }
 }

@@ -180,6 +180,12 @@ fn validate_type(s: &str) -> Result<()> {
     Ok(())
 }
 
+impl std::borrow::Borrow<str> for TypeToken {
+    fn borrow(&self) -> &str {
+        &self.0
+    }
+}
+
 impl fmt::Display for TypeToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -213,7 +219,7 @@ impl<'de> Deserialize<'de> for TypeToken {
         if s.is_empty() {
             return Ok(Self::default());
         }
-        Self::parse(&s).map_err(de::Error::custom)
+        interned(&s, |i| &mut i.types, Self::parse).map_err(de::Error::custom)
     }
 }
 
@@ -473,6 +479,12 @@ impl Urn {
         Self::parse(&format!("{}::{name}", &self.text[..self.type_end as usize]))
     }
 
+    /// Whether both hold the same allocation (interning shares it).
+    #[cfg(test)]
+    pub(crate) fn shares_text(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.text, &other.text)
+    }
+
     fn slice(&self, start: usize, end: u32) -> &str {
         if self.is_empty() {
             return "";
@@ -552,11 +564,72 @@ impl<'de> Deserialize<'de> for Urn {
                 if s.is_empty() {
                     return Ok(Urn::default());
                 }
-                Urn::parse(s).map_err(E::custom)
+                interned(s, |i| &mut i.urns, Urn::parse).map_err(E::custom)
             }
         }
         d.deserialize_str(V)
     }
+}
+
+/// The URNs and type tokens a decode has read so far, shared by every
+/// later occurrence of the same text (see [`with_interning`]).
+#[derive(Default)]
+struct Interner {
+    urns: crate::migrate::fasthash::FastSet<Urn>,
+    types: crate::migrate::fasthash::FastSet<TypeToken>,
+}
+
+thread_local! {
+    static INTERNER: std::cell::RefCell<Option<Interner>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` (a decode) with URN and type-token interning on this thread:
+/// each distinct URN or type text is validated and allocated once, and
+/// every later occurrence (a parent, a dependency, a resource reference)
+/// shares it. Values are the same as without; only the work and the
+/// memory are less. Nested calls share the outer scope's table.
+pub(crate) fn with_interning<T>(f: impl FnOnce() -> T) -> T {
+    struct Reset(bool);
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            if self.0 {
+                INTERNER.with(|i| i.borrow_mut().take());
+            }
+        }
+    }
+    let outer = INTERNER.with(|i| {
+        let mut slot = i.borrow_mut();
+        let outer = slot.is_some();
+        if !outer {
+            *slot = Some(Interner::default());
+        }
+        outer
+    });
+    let _reset = Reset(!outer);
+    f()
+}
+
+/// `parse` of `s`, or the value already read for the same text while
+/// interning.
+fn interned<T: Clone + std::hash::Hash + Eq + std::borrow::Borrow<str>>(
+    s: &str,
+    table: impl Fn(&mut Interner) -> &mut crate::migrate::fasthash::FastSet<T>,
+    parse: impl FnOnce(&str) -> Result<T>,
+) -> Result<T> {
+    INTERNER.with(|i| {
+        let mut slot = i.borrow_mut();
+        let Some(interner) = slot.as_mut() else {
+            drop(slot);
+            return parse(s);
+        };
+        let set = table(interner);
+        if let Some(v) = set.get(s) {
+            return Ok(v.clone());
+        }
+        let v = parse(s)?;
+        set.insert(v.clone());
+        Ok(v)
+    })
 }
 
 /// A reference to a provider instance: `<provider URN>::<ID>`.

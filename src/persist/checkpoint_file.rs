@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use super::backend::{write_base_with, StackPaths};
 use super::fs::IoCounters;
-use super::{Ack, Mutation, PersistError, Persister, Result, SnapshotBuilder};
+use super::{Ack, Change, Mutation, PersistError, Persister, Result, SnapshotBuilder};
 use crate::model::Deployment;
 use crate::secrets::Crypter;
 
@@ -21,6 +21,8 @@ pub struct CheckpointPersister {
     fail_at: Option<u64>,
     broken: Option<String>,
     crypter: Arc<Crypter>,
+    /// Something other than a `keep` was saved in this operation.
+    dirty: bool,
 }
 
 impl CheckpointPersister {
@@ -35,6 +37,7 @@ impl CheckpointPersister {
             fail_at: None,
             broken: None,
             crypter: Arc::default(),
+            dirty: false,
         }
     }
 
@@ -50,17 +53,24 @@ impl CheckpointPersister {
         self
     }
 
-    fn save(&mut self, d: &Deployment) -> Result<()> {
+    /// Counts a save; fails it when it is the injected failure or one
+    /// after it.
+    fn count_save(&mut self) -> Result<()> {
         self.saves += 1;
         if self.fail_at == Some(self.saves) {
             self.broken = Some(format!("injected failure of save #{}", self.saves));
         }
-        if let Some(b) = &self.broken {
-            return Err(PersistError::Io {
+        match &self.broken {
+            Some(b) => Err(PersistError::Io {
                 path: self.paths.base.clone(),
                 source: std::io::Error::other(b.clone()),
-            });
+            }),
+            None => Ok(()),
         }
+    }
+
+    fn save(&mut self, d: &Deployment) -> Result<()> {
+        self.count_save()?;
         // An integrity failure refuses the save; the previous file stays.
         crate::model::integrity::verify(d)?;
         write_base_with(
@@ -76,6 +86,12 @@ impl CheckpointPersister {
 
 impl Persister for CheckpointPersister {
     fn persist(&mut self, m: &Mutation, current: &mut SnapshotBuilder, ack: Ack) {
+        if matches!(m, Mutation::Apply(Change::Keep { .. })) {
+            // A kept state is unchanged: the file already holds it, and
+            // the next save writes the whole snapshot anyway.
+            return ack(self.count_save());
+        }
+        self.dirty = true;
         let snapshot = match m {
             // Written as it will be once committed (it is applied after).
             Mutation::Migration(mm) => current.snapshot_after(mm),
@@ -85,6 +101,12 @@ impl Persister for CheckpointPersister {
     }
 
     fn finish(&mut self, current: &mut SnapshotBuilder) -> Result<Deployment> {
+        // Nothing but `keep`s: the file already is the result.
+        if !self.dirty && self.broken.is_none() {
+            if let Some(d) = current.unchanged_snapshot() {
+                return Ok(d);
+            }
+        }
         let snapshot = current.snapshot();
         self.save(&snapshot)?;
         Ok(snapshot)

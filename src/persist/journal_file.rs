@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::backend::{write_base_with, StackPaths};
 use super::fs::IoCounters;
 use super::journal::{encode_with, Entry};
-use super::{Ack, Mutation, PersistError, Persister, Result, SnapshotBuilder};
+use super::{Ack, Change, Mutation, PersistError, Persister, Result, SnapshotBuilder};
 use crate::model::Deployment;
 use crate::secrets::Crypter;
 
@@ -66,6 +66,16 @@ pub struct JournalPersister {
     fail_migrations: bool,
     broken: Option<String>,
     crypter: Arc<Crypter>,
+    /// Encoded `keep` records not yet handed to the writer: they go out
+    /// ahead of the next other record (so everything after them is
+    /// durable after them), or are dropped by the compaction or the
+    /// unchanged end that makes them moot.
+    deferred: Vec<u8>,
+    /// A record other than a `keep` was written since the base was.
+    dirty: bool,
+    /// The base on disk was written in the middle of this operation (it
+    /// records a split the end must clear).
+    compacted_mid: bool,
 }
 
 impl std::fmt::Debug for JournalPersister {
@@ -236,6 +246,9 @@ impl JournalPersister {
             fail_migrations: false,
             broken: None,
             crypter: Arc::default(),
+            deferred: Vec::new(),
+            dirty: false,
+            compacted_mid: false,
         })
     }
 
@@ -286,6 +299,8 @@ impl JournalPersister {
         current: &mut SnapshotBuilder,
         mid_operation: bool,
     ) -> Result<Deployment> {
+        // The base written here holds every deferred `keep`.
+        self.deferred.clear();
         self.flush()?;
         let (committed, live) = current.committed_in_order();
         crate::model::integrity::verify(&committed)?;
@@ -325,6 +340,8 @@ impl JournalPersister {
         )?;
         self.seq = seq;
         self.journal_bytes = bytes.len() as u64;
+        self.dirty = !bytes.is_empty();
+        self.compacted_mid = mid_operation;
         let file = open_append(&self.paths.journal).map_err(|source| PersistError::Io {
             path: self.paths.journal.clone(),
             source,
@@ -362,10 +379,24 @@ impl Persister for JournalPersister {
             )));
         };
         self.seq += 1;
-        let bytes = match encode_with(&entry, &self.crypter) {
+        let mut bytes = match encode_with(&entry, &self.crypter) {
             Ok(b) => b,
             Err(e) => return ack(Err(e.into())),
         };
+        if matches!(m, Mutation::Apply(Change::Keep { .. })) {
+            // A kept state is unchanged: until something else is written,
+            // the base already says all a `keep` record would (a crash
+            // replays to the same states). It goes out ahead of the next
+            // record, whose acknowledgement covers it.
+            self.deferred.extend_from_slice(&bytes);
+            return ack(Ok(()));
+        }
+        if !self.deferred.is_empty() {
+            let mut all = std::mem::take(&mut self.deferred);
+            all.extend_from_slice(&bytes);
+            bytes = all;
+        }
+        self.dirty = true;
         self.journal_bytes += bytes.len() as u64;
         if let Err(e) = self.send(WriterMsg::Append(bytes, ack)) {
             self.broken = Some(e.to_string());
@@ -385,6 +416,15 @@ impl Persister for JournalPersister {
     fn finish(&mut self, current: &mut SnapshotBuilder) -> Result<Deployment> {
         if let Some(b) = &self.broken {
             return Err(io_err(&self.paths.journal, b.clone()));
+        }
+        // Nothing but `keep` records since the base was written, and the
+        // journal empty: the base already is the result. Nothing is
+        // written; the deferred records are dropped.
+        if !self.dirty && !self.compacted_mid && self.journal_bytes == 0 {
+            if let Some(d) = current.unchanged_snapshot() {
+                self.deferred.clear();
+                return Ok(d);
+            }
         }
         self.compact(current, false)
     }

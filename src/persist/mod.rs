@@ -294,6 +294,29 @@ impl SnapshotBuilder {
         (d, refs)
     }
 
+    /// The current deployment when nothing but `keep`s was applied since
+    /// the prior states were set (by [`SnapshotBuilder::new`] or a
+    /// rebase): the prior states in their prior order, unchanged, and the
+    /// same manifest plugins. `None` when anything else happened (a
+    /// write, a removal, a pending operation, a refresh, a serving that
+    /// changes the manifest). Its states are copied once, in the order
+    /// the persisted base already has.
+    pub fn unchanged_snapshot(&self) -> Option<Deployment> {
+        let kept_only = self.pending.is_empty()
+            && self.vanished.is_empty()
+            && self.split == 0
+            && self.new_done.iter().all(|d| !*d)
+            && self.news.len() == self.old_done.iter().filter(|d| **d).count()
+            && self.news.iter().all(|s| self.old_pos.contains_key(&key(s)));
+        if !kept_only {
+            return None;
+        }
+        let mut d = self.base.clone();
+        d.resources = self.olds.iter().map(|s| lock(s).clone()).collect();
+        d.record_serving(&self.served);
+        (d.manifest.plugins == self.base.manifest.plugins).then_some(d)
+    }
+
     /// Records what served each package in this operation (`package` ->
     /// [`crate::provider::Serving`] name), for the manifests of the
     /// snapshots written from now on.

@@ -11,6 +11,7 @@
 //! operations are ever pending; waits for end records share group
 //! commits. Deletes run as antichains, each in parallel, in order.
 
+mod same;
 mod shared;
 mod step;
 
@@ -29,6 +30,7 @@ use crate::persist::{Change, Mutation};
 use crate::plan::step::{Chain, Step};
 use crate::source::goal::Registered;
 use crate::sync::gate::{Gate, Reservation, Reserved};
+pub(crate) use same::answer_same;
 pub(crate) use shared::{ExecConfig, ExecShared, Status, StopFlag};
 use step::run_steps;
 
