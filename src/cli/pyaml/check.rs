@@ -32,10 +32,10 @@ pub(crate) struct Graph {
 }
 
 /// The node `root` refers to in `prog` (the project prefix stripped).
-pub(crate) fn resolve_root<'a>(
+pub(crate) fn resolve_root(
     prog: &PyamlProgram,
     kinds: &BTreeMap<String, Kind>,
-    root: &'a str,
+    root: &str,
 ) -> Option<String> {
     if kinds.contains_key(root) {
         return Some(root.to_owned());
@@ -165,10 +165,23 @@ pub(crate) fn check(p: &mut Parser, prog: &PyamlProgram) {
             }
         });
     };
+    let own = format!("{}:", prog.name);
     for c in &prog.config {
         if let Some(d) = &c.default {
             if !d.roots().is_empty() {
                 p.error(&c.path, "a config default must not refer to other values");
+            }
+        } else if c.ty.is_some() {
+            let name = c.name.strip_prefix(&own).unwrap_or(&c.name);
+            let set = prog
+                .stack_keys
+                .iter()
+                .any(|k| k.strip_prefix(&own).unwrap_or(k) == name);
+            if !set {
+                p.error(
+                    &c.path,
+                    format!("missing required configuration variable `{name}`; set it with `keel config set {name} VALUE`"),
+                );
             }
         }
     }

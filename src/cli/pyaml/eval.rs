@@ -512,6 +512,43 @@ pub(crate) fn sha1(data: &[u8]) -> [u8; 20] {
     out
 }
 
+/// The number of user-perceived characters of `s`, approximating Unicode
+/// grapheme clusters: combining marks, variation selectors, emoji
+/// modifiers and tags extend the character before them, a zero-width
+/// joiner joins the next one to it, and regional indicators pair up.
+pub(crate) fn graphemes(s: &str) -> usize {
+    let extends = |c: char| {
+        matches!(c as u32,
+            0x0300..=0x036F | 0x1AB0..=0x1AFF | 0x1DC0..=0x1DFF | 0x20D0..=0x20FF
+            | 0xFE00..=0xFE0F | 0xFE20..=0xFE2F | 0x1F3FB..=0x1F3FF | 0xE0020..=0xE007F | 0x200C)
+    };
+    let regional = |c: char| (0x1F1E6..=0x1F1FF).contains(&(c as u32));
+    let mut count = 0;
+    let mut join_next = false;
+    let mut open_regional = false;
+    for c in s.chars() {
+        if c == '\u{200D}' {
+            join_next = true;
+            continue;
+        }
+        if join_next || (count > 0 && extends(c)) {
+            join_next = false;
+            continue;
+        }
+        if regional(c) {
+            if open_regional {
+                open_regional = false;
+                continue;
+            }
+            open_regional = true;
+        } else {
+            open_regional = false;
+        }
+        count += 1;
+    }
+    count
+}
+
 /// Applies a builtin to a known, secret-free argument.
 pub(crate) fn apply(
     func: Func,
@@ -615,7 +652,7 @@ pub(crate) fn apply(
         ))),
         Func::Length => {
             let n = match &arg {
-                V::String(s) => s.chars().count(),
+                V::String(s) => graphemes(s),
                 V::Array(a) => a.len(),
                 V::Object(m) => m.len(),
                 other => {
@@ -1416,6 +1453,23 @@ fn walk(v: &PropertyValue, path: &[Accessor], a: &Access) -> Result<PropertyValu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lengths_count_graphemes() {
+        for (s, n) in [
+            ("hello", 5),
+            ("café-thé", 8),
+            ("\u{1F47E}-\u{1F579}\u{FE0F}", 3),
+            (
+                "\u{1F468}\u{200D}\u{1F469}\u{200D}\u{1F467}\u{200D}\u{1F466}-family-\u{1F476}",
+                10,
+            ),
+            ("\u{1F1EB}\u{1F1F7}\u{1F1E9}\u{1F1EA}", 2),
+            ("e\u{301}", 1),
+        ] {
+            assert_eq!(graphemes(s), n, "{s}");
+        }
+    }
 
     #[test]
     fn sha1_of_known_texts() {

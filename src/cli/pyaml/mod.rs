@@ -262,3 +262,160 @@ fn decode(path: &Path, bytes: &[u8], json: bool) -> Result<serde_json::Value, Py
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::eval::apply;
+    use super::expr::{parse, Expr, Func};
+    use crate::model::property::Secret;
+    use crate::model::PropertyValue;
+
+    /// Evaluates an expression that refers to nothing (the builtins'
+    /// rules: secret arguments make a secret result).
+    fn constant(e: &Expr) -> Result<PropertyValue, String> {
+        Ok(match e {
+            Expr::Null => PropertyValue::Null,
+            Expr::Bool(b) => PropertyValue::Bool(*b),
+            Expr::Number(n) => PropertyValue::Number(n.clone()),
+            Expr::Text(t) => PropertyValue::String(t.clone()),
+            Expr::List(l) => {
+                PropertyValue::Array(l.iter().map(constant).collect::<Result<_, _>>()?)
+            }
+            Expr::Object(m) => PropertyValue::Object(
+                m.iter()
+                    .map(|(k, v)| Ok((k.as_text().unwrap_or_default().to_owned(), constant(v)?)))
+                    .collect::<Result<_, String>>()?,
+            ),
+            Expr::Call(Func::Secret, a) => PropertyValue::Secret(Secret::plaintext(constant(a)?)),
+            Expr::Call(f, a) => {
+                let v = constant(a)?;
+                let secret = v.contains_secrets();
+                let plain = match v {
+                    PropertyValue::Secret(Secret::Plaintext(p)) => p.value().clone(),
+                    v => v,
+                };
+                let out = apply(*f, plain, std::path::Path::new("."))?;
+                if *f == Func::Unsecret || !secret {
+                    out
+                } else {
+                    PropertyValue::Secret(Secret::plaintext(out))
+                }
+            }
+            other => return Err(format!("not constant: {other:?}")),
+        })
+    }
+
+    /// One case: a YAML expression and its value as JSON (a secret as
+    /// `{"secret": value}`), or the text of its parse or evaluation error.
+    fn check(yaml: &str, want: Result<serde_json::Value, &str>) {
+        fn shown(v: &PropertyValue) -> serde_json::Value {
+            match v {
+                PropertyValue::Secret(Secret::Plaintext(p)) => {
+                    serde_json::json!({"secret": shown(p.value())})
+                }
+                other => other.to_json(),
+            }
+        }
+        let value: serde_json::Value = serde_norway::from_str(yaml).expect("YAML");
+        let (e, problems) = parse(&value);
+        let errors: Vec<String> = problems
+            .iter()
+            .filter(|p| !p.warning)
+            .map(|p| p.message.clone())
+            .collect();
+        let got = if errors.is_empty() {
+            constant(&e).map(|v| shown(&v))
+        } else {
+            Err(errors.join("; "))
+        };
+        match (got, want) {
+            (Ok(g), Ok(w)) => assert_eq!(g, w, "{yaml}"),
+            (Err(g), Err(w)) => assert!(g.contains(w), "{yaml}: `{w}` not in `{g}`"),
+            (g, w) => panic!("{yaml}: got {g:?}, want {w:?}"),
+        }
+    }
+
+    #[test]
+    fn expressions_and_builtins() {
+        use serde_json::json;
+        let cases: &[(&str, Result<serde_json::Value, &str>)] = &[
+            ("plain text", Ok(json!("plain text"))),
+            ("'$${x} costs $5'", Ok(json!("${x} costs $5"))),
+            ("'${}'", Err("cannot be empty")),
+            ("'${a.b'", Err("unterminated interpolation")),
+            ("'${a[x]}'", Err("invalid list index")),
+            ("'${a[\"k}'", Err("missing closing quote")),
+            ("'x ${a.b[0] y'", Err("unexpected character")),
+            ("'${a.b[0'", Err("missing closing bracket")),
+            ("{fn::join: ['-', [a, b, c]]}", Ok(json!("a-b-c"))),
+            ("{fn::join: [null, [a, b]]}", Ok(json!("ab"))),
+            ("{fn::join: ['-', [a, 1]]}", Err("must be a string")),
+            ("{fn::join: ['-']}", Err("takes a list of two values")),
+            ("{fn::split: [',', 'a,,b']}", Ok(json!(["a", "", "b"]))),
+            ("{fn::select: [1, [x, y]]}", Ok(json!("y"))),
+            (
+                "{fn::select: [2, [x, y]]}",
+                Err("list index 2 out-of-bounds for list of length 2"),
+            ),
+            ("{fn::select: [-1, [x]]}", Err("non-negative whole number")),
+            (
+                "{fn::toJSON: {b: '<&>', a: [1, 2.5, true, null]}}",
+                Ok(json!(r#"{"a":[1,2.5,true,null],"b":"\u003c\u0026\u003e"}"#)),
+            ),
+            ("{fn::toBase64: hello}", Ok(json!("aGVsbG8="))),
+            ("{fn::fromBase64: aGVsbG8=}", Ok(json!("hello"))),
+            ("{fn::fromBase64: '!!'}", Err("invalid base64")),
+            ("{fn::fromBase64: /w==}", Err("not UTF-8")),
+            (
+                "{fn::sha1: abc}",
+                Ok(json!("a9993e364706816aba3e25717850c26c9cd0d89d")),
+            ),
+            ("{fn::length: [a, b]}", Ok(json!(2))),
+            ("{fn::length: héllo}", Ok(json!(5))),
+            ("{fn::singleOrNone: []}", Ok(json!(null))),
+            ("{fn::singleOrNone: [a]}", Ok(json!("a"))),
+            ("{fn::singleOrNone: [a, b]}", Err("at most one")),
+            ("{fn::secret: s}", Ok(json!({"secret": "s"}))),
+            (
+                "{fn::toBase64: {fn::secret: s}}",
+                Ok(json!({"secret": "cw=="})),
+            ),
+            ("{fn::unsecret: {fn::secret: s}}", Ok(json!("s"))),
+            ("{fn::ToBase64: a}", Ok(json!("YQ=="))),
+            (
+                "{fn::stringAsset: hi}",
+                Ok(
+                    json!({"4dabf18193072939515e22adb298388d": "c44067f5952c0a294b673a41bacd8c17", "text": "hi"}),
+                ),
+            ),
+            ("{fn::invoke: {arguments: {}}}", Err("needs a `function`")),
+            (
+                "{fn::invoke: {function: 'a:b:c', return: '${x}'}}",
+                Err("`return` must be a string literal"),
+            ),
+            (
+                "{fn::assetArchive: {a: b}}",
+                Err("must be an asset or archive"),
+            ),
+            ("{fn::fileAsset: a, other: b}", Err("must be the only key")),
+            ("{fn::nope: 1}", Ok(json!({"fn::nope": 1}))),
+        ];
+        for (yaml, want) in cases {
+            check(yaml, want.clone());
+        }
+    }
+
+    #[test]
+    fn symbols_keep_access_paths() {
+        let value = serde_json::json!("${res.list[0][\"a.b\"].c}");
+        let (e, problems) = parse(&value);
+        assert!(problems.is_empty());
+        let Expr::Symbol(a) = e else {
+            panic!("a symbol: {e:?}")
+        };
+        assert_eq!(a.root, "res");
+        assert_eq!(a.to_string(), "${res.list[0][\"a.b\"].c}");
+        let (e, _) = parse(&serde_json::json!("x-${a}-${b.c}"));
+        assert_eq!(e.roots(), vec!["a", "b"]);
+    }
+}
