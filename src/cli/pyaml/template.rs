@@ -442,8 +442,12 @@ impl Loader {
     }
 
     fn literal_string(&mut self, path: &[Seg], v: &Value) -> Option<String> {
-        match v {
-            Value::String(s) if !s.contains("${") => Some(s.clone()),
+        let text = match v {
+            Value::String(s) => super::expr::parse_interpolation(s).ok(),
+            _ => None,
+        };
+        match text {
+            Some(Expr::Text(t)) => Some(t),
             _ => {
                 self.parser.error(path, "must be a string literal");
                 None
