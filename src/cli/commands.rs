@@ -563,6 +563,7 @@ where
 enum ProgramSource {
     File(ProgramFile),
     Python(PythonProject),
+    Yaml(super::pyaml::PyamlProgram),
 }
 
 impl ProgramSource {
@@ -572,6 +573,16 @@ impl ProgramSource {
     /// [`ProgramSource::apply_config`]).
     fn load(path: &Path, stack: &str) -> Result<(Self, StackConfig), CliError> {
         let dir = super::config::config_dir(path);
+        if let Some(layout) = super::pyaml::layout(path)? {
+            let project = layout
+                .project
+                .clone()
+                .unwrap_or_else(|| super::config::project_name(path));
+            let config = StackConfig::load(&dir, stack, &project)?;
+            let keys = config.keys().into_iter().collect();
+            let p = super::pyaml::load(&layout, &keys)?;
+            return Ok((Self::Yaml(p), config));
+        }
         if path.is_dir() {
             let p = PythonProject::open(path)?;
             let config = StackConfig::load(&dir, stack, &p.name)?;
@@ -591,14 +602,25 @@ impl ProgramSource {
     }
 
     /// Gives the program its stack config, resolved.
-    fn apply_config(&mut self, config: &[crate::config::Resolved]) {
+    fn apply_config(&mut self, config: &[crate::config::Resolved]) -> Result<(), CliError> {
         match self {
             Self::File(f) => f.apply_stack_config(config),
+            Self::Yaml(y) => y.apply_config(config)?,
             Self::Python(p) => {
                 let with = p.clone().with_config(config);
                 *p = with;
             }
         }
+        Ok(())
+    }
+
+    /// The simulated cloud's configuration, with the program's `schemas`.
+    fn sim_config(&self, a: &SimArgs) -> SimConfig {
+        let mut c = sim_config(a, self.file());
+        if let Self::Yaml(y) = self {
+            c.schemas = y.schemas.clone();
+        }
+        c
     }
 
     /// The program's directory: where relative asset paths resolve (and
@@ -610,6 +632,7 @@ impl ProgramSource {
                 _ => PathBuf::from("."),
             },
             Self::Python(p) => p.dir.clone(),
+            Self::Yaml(y) => y.dir.clone(),
         }
     }
 
@@ -617,7 +640,7 @@ impl ProgramSource {
     fn file(&self) -> Option<&ProgramFile> {
         match self {
             Self::File(f) => Some(f),
-            Self::Python(_) => None,
+            Self::Python(_) | Self::Yaml(_) => None,
         }
     }
 
@@ -626,6 +649,7 @@ impl ProgramSource {
         match self {
             Self::File(f) => &f.name,
             Self::Python(p) => &p.name,
+            Self::Yaml(y) => &y.name,
         }
     }
 
@@ -652,6 +676,11 @@ impl ProgramSource {
                     (k.clone(), v)
                 })
                 .collect(),
+            Self::Yaml(y) => y
+                .stack_values()
+                .into_iter()
+                .filter(|(k, _)| foreign(k))
+                .collect(),
             Self::Python(p) => p
                 .config
                 .iter()
@@ -674,6 +703,10 @@ impl ProgramSource {
                 None => None,
             },
             Self::Python(p) => p.config.get(super::serving::SETTING).cloned(),
+            Self::Yaml(y) => y.stack_values().get(super::serving::SETTING).map(|v| {
+                v.as_str()
+                    .map_or_else(|| v.to_json().to_string(), str::to_owned)
+            }),
         };
         value
             .as_deref()
@@ -685,9 +718,12 @@ impl ProgramSource {
     /// on a stack that cannot encrypt them (a Python program's secrets are
     /// only known as it runs).
     fn check_secrets(&self, stack: &str, open: &OpenStack) -> Result<(), CliError> {
-        match self.file() {
-            Some(f) => check_secrets(f, stack, open),
-            None => Ok(()),
+        match self {
+            Self::File(f) => check_secrets(f, stack, open),
+            Self::Yaml(y) => {
+                refuse_plaintext(y.creates_secrets(), stack, &open.crypter, &open.deployment)
+            }
+            Self::Python(_) => Ok(()),
         }
     }
 
@@ -703,6 +739,16 @@ impl ProgramSource {
     ) -> CliProgram {
         match self {
             Self::File(f) => CliProgram::File(FileProgram::new(f)),
+            Self::Yaml(y) => {
+                for w in &y.warnings {
+                    events.send(crate::events::EngineEvent::Diagnostic {
+                        severity: "warning".into(),
+                        urn: None,
+                        message: w.clone(),
+                    });
+                }
+                CliProgram::Yaml(super::pyaml::eval::YamlProgram::new(y, can_store_secrets))
+            }
             Self::Python(p) => {
                 let mut options = PythonOptions::from_env(events.clone());
                 options.can_store_secrets = can_store_secrets;
@@ -825,18 +871,23 @@ fn open_stack(backend: &Path, stack: &str, op: Op) -> Result<OpenStack, CliError
 /// Refuses, before anything runs, a program that creates secrets on a
 /// stack that cannot encrypt them.
 fn check_secrets(file: &ProgramFile, stack: &str, open: &OpenStack) -> Result<(), CliError> {
-    refuse_plaintext(file, stack, &open.crypter, &open.deployment)
+    refuse_plaintext(
+        file.creates_secrets(),
+        stack,
+        &open.crypter,
+        &open.deployment,
+    )
 }
 
 /// Refuses a program file that creates secrets when `crypter` cannot
 /// encrypt them.
 fn refuse_plaintext(
-    file: &ProgramFile,
+    creates_secrets: bool,
     stack: &str,
     crypter: &crate::secrets::Crypter,
     d: &Deployment,
 ) -> Result<(), CliError> {
-    if file.creates_secrets() && crypter.manager().is_none() {
+    if creates_secrets && crypter.manager().is_none() {
         return Err(CliError::Secrets {
             stack: stack.to_owned(),
             source: if d.secrets_providers.ty.is_empty() {
@@ -968,14 +1019,14 @@ fn up(backend: &Path, a: UpArgs, rec: &Recorder) -> Result<(), CliError> {
     }
     let rt = runtime()?;
     rt.block_on(async move {
-        let cloud = load_cloud(backend, sim_config(&a.sim, source.file()), true)?;
+        let cloud = load_cloud(backend, source.sim_config(&a.sim), true)?;
         let mut open = with_passphrase(backend, &stack)?
             .with_new_stack_salt(stack_config.encryption_salt().map(str::to_owned))
             .open(&stack, Op::Update.command())
             .map_err(secrets_first)?;
         rec.opened();
         let config = super::config::resolve_for_operation(&stack_config, &open.crypter, &stack)?;
-        source.apply_config(&config);
+        source.apply_config(&config)?;
         source.check_secrets(&stack, &open)?;
         check_project(&stack, &source, &a.program, &open.deployment)?;
         let program_urns = source.file().map(|f| f.expected_urns(&stack));
@@ -1062,7 +1113,7 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
     let rt = runtime()?;
     rt.block_on(async move {
         // A preview changes nothing: no lock, no autosave.
-        let cloud = load_cloud(backend, sim_config(&a.sim, source.file()), false)?;
+        let cloud = load_cloud(backend, source.sim_config(&a.sim), false)?;
         let loaded = with_passphrase(backend, &stack)?
             .with_new_stack_salt(stack_config.encryption_salt().map(str::to_owned))
             .load(&stack)
@@ -1072,7 +1123,7 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
             source,
         })?;
         let config = super::config::resolve_for_operation(&stack_config, &loaded.crypter, &stack)?;
-        source.apply_config(&config);
+        source.apply_config(&config)?;
         check_project(&stack, &source, &a.program, &loaded.deployment)?;
         let program_urns = source.file().map(|f| f.expected_urns(&stack));
         check_names(&options, program_urns.as_ref(), &stack, &loaded.deployment)?;
@@ -1089,7 +1140,20 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         // them is refused before it runs.
         if save_plan.is_some() {
             if let Some(f) = source.file() {
-                refuse_plaintext(f, &stack, &loaded.crypter, &loaded.deployment)?;
+                refuse_plaintext(
+                    f.creates_secrets(),
+                    &stack,
+                    &loaded.crypter,
+                    &loaded.deployment,
+                )?;
+            }
+            if let ProgramSource::Yaml(y) = &source {
+                refuse_plaintext(
+                    y.creates_secrets(),
+                    &stack,
+                    &loaded.crypter,
+                    &loaded.deployment,
+                )?;
             }
         }
         let crypter = loaded.crypter.clone();

@@ -28,6 +28,7 @@ pub mod graph;
 pub mod history;
 pub mod import;
 pub mod program;
+pub mod pyaml;
 pub mod run;
 pub mod serving;
 pub mod show;
@@ -177,6 +178,9 @@ pub enum CliError {
     /// The Python program directory cannot be used.
     #[error(transparent)]
     Python(#[from] crate::grpc::python::PythonError),
+    /// The Pulumi YAML program is unreadable or invalid.
+    #[error(transparent)]
+    PulumiYaml(#[from] pyaml::PyamlError),
     /// An input file could not be read.
     #[error("cannot read {}: {source}", .path.display())]
     ReadInput {
@@ -348,6 +352,7 @@ impl CliError {
             | Self::AlreadyManaged { .. }
             | Self::Program(_)
             | Self::Python(_)
+            | Self::PulumiYaml(_)
             | Self::ReadInput { .. }
             | Self::BadCheckpoint { .. }
             | Self::StackMismatch { .. }

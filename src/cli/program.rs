@@ -587,6 +587,49 @@ impl ProgramFile {
     }
 }
 
+/// keel's extensions in a Pulumi YAML program (`schemas:`, a resource's
+/// `stateMigrations` and `stateMigrationTimeout`), parsed as in program
+/// files: `f` receives a parser of each; problems are returned as (key,
+/// message) with keys relative to what was parsed.
+pub(crate) struct Extensions {
+    checker: Checker,
+}
+
+impl Extensions {
+    /// A parser with no problems yet.
+    pub(crate) fn new() -> Self {
+        Self {
+            checker: Checker::default(),
+        }
+    }
+
+    /// Parses `schemas:`.
+    pub(crate) fn schemas(&mut self, v: &Value) -> BTreeMap<String, crate::provider::SchemaDef> {
+        match self.checker.mapping("schemas", v) {
+            Some(m) => self.checker.schemas(m),
+            None => BTreeMap::new(),
+        }
+    }
+
+    /// Parses `stateMigrations` (`key` names it in problems).
+    pub(crate) fn migrations(&mut self, key: &str, v: &Value) -> Vec<StateMigration> {
+        self.checker.migrations(key, v)
+    }
+
+    /// Parses `stateMigrationTimeout`.
+    pub(crate) fn timeout(&mut self, key: &str, v: &Value) -> Option<std::time::Duration> {
+        self.checker.seconds(key, v)
+    }
+
+    /// The problems found: (dotted key, message).
+    pub(crate) fn take_problems(&mut self) -> Vec<(String, String)> {
+        std::mem::take(&mut self.checker.issues)
+            .into_iter()
+            .map(|i| (i.key, i.message))
+            .collect()
+    }
+}
+
 /// Accumulates issues while decoding.
 #[derive(Debug, Default)]
 struct Checker {

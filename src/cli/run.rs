@@ -103,6 +103,8 @@ pub enum CliProgram {
     File(FileProgram),
     /// A directory with `__main__.py`.
     Python(crate::grpc::python::PythonProgram),
+    /// A Pulumi YAML project.
+    Yaml(super::pyaml::eval::YamlProgram),
 }
 
 impl Program for CliProgram {
@@ -110,6 +112,7 @@ impl Program for CliProgram {
         match self {
             Self::File(f) => f.run(ctx),
             Self::Python(p) => p.run(ctx),
+            Self::Yaml(y) => y.run(ctx),
         }
     }
 
@@ -117,6 +120,7 @@ impl Program for CliProgram {
         match self {
             Self::File(f) => f.registers_root(),
             Self::Python(p) => p.registers_root(),
+            Self::Yaml(y) => y.registers_root(),
         }
     }
 }
@@ -355,7 +359,7 @@ fn goal(
 const ENGINE_GRACE: Duration = Duration::from_secs(1);
 
 /// A resource's `stateMigrations` as callbacks.
-fn state_migrations(file: &ProgramFile, o: &OptionsSpec) -> StateMigrations {
+pub(crate) fn state_migrations(file: &ProgramFile, o: &OptionsSpec) -> StateMigrations {
     if o.state_migrations.is_empty() {
         return StateMigrations::default();
     }

@@ -63,6 +63,25 @@ pub const BUILTINS: &[&str] = &["pulumi:pulumi:getStack", "pulumi:pulumi:getReso
 /// The type of stack references.
 pub const STACK_REFERENCE_TYPE: &str = "pulumi:pulumi:StackReference";
 
+/// The type of stashes (`pulumi:Stash` in Pulumi YAML): a resource whose
+/// `output` keeps the `input` it was created with, while `input` follows
+/// the program.
+pub const STASH_TYPE: &str = "pulumi:index:Stash";
+
+fn is_stash(req: &ResourceRequest<'_>) -> bool {
+    req.ty.as_str() == STASH_TYPE
+}
+
+/// A stash's outputs: its inputs and the stashed `output`.
+fn stash_outputs(inputs: &PropertyMap, output: Option<&PropertyValue>) -> PropertyMap {
+    let mut out = inputs.clone();
+    let stashed = output
+        .cloned()
+        .unwrap_or_else(|| inputs.get("input").cloned().unwrap_or_default());
+    out.insert("output".into(), stashed);
+    out
+}
+
 /// Answers a built-in invoke. `resource` finds a resource's state for
 /// `getResource`: the one this deployment wrote or read, else the prior one.
 ///
@@ -196,14 +215,14 @@ impl BuiltinProvider {
         operation: &'static str,
         req: &ResourceRequest<'_>,
     ) -> Result<(), ProviderError> {
-        if req.ty.as_str() == STACK_REFERENCE_TYPE {
+        if req.ty.as_str() == STACK_REFERENCE_TYPE || is_stash(req) {
             Ok(())
         } else {
             Err(Self::failed(
                 operation,
                 req.urn,
                 format!(
-                    "the `pulumi` package has no resource type `{}` (keel serves {STACK_REFERENCE_TYPE})",
+                    "the `pulumi` package has no resource type `{}` (keel serves {STACK_REFERENCE_TYPE} and {STASH_TYPE})",
                     req.ty
                 ),
             ))
@@ -227,6 +246,9 @@ impl Provider for BuiltinProvider {
 
     async fn check(&self, req: ResourceRequest<'_>) -> super::Result<PropertyMap> {
         Self::only_references("check", &req)?;
+        if is_stash(&req) {
+            return Ok(req.inputs.clone());
+        }
         let failures: Vec<String> = req
             .inputs
             .keys()
@@ -245,7 +267,8 @@ impl Provider for BuiltinProvider {
 
     async fn diff(&self, req: ResourceRequest<'_>) -> super::Result<DiffResponse> {
         Self::only_references("diff", &req)?;
-        let changed = req.old_inputs.and_then(|o| o.get("name")) != req.inputs.get("name");
+        let key = if is_stash(&req) { "input" } else { "name" };
+        let changed = req.old_inputs.and_then(|o| o.get(key)) != req.inputs.get(key);
         let mut d = DiffResponse {
             kind: DiffKind::Same,
             changed_keys: Default::default(),
@@ -253,7 +276,10 @@ impl Provider for BuiltinProvider {
             delete_before_replace: false,
             detailed: Vec::new(),
         };
-        if changed {
+        if changed && is_stash(&req) {
+            d.kind = DiffKind::Update;
+            d.changed_keys.insert(key.into());
+        } else if changed {
             d.kind = DiffKind::Replace;
             d.changed_keys.insert("name".into());
             d.replace_keys.insert("name".into());
@@ -263,6 +289,13 @@ impl Provider for BuiltinProvider {
 
     async fn create(&self, req: ResourceRequest<'_>) -> super::Result<ObjectState> {
         Self::only_references("create", &req)?;
+        if is_stash(&req) {
+            return Ok(ObjectState {
+                id: req.urn.name().to_owned(),
+                inputs: req.inputs.clone(),
+                outputs: stash_outputs(req.inputs, None),
+            });
+        }
         let name = Self::target(&req).to_owned();
         let outputs = self.read_reference("create", req.urn, &name).await?;
         Ok(ObjectState {
@@ -274,6 +307,13 @@ impl Provider for BuiltinProvider {
 
     async fn read(&self, req: ResourceRequest<'_>) -> super::Result<Option<ObjectState>> {
         Self::only_references("read", &req)?;
+        if is_stash(&req) {
+            return Ok(req.old_outputs.map(|o| ObjectState {
+                id: req.id.to_owned(),
+                inputs: req.inputs.clone(),
+                outputs: o.clone(),
+            }));
+        }
         let name = Self::target(&req).to_owned();
         if name.is_empty() {
             return Err(Self::failed(
@@ -294,6 +334,14 @@ impl Provider for BuiltinProvider {
 
     async fn update(&self, req: ResourceRequest<'_>) -> super::Result<ObjectState> {
         Self::only_references("update", &req)?;
+        if is_stash(&req) {
+            let kept = req.old_outputs.and_then(|o| o.get("output"));
+            return Ok(ObjectState {
+                id: req.id.to_owned(),
+                inputs: req.inputs.clone(),
+                outputs: stash_outputs(req.inputs, kept),
+            });
+        }
         let name = Self::target(&req).to_owned();
         let outputs = self.read_reference("update", req.urn, &name).await?;
         Ok(ObjectState {

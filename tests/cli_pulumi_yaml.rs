@@ -1,0 +1,454 @@
+//! Pulumi YAML projects through the `keel` binary: a directory whose
+//! `Pulumi.yaml` says `runtime: yaml` runs as written (config, variables,
+//! resources with options, builtins, outputs), previews with unknown
+//! outputs, keeps secrets out of the backend in plaintext, and refuses a
+//! bad program with exit status 2 naming file, line and key before
+//! anything is written.
+
+mod common;
+
+use std::path::Path;
+
+use common::cli::*;
+use serde_json::{json, Value};
+
+/// Writes a project: `Pulumi.yaml` and, when given, `Main.yaml`, in the
+/// directory `dir` under the test's directory; returns the directory.
+fn project(k: &Keel, dir: &str, pulumi_yaml: &str, main_yaml: Option<&str>) -> String {
+    let d = k.path().join(dir);
+    std::fs::create_dir_all(&d).expect("project dir");
+    std::fs::write(d.join("Pulumi.yaml"), pulumi_yaml).expect("Pulumi.yaml");
+    if let Some(m) = main_yaml {
+        std::fs::write(d.join("Main.yaml"), m).expect("Main.yaml");
+    }
+    d.display().to_string()
+}
+
+fn outputs(k: &Keel) -> Value {
+    serde_json::from_str(&k.ok(&["stack", "output", "--json", "--show-secrets"]))
+        .expect("outputs JSON")
+}
+
+const SHOP: &str = r#"
+config:
+  env:
+    type: string
+    default: dev
+  replicas:
+    type: int
+    default: 2
+variables:
+  tags:
+    team: web
+    env: ${env}
+  zones:
+    fn::split: [",", "a,b,c"]
+resources:
+  bucket:
+    type: aws:s3:Bucket
+    properties:
+      name: shop-${env}
+      tags: ${tags}
+      ports: [80, 443]
+  site:
+    type: aws:Website
+    properties:
+      bucket: ${bucket.id}
+      firstPort: ${bucket.ports[0]}
+      team: ${bucket.tags["team"]}
+      zone:
+        fn::select: [1, "${zones}"]
+      policy:
+        fn::toJSON: { b: "<x>", a: 1 }
+      endpoint: ${bucket.websiteEndpoint}
+    options:
+      dependsOn: ["${bucket}"]
+      customTimeouts: { create: 5m }
+      protect: false
+outputs:
+  url: ${bucket.websiteEndpoint}
+  siteType:
+    fn::pulumiResourceType: ${site}
+  siteName:
+    fn::pulumiResourceName: ${site}
+  summary: ${pulumi.project}/${pulumi.stack} x${replicas}
+  joined:
+    fn::join: ["-", "${zones}"]
+  policy: ${site.policy}
+  literal: "$${not} a reference"
+  encoded:
+    fn::toBase64: hi
+"#;
+
+#[test]
+fn a_project_runs_as_written_and_a_second_up_changes_nothing() {
+    let k = Keel::new();
+    let dir = project(&k, "shop", "name: shop\nruntime: yaml\n", Some(SHOP));
+    // A preview: outputs computed by the cloud are unknown until the update.
+    let (out, _) = k.expect(0, &["preview", "--program", &dir]);
+    assert!(out.contains("url: (unknown"), "{out}");
+    assert!(
+        !k.backend().join("stacks/dev/checkpoint.json").exists(),
+        "a preview of a new stack writes no state"
+    );
+
+    k.ok(&["up", "--program", &dir, "--yes"]);
+    let o = outputs(&k);
+    assert_eq!(
+        o["siteType"], "aws:index:Website",
+        "`pkg:Name` is `pkg:index:Name`"
+    );
+    assert_eq!(o["siteName"], "site");
+    assert_eq!(o["summary"], "shop/dev x2");
+    assert_eq!(o["joined"], "a-b-c");
+    assert_eq!(
+        o["policy"], r#"{"a":1,"b":"\u003cx\u003e"}"#,
+        "Go's JSON encoding"
+    );
+    assert_eq!(o["literal"], "${not} a reference");
+    assert_eq!(o["encoded"], "aGk=");
+    let url = o["url"].as_str().expect("url");
+    assert!(url.ends_with(".website.sim.example"), "{url}");
+
+    let state = k.export();
+    let site = resource(&state, "site");
+    assert_eq!(site["inputs"]["firstPort"], 80);
+    assert_eq!(site["inputs"]["team"], "web");
+    assert_eq!(site["inputs"]["zone"], "b");
+    assert_eq!(site["inputs"]["endpoint"], url);
+    let bucket_urn = resource(&state, "bucket")["urn"].clone();
+    assert!(
+        site["dependencies"]
+            .as_array()
+            .expect("deps")
+            .contains(&bucket_urn),
+        "{site}"
+    );
+    assert_eq!(site["propertyDependencies"]["bucket"], json!([bucket_urn]));
+    assert_eq!(site["customTimeouts"]["create"], 300.0);
+
+    let again = k.ok(&["up", "--program", &dir, "--yes", "--json"]);
+    all_same(&again);
+}
+
+#[test]
+fn stack_config_overrides_defaults_and_secrets_stay_encrypted() {
+    let mut k = Keel::new();
+    k.passphrase = Some("correct horse".into());
+    let program = r#"name: vault
+runtime: yaml
+config:
+  dbPassword:
+    type: string
+    secret: true
+  size:
+    type: int
+    default: 1
+resources:
+  db:
+    type: sim:Database
+    properties:
+      password: ${dbPassword}
+      size: ${size}
+      token:
+        fn::secret: tok-${size}
+outputs:
+  pw: ${dbPassword}
+  size: ${size}
+  opened:
+    fn::unsecret: ${db.token}
+"#;
+    let dir = project(&k, "vault", program, None);
+    // The declared key has no default: exit 2 naming it, nothing written.
+    let (_, err) = k.expect(2, &["up", "--program", &dir, "--yes"]);
+    assert!(
+        err.contains("Pulumi.yaml:4: key `config.dbPassword`"),
+        "{err}"
+    );
+    assert!(
+        err.contains("missing required configuration variable `dbPassword`"),
+        "{err}"
+    );
+    assert!(!k.backend().join("stacks/dev/checkpoint.json").exists());
+
+    k.ok(&[
+        "config",
+        "set",
+        "--secret",
+        "dbPassword",
+        "hunter22",
+        "--program",
+        &dir,
+    ]);
+    k.ok(&["config", "set", "size", "3", "--program", &dir]);
+    k.ok(&["up", "--program", &dir, "--yes"]);
+    let shown = k.ok(&["stack", "output", "--json"]);
+    let shown: Value = serde_json::from_str(&shown).expect("JSON");
+    assert_eq!(shown["pw"], "[secret]");
+    assert_eq!(shown["size"], 3, "the stack's value, as the declared int");
+    let o = outputs(&k);
+    assert_eq!(o["pw"], "hunter22");
+    assert_eq!(
+        o["opened"], "tok-3",
+        "`fn::unsecret` opens it, by the program's choice"
+    );
+    for (path, bytes) in k.files() {
+        let t = text(&bytes);
+        assert!(
+            !t.contains("hunter22"),
+            "plaintext secret in {}",
+            path.display()
+        );
+    }
+    let state = k.export();
+    let db = resource(&state, "db");
+    for key in ["password", "token"] {
+        let v = &db["inputs"][key];
+        assert_eq!(
+            v["4dabf18193072939515e22adb298388d"], "1b47061264138c4ac30d75fd1eb44270",
+            "{key}: {v}"
+        );
+        assert!(v.get("ciphertext").is_some(), "{key} is encrypted: {v}");
+    }
+}
+
+#[test]
+fn secrets_on_a_stack_that_cannot_encrypt_are_refused_before_anything_runs() {
+    let k = Keel::new();
+    let dir = project(
+        &k,
+        "p",
+        "name: p\nruntime: yaml\nresources:\n  a:\n    type: sim:A\n    properties:\n      s:\n        fn::secret: x\n",
+        None,
+    );
+    let (_, err) = k.expect(2, &["up", "--program", &dir, "--yes"]);
+    assert!(err.contains("secrets provider"), "{err}");
+    assert!(!k.backend().join("stacks/dev/checkpoint.json").exists());
+    assert!(k.cloud().is_empty());
+}
+
+/// One bad program: `up` and `preview` exit 2 with every `expect`ed text,
+/// and the backend's files are unchanged.
+fn refused(k: &Keel, dir: &str, main: &str, expect: &[&str]) {
+    std::fs::write(Path::new(dir).join("Main.yaml"), main).expect("Main.yaml");
+    let before = k.files();
+    for command in [&["up", "--yes"][..], &["preview"]] {
+        let o = k.run(&[command, &["--program", dir]].concat());
+        let err = text(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(2),
+            "{command:?} of\n{main}\nstderr:\n{err}"
+        );
+        for e in expect {
+            assert!(err.contains(e), "{command:?}: `{e}` not in:\n{err}");
+        }
+    }
+    assert_eq!(before, k.files(), "a refused program changes nothing");
+}
+
+#[test]
+fn bad_programs_exit_2_with_file_line_and_key_before_anything_runs() {
+    let k = Keel::new();
+    let dir = project(
+        &k,
+        "bad",
+        "name: bad\nruntime: yaml\n",
+        Some("resources:\n  a:\n    type: sim:A\n"),
+    );
+    k.ok(&["up", "--program", &dir, "--yes"]);
+    let main = format!("{dir}/Main.yaml");
+    let at = |line: usize, key: &str| format!("{main}:{line}: key `{key}`");
+    refused(
+        &k,
+        &dir,
+        "resources:\n  a:\n    type: sim:A\n    properties:\n      list: [one]\n  b:\n    type: sim:B\n    properties:\n      x: ${a.list[1]}\n",
+        &[&at(9, "resources.b.properties.x"), "list index 1 out-of-bounds for list of length 1"],
+    );
+    refused(
+        &k,
+        &dir,
+        "resources:\n  a:\n    type: sim:A\n    properties:\n      v: ${ghost.id}\n",
+        &[&at(5, "resources.a.properties.v"), "`ghost` not found"],
+    );
+    refused(
+        &k,
+        &dir,
+        "resources:\n  a:\n    type: sim:A\n    properties:\n      v: ${b.id}\n  b:\n    type: sim:A\n    properties:\n      v: ${a.id}\n",
+        &["circular dependency", "a -> b -> a"],
+    );
+    refused(
+        &k,
+        &dir,
+        "resources:\n  a:\n    type: sim:A\n    options:\n      protected: true\n      hideDiffs: [x]\n",
+        &[
+            &at(5, "resources.a.options.protected"),
+            "unknown resource option `protected`",
+            &at(6, "resources.a.options.hideDiffs"),
+            "not supported by keel yet",
+        ],
+    );
+    refused(
+        &k,
+        &dir,
+        "outputs:\n  o:\n    fn::join: [\",\"]\n",
+        &[&at(3, "outputs.o.fn::join"), "takes a list of two values"],
+    );
+    refused(
+        &k,
+        &dir,
+        "resources:\n  a:\n    type: sim:A\n  a:\n    type: sim:B\n",
+        &[&format!("{main}:4"), "duplicate key (first at line 2)"],
+    );
+    refused(
+        &k,
+        &dir,
+        "resources:\n  a:\n    properties: {}\n",
+        &[&at(2, "resources.a"), "`type` is missing"],
+    );
+    refused(
+        &k,
+        &dir,
+        "variables:\n  a: 1\nresources:\n  a:\n    type: sim:A\n",
+        &["cannot have the same name as variable `a`"],
+    );
+    refused(
+        &k,
+        &dir,
+        "resources:\n  a:\n    type: sim:A\n    properties:\n      v: ${a.list[1}\n",
+        &[
+            &at(5, "resources.a.properties.v"),
+            "missing closing bracket",
+        ],
+    );
+    // A property that neither the inputs nor the type's `schemas:` entry
+    // provide cannot exist on the simulated cloud.
+    refused(
+        &k,
+        &dir,
+        "schemas:\n  sim:index:A:\n    outputs:\n      arnish: \"x-{id}\"\nresources:\n  a:\n    type: sim:A\n  b:\n    type: sim:B\n    properties:\n      v: ${a.nothing}\n",
+        &[&at(11, "resources.b.properties.v"), "has no property `nothing`"],
+    );
+}
+
+#[test]
+fn layouts_main_subdirectory_pulumi_yaml_file_and_runtime_object() {
+    let k = Keel::new();
+    // `main:` names the program directory; `pulumi.cwd` is it and
+    // `pulumi.rootDirectory` the project's.
+    let dir = project(
+        &k,
+        "withmain",
+        "name: withmain\nruntime:\n  name: yaml\nmain: src\n",
+        None,
+    );
+    std::fs::create_dir_all(Path::new(&dir).join("src")).expect("src");
+    std::fs::write(Path::new(&dir).join("src/notes.txt"), "from src\n").expect("notes");
+    std::fs::write(
+        Path::new(&dir).join("src/Main.yaml"),
+        "outputs:\n  notes:\n    fn::readFile: notes.txt\n  cwd: ${pulumi.cwd}\n  root: ${pulumi.rootDirectory}\n",
+    )
+    .expect("Main.yaml");
+    k.ok(&["up", "--program", &dir, "--yes", "--stack", "a"]);
+    let o: Value =
+        serde_json::from_str(&k.ok(&["stack", "output", "--json", "--stack", "a"])).expect("JSON");
+    assert_eq!(o["notes"], "from src\n");
+    assert!(
+        o["cwd"].as_str().expect("cwd").ends_with("withmain/src"),
+        "{o}"
+    );
+    assert!(
+        o["root"].as_str().expect("root").ends_with("withmain"),
+        "{o}"
+    );
+
+    // The program in `Pulumi.yaml` itself, named as the file.
+    let one = project(
+        &k,
+        "single",
+        "name: single\nruntime: yaml\nresources:\n  r:\n    type: sim:R\n    properties: { v: 1 }\noutputs:\n  v: ${r.v}\n",
+        None,
+    );
+    k.ok(&[
+        "up",
+        "--program",
+        &format!("{one}/Pulumi.yaml"),
+        "--yes",
+        "--stack",
+        "b",
+    ]);
+    let o: Value =
+        serde_json::from_str(&k.ok(&["stack", "output", "--json", "--stack", "b"])).expect("JSON");
+    assert_eq!(o["v"], 1);
+}
+
+#[test]
+fn options_providers_get_and_keel_extensions() {
+    let k = Keel::new();
+    let program = r#"name: opts
+runtime: yaml
+schemas:
+  sim:index:Disk:
+    outputs:
+      serial: "SN-{id}"
+resources:
+  prov:
+    type: pulumi:providers:sim
+    defaultProvider: true
+  group:
+    type: opts:index:Group
+    component: true
+    options:
+      stateMigrations:
+        - rename: { from: old, to: disk }
+  disk:
+    type: sim:Disk
+    properties:
+      size: 10
+    options:
+      parent: ${group}
+      protect: true
+      ignoreChanges: [size]
+  copy:
+    type: sim:Disk
+    get:
+      id: ${disk.id}
+outputs:
+  serial: ${disk.serial}
+  copiedSize: ${copy.size}
+"#;
+    let dir = project(&k, "opts", program, None);
+    k.ok(&["up", "--program", &dir, "--yes"]);
+    let state = k.export();
+    let disk = resource(&state, "disk");
+    assert_eq!(disk["protect"], true);
+    assert!(
+        disk["urn"]
+            .as_str()
+            .expect("urn")
+            .contains("opts:index:Group$sim:index:Disk::disk"),
+        "{disk}"
+    );
+    let prov = resource(&state, "prov");
+    let provider = format!(
+        "{}::{}",
+        prov["urn"].as_str().expect("urn"),
+        prov["id"].as_str().expect("id")
+    );
+    assert_eq!(
+        disk["provider"],
+        provider.as_str(),
+        "the default provider serves the package"
+    );
+    let copy = resource(&state, "copy");
+    assert_eq!(copy["external"], true, "`get` reads the existing object");
+    let o = outputs(&k);
+    assert_eq!(o["copiedSize"], 10);
+    assert!(
+        o["serial"].as_str().expect("serial").starts_with("SN-"),
+        "{o}"
+    );
+    // The protected disk refuses a destroy.
+    let (_, err) = k.expect(1, &["destroy", "--yes"]);
+    assert!(err.contains("protect"), "{err}");
+}
