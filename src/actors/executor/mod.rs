@@ -10,8 +10,10 @@
 //! `Engine::pending_window`) from before its `begin` is queued until its end
 //! record is queued, so at most that many operations are ever pending;
 //! its provider call holds a pool permit (`parallel`, default 4 x cores)
-//! only while it runs, once its `begin` is durable. The end record is
-//! queued, not awaited (unless an after hook needs it durable): records
+//! only while it runs, once its `begin` is durable. The end record of a
+//! create, update, import or read is queued, not awaited (unless an after
+//! hook needs it durable, or the persister changes a shared state with it
+//! when it applies it: deletes, deletion marks): records
 //! are durable in queue order, so a dependent's `begin`, which its call
 //! waits for, is durable only after it. Deletes run as antichains, each in
 //! parallel, in order.

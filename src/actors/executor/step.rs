@@ -146,7 +146,9 @@ async fn end_write(
     let reg = registered(&new);
     let urn = new.urn.clone();
     let new = share(new);
-    let durable = after.is_some() && hooks.is_some();
+    // Marking the old state for deletion changes a shared state object
+    // when the persister applies it, which later steps read: wait for it.
+    let durable = mark_old_delete || (after.is_some() && hooks.is_some());
     end(
         shared,
         op,
@@ -283,7 +285,9 @@ async fn fail(shared: &ExecShared, begun: Begun<'_>) -> Result<(), PersistError>
 }
 
 /// Ends a begun operation with `change`. With `durable`, waits until the
-/// end record is durable (an after hook runs only then); otherwise it is
+/// end record is durable and applied (an after hook runs only then, and a
+/// change the persister applies to a shared state object, a deletion mark
+/// or a removal, is seen by the steps after it); otherwise it is
 /// queued and not awaited: records are durable in queue order, so every
 /// record a dependent writes, and its `begin` that its provider call waits
 /// for, is durable only after this one, and a failure to write it fails
@@ -662,7 +666,10 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                     }
                 }
             };
-            end(shared, op, change, hooks.is_some()).await?;
+            // Awaited: applying a removal or a `pendingReplacement` mark
+            // changes the shared prior state that the rest of the chain (a
+            // delete-before-replace's create) and the delete phase read.
+            end(shared, op, change, true).await?;
             hook(hooks, HookPoint::AfterDelete, &old, None, Some(&old), false).await?;
             Ok(None)
         }
