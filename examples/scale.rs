@@ -6,6 +6,7 @@
 //! cargo run --release --example scale -- --resources N --shape SHAPE
 //!     [--latency-ms L] [--parallel P] [--persistence journal|checkpoint|memory]
 //!     [--operation up|noop|migrate|load] [--migrate-subtree K] [--seed S]
+//!     [--window W]
 //! ```
 //! Shapes: `flat`, `components` (customs in components of 10), `chain`,
 //! `dag` (each depends on up to 3 earlier ones, seeded), `wide-consumers`.
@@ -61,6 +62,10 @@ struct Args {
     /// Seed for the dag shape.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Operations begun ahead of their calls (`EngineConfig::pending_window`;
+    /// default the pool size).
+    #[arg(long, default_value_t = 0)]
+    window: usize,
 }
 
 /// One synthetic resource: name, parent index, dependency indexes.
@@ -313,6 +318,7 @@ async fn run(args: Args) -> Result<serde_json::Value, String> {
     if let Some(p) = args.parallel {
         config.parallel = p;
     }
+    config.pending_window = args.window;
     let parallel = config.parallel;
     let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;

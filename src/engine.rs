@@ -95,6 +95,13 @@ pub struct Outcome {
     pub migrations: Vec<MigrationReport>,
 }
 
+/// The pending-operation window when [`EngineConfig::pending_window`] is 0
+/// (and `parallel` is smaller): enough `begin` records per fsync that an
+/// `up` at the default parallelism is not bound by one fsync per
+/// `parallel` resources, while a quiesce at `parallel` 64 still waits for
+/// one round of calls only (BENCHMARKS.md, "Issue 20, second slice B").
+pub const DEFAULT_PENDING_WINDOW: usize = 64;
+
 /// The engine's configuration.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -102,8 +109,16 @@ pub struct EngineConfig {
     pub stack: String,
     /// The project's name.
     pub project: String,
-    /// Chains running at once (default 4 x cores; 1 = serial).
+    /// Provider calls running at once (default 4 x cores; 1 = serial).
     pub parallel: usize,
+    /// Operations whose `begin` may be durable ahead of their provider
+    /// calls, and chains calling a provider handed to the executor at once
+    /// (0, the default: [`DEFAULT_PENDING_WINDOW`]; never less than
+    /// `parallel`). A crash leaves at most this many operations pending; a
+    /// migration's quiesce waits for at most this many chains (window /
+    /// parallel rounds of the longest step). Larger windows let more
+    /// `begin` records share an fsync.
+    pub pending_window: usize,
     /// Keep going after a step fails, skipping its dependents.
     pub continue_on_error: bool,
     /// Where events go.
@@ -180,6 +195,7 @@ impl Default for EngineConfig {
             stack: "dev".into(),
             project: "project".into(),
             parallel: 4 * cores,
+            pending_window: 0,
             continue_on_error: false,
             events: EventSink::default(),
             max_in_flight_registrations: 4096,
@@ -245,6 +261,16 @@ impl Engine {
         let mut e = self.clone();
         e.config.update = update;
         e
+    }
+
+    /// The pending-operation window: `pending_window` (0:
+    /// [`DEFAULT_PENDING_WINDOW`]), at least `parallel`.
+    pub fn pending_window(&self) -> usize {
+        let w = match self.config.pending_window {
+            0 => DEFAULT_PENDING_WINDOW,
+            w => w,
+        };
+        w.max(self.config.parallel).max(1)
     }
 
     /// The configuration.
@@ -529,6 +555,7 @@ impl Engine {
         let shared = ExecShared::new(
             ExecConfig {
                 parallel: self.config.parallel,
+                window: self.pending_window(),
                 continue_on_error: self.config.continue_on_error,
                 preview,
                 detailed_diffs: self.config.detailed_diffs,
@@ -584,6 +611,7 @@ impl Engine {
                 done: done_tx,
                 preview,
                 migration: migration_env,
+                window: self.pending_window(),
             },
             cell.clone(),
         )

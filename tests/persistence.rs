@@ -25,11 +25,12 @@ use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
 
 const STACK: &str = "dev";
 
-fn engine(cloud: &Arc<SimCloud>, parallel: usize) -> Engine {
+fn engine(cloud: &Arc<SimCloud>, parallel: usize, pending_window: usize) -> Engine {
     Engine::new(
         EngineConfig {
             project: "proj".into(),
             parallel,
+            pending_window,
             ..EngineConfig::default()
         },
         ProviderRegistry::simulated(cloud.clone()),
@@ -58,18 +59,20 @@ async fn up(
     kind: PersistenceKind,
     fail_at: Option<u64>,
 ) -> Result<Outcome, EngineError> {
-    up_inner(backend, cloud, resources, kind, fail_at, 8).await
+    up_inner(backend, cloud, resources, kind, fail_at, 8, 0).await
 }
 
-/// [`up`] running at most `parallel` provider operations at once.
+/// [`up`] running at most `parallel` provider operations at once, with at
+/// most `window` (0: `parallel`) begun ahead of their calls.
 async fn up_with(
     backend: &Backend,
     cloud: &Arc<SimCloud>,
     resources: Vec<Res>,
     kind: PersistenceKind,
     parallel: usize,
+    window: usize,
 ) -> Result<Outcome, EngineError> {
-    up_inner(backend, cloud, resources, kind, None, parallel).await
+    up_inner(backend, cloud, resources, kind, None, parallel, window).await
 }
 
 async fn up_inner(
@@ -79,6 +82,7 @@ async fn up_inner(
     kind: PersistenceKind,
     fail_at: Option<u64>,
     parallel: usize,
+    window: usize,
 ) -> Result<Outcome, EngineError> {
     let open = backend.open(STACK, "keel up").unwrap();
     let persister: Box<dyn Persister> = match (kind, fail_at) {
@@ -98,7 +102,7 @@ async fn up_inner(
                 .fail_at(n),
         ),
     };
-    engine(cloud, parallel)
+    engine(cloud, parallel, window)
         .update(open.deployment.clone(), program(resources), persister)
         .await
 }
@@ -715,13 +719,14 @@ async fn crash_child(dir: PathBuf) {
     let crash = Crash::parse(&env("KEEL_CRASH"));
     let kind: PersistenceKind = env("KEEL_CRASH_PERSISTENCE").parse().unwrap();
     let parallel: usize = env("KEEL_CRASH_PARALLEL").parse().unwrap();
+    let window: usize = env("KEEL_CRASH_WINDOW").parse().unwrap();
     let backend = Backend::new(&dir);
     let cloud = SimCloud::load(&dir.join("cloud.json"), crash.config()).unwrap();
     cloud.autosave_to(dir.join("cloud.json"));
     // The run's last operation never ends: the child is killed mid-run.
     cloud.hold_from(crash.operations() - 1);
     std::fs::write(dir.join("started"), b"").unwrap();
-    let _ = up_with(&backend, &cloud, crash.program("y"), kind, parallel).await;
+    let _ = up_with(&backend, &cloud, crash.program("y"), kind, parallel, window).await;
     std::fs::write(dir.join("finished"), b"").unwrap();
 }
 
@@ -773,14 +778,16 @@ fn cloud_records(path: &Path) -> u64 {
 /// operations ended (`k` from 0 to all but the last, which the child holds
 /// in flight forever), so every kill lands mid-run. Then checks what it
 /// left: the stack loads and passes integrity, every cloud object is in
-/// the state or pending, at most `parallel` operations are pending, and the
-/// next update (same program) succeeds with exactly one object per
+/// the state or pending, at most the engine's pending-operation window of
+/// operations are pending (`window`, or the default when 0; at least
+/// `parallel`), and the next update (same program) succeeds with exactly one object per
 /// resource and nothing unowned.
 async fn kill_rounds(
     test: &str,
     crash: Crash,
     kind: PersistenceKind,
     parallel: usize,
+    window: usize,
     rounds: usize,
 ) {
     let exe = std::env::current_exe().unwrap();
@@ -813,6 +820,7 @@ async fn kill_rounds(
                 },
             )
             .env("KEEL_CRASH_PARALLEL", parallel.to_string())
+            .env("KEEL_CRASH_WINDOW", window.to_string())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -839,9 +847,10 @@ async fn kill_rounds(
         let cloud = SimCloud::load(&dir.path().join("cloud.json"), crash.config()).unwrap();
         nothing_forgotten(&loaded.deployment, &cloud);
         let pending = &loaded.deployment.pending_operations;
+        let bound = engine(&cloud, parallel, window).pending_window();
         assert!(
-            pending.len() <= parallel,
-            "{at}: {} operations pending with --parallel {parallel}",
+            pending.len() <= bound,
+            "{at}: {} operations pending with --parallel {parallel}, window {window}",
             pending.len()
         );
         for p in pending {
@@ -881,11 +890,14 @@ async fn kill_9_at_any_instant_forgets_nothing() {
         Crash::Creates,
         PersistenceKind::Journal,
         8,
+        0,
         20,
     )
     .await;
 }
 
+/// With the window at the pool size (`pending_window` = `parallel`), a
+/// crash leaves at most `parallel` operations pending.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_leaves_at_most_parallel_operations_pending() {
     if as_crash_child().await {
@@ -897,10 +909,30 @@ async fn kill_9_leaves_at_most_parallel_operations_pending() {
             Crash::Creates,
             kind,
             2,
+            2,
             6,
         )
         .await;
     }
+}
+
+/// With a pending-operation window larger than the pool, begins are
+/// durable ahead of their calls, and a crash leaves at most the window
+/// pending (the invariant in ARCHITECTURE.md), never every chain waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_leaves_at_most_the_window_of_operations_pending() {
+    if as_crash_child().await {
+        return;
+    }
+    kill_rounds(
+        "kill_9_leaves_at_most_the_window_of_operations_pending",
+        Crash::Creates,
+        PersistenceKind::Journal,
+        2,
+        6,
+        6,
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -914,6 +946,7 @@ async fn kill_9_during_create_before_delete_replacements_leaks_no_object() {
             Crash::Replace,
             kind,
             8,
+            0,
             10,
         )
         .await;
@@ -931,6 +964,7 @@ async fn kill_9_during_delete_before_replace_leaves_a_stack_the_next_update_save
             Crash::DeleteBeforeReplace,
             kind,
             8,
+            0,
             10,
         )
         .await;
@@ -951,7 +985,7 @@ async fn compactions_in_the_middle_of_an_operation_keep_the_state_replayable() {
     let p = open
         .persister(PersistenceKind::Journal, options.clone())
         .unwrap();
-    let o = engine(&cloud, 8)
+    let o = engine(&cloud, 8, 0)
         .update(open.deployment.clone(), program(many(60)), p)
         .await
         .unwrap();
@@ -974,7 +1008,7 @@ async fn compactions_in_the_middle_of_an_operation_keep_the_state_replayable() {
     );
     let mut v2 = many(60);
     v2.extend((60..120).map(|i| bucket(&format!("b{i}"), &[("size", "2")]).dep("b0")));
-    let r = engine(&cloud, 8)
+    let r = engine(&cloud, 8, 0)
         .update(open.deployment.clone(), program(v2), p)
         .await;
     assert!(matches!(r, Err(EngineError::Failed(_))), "{r:?}");
@@ -1052,7 +1086,7 @@ async fn a_failed_keep_record_of_a_no_op_fails_the_operation() {
         .unwrap();
     // Stack, provider and five buckets: seven same steps, seven saves.
     for n in 1..=7 {
-        let r = engine(&cloud, 8)
+        let r = engine(&cloud, 8, 0)
             .update(
                 o.snapshot.clone(),
                 program(many(5)),
@@ -1075,7 +1109,7 @@ async fn a_failed_keep_record_of_a_no_op_fails_the_operation() {
         }
     }
     // Nothing failing: the same no-op succeeds.
-    let r = engine(&cloud, 8)
+    let r = engine(&cloud, 8, 0)
         .update(
             o.snapshot.clone(),
             program(many(5)),

@@ -110,9 +110,16 @@ pub(crate) struct GenState {
     rewrites: Rewrites,
     /// Program events held while continuations drain before a migration.
     deferred: VecDeque<GenMsg>,
-    /// Chains that met a pending quiesce, in submission order (counted in
-    /// `chains`).
+    /// Chains not yet handed to the executor, in submission order (counted
+    /// in `chains`): behind the window or a pending quiesce.
     gated: VecDeque<(crate::plan::step::Chain, Option<RegisterReply>)>,
+    /// A task waits for a gate reservation for the first of `gated`.
+    awaiting_gate: bool,
+    /// Chains calling a provider in the executor (at most `window`).
+    calls_submitted: usize,
+    /// The most chains calling a provider in the executor at once (the
+    /// pending-operation window).
+    window: usize,
     draining: bool,
     reports: Vec<MigrationReport>,
     rules: Vec<crate::model::rule::Rule>,
@@ -184,31 +191,57 @@ pub(crate) struct GenArgs {
     pub preview: bool,
     /// What migrations need.
     pub migration: MigrationEnv,
+    /// The most chains calling a provider handed to the executor at once
+    /// (the pending-operation window, `Engine::pending_window`).
+    pub window: usize,
 }
 
 impl GenState {
     /// Hands a chain to the executor with its gate reservation, taken
-    /// here (see [`super::executor::submit`]). Chains meeting a pending quiesce
-    /// queue here, in order, behind one waiter for the gate.
+    /// here (see [`super::executor::submit`]), in submission order. A chain
+    /// that calls a provider waits here while `window` such chains are in
+    /// the executor (more would only wait there for a slot, holding a
+    /// reservation a quiesce must wait for: `migrations.md` §7, P8), and
+    /// chains meeting a pending quiesce wait here behind one task waiting
+    /// for the gate. Every chain after a waiting one waits too (FIFO), so a
+    /// chain in the executor only ever waits for chains submitted before it.
     fn submit(&mut self, chain: crate::plan::step::Chain, reply: Option<RegisterReply>) {
-        let Some(exec) = &self.executor else {
+        if self.executor.is_none() {
             return;
-        };
+        }
         for step in chain.steps.iter().filter(|s| s.new.is_some()) {
             self.submitted.insert(step.urn.clone());
         }
         self.chains += 1;
-        if !self.gated.is_empty() {
-            self.gated.push_back((chain, reply));
+        self.gated.push_back((chain, reply));
+        self.pump();
+    }
+
+    /// Submits waiting chains, in order, while the window and the gate
+    /// admit them.
+    fn pump(&mut self) {
+        if self.awaiting_gate {
             return;
         }
-        match super::executor::submit(exec, &self.gate, chain, reply) {
-            Submission::Sent => {}
-            Submission::Gated(chain, reply) => {
-                self.gated.push_back((chain, reply));
-                self.wait_for_gate();
+        let Some(exec) = self.executor.clone() else {
+            return;
+        };
+        while let Some((chain, reply)) = self.gated.pop_front() {
+            let calls = super::executor::calls_provider(&chain);
+            if calls && self.calls_submitted >= self.window {
+                self.gated.push_front((chain, reply));
+                return;
             }
-            Submission::Stopped => self.executor_stopped(),
+            match super::executor::submit(&exec, &self.gate, chain, reply) {
+                Submission::Sent => self.calls_submitted += usize::from(calls),
+                Submission::Gated(chain, reply) => {
+                    self.gated.push_front((chain, reply));
+                    self.awaiting_gate = true;
+                    self.wait_for_gate();
+                    return;
+                }
+                Submission::Stopped => self.executor_stopped(),
+            }
         }
     }
 
@@ -228,27 +261,22 @@ impl GenState {
         });
     }
 
-    /// A reservation came for the first gated chain: send it, then as many
-    /// of the rest as the gate admits.
+    /// A reservation came for the first waiting chain (it fits the window:
+    /// nothing was submitted since it met the gate): send it, then as many
+    /// of the rest as the window and the gate admit.
     fn reserved(&mut self, reservation: Reservation) {
+        self.awaiting_gate = false;
         let (Some(exec), Some((chain, reply))) = (self.executor.clone(), self.gated.pop_front())
         else {
             return;
         };
-        if !super::executor::send_reserved(&exec, chain, reply, reservation) {
+        let calls = super::executor::calls_provider(&chain);
+        if super::executor::send_reserved(&exec, chain, reply, reservation) {
+            self.calls_submitted += usize::from(calls);
+        } else {
             self.executor_stopped();
         }
-        while let Some((chain, reply)) = self.gated.pop_front() {
-            match super::executor::submit(&exec, &self.gate, chain, reply) {
-                Submission::Sent => {}
-                Submission::Gated(chain, reply) => {
-                    self.gated.push_front((chain, reply));
-                    self.wait_for_gate();
-                    return;
-                }
-                Submission::Stopped => self.executor_stopped(),
-            }
-        }
+        self.pump();
     }
 
     /// Sends a diagnostic about a resource to the event stream.
@@ -1088,9 +1116,11 @@ impl GenState {
                 }
                 self.program_done = true;
             }
-            GenMsg::ChainDone { failures } => {
+            GenMsg::ChainDone { failures, calls } => {
                 self.chains -= 1;
+                self.calls_submitted -= usize::from(calls);
                 self.step_failures = self.step_failures.max(failures);
+                self.pump();
             }
             GenMsg::Reserved(r) => self.reserved(r),
             GenMsg::DeletesDone => self.finish(),
@@ -1132,6 +1162,9 @@ impl Actor for GeneratorActor {
             rewrites: Rewrites::new(),
             deferred: VecDeque::new(),
             gated: VecDeque::new(),
+            awaiting_gate: false,
+            calls_submitted: 0,
+            window: args.window.max(1),
             draining: false,
             reports: Vec::new(),
             rules: Vec::new(),

@@ -160,6 +160,9 @@ pub(crate) enum GenMsg {
     ChainDone {
         /// Step failures recorded so far.
         failures: usize,
+        /// The chain calls a provider ([`calls_provider`](super::executor::calls_provider)):
+        /// it held one of the generator's submission slots.
+        calls: bool,
     },
     /// A gate reservation for the first chain that met a pending quiesce.
     Reserved(Reservation),

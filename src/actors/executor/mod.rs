@@ -6,10 +6,17 @@
 //! chain submitted after it starts until resume. A chain first waits for
 //! the chains of what it depends on, then runs its steps in order. Each
 //! provider call is bracketed by a `begin` and an end mutation that the
-//! persister makes durable, and holds a pool permit (default 4 x cores)
-//! from its `begin` to the end of the call, so at most that many
-//! operations are ever pending; waits for end records share group
-//! commits. Deletes run as antichains, each in parallel, in order.
+//! persister makes durable. An operation holds a pending slot (the window,
+//! `Engine::pending_window`) from before its `begin` is queued until its end
+//! record is queued, so at most that many operations are ever pending;
+//! its provider call holds a pool permit (`parallel`, default 4 x cores)
+//! only while it runs, once its `begin` is durable. The end record of a
+//! create, update, import or read is queued, not awaited (unless an after
+//! hook needs it durable, or the persister changes a shared state with it
+//! when it applies it: deletes, deletion marks): records
+//! are durable in queue order, so a dependent's `begin`, which its call
+//! waits for, is durable only after it. Deletes run as antichains, each in
+//! parallel, in order.
 
 mod same;
 mod shared;
@@ -24,7 +31,7 @@ use tokio::sync::watch;
 use super::program::RegisterError;
 use super::protocol::{ExecMsg, GenMsg, RegisterReply, Submission, Submitted};
 use crate::events::EngineEvent;
-use crate::model::step::{lock, StateRef};
+use crate::model::step::{lock, StateRef, StepKind};
 use crate::model::{PropertyMap, Urn};
 use crate::persist::{Change, Mutation};
 use crate::plan::step::{Chain, Step};
@@ -57,6 +64,27 @@ pub(crate) fn submit(
         }
         Err(Submitted { chain, reply }) => Submission::Gated(chain, reply),
     }
+}
+
+/// Whether a chain calls a provider (a create, update, delete, import,
+/// read or refresh of a custom resource): such chains wait for a pending
+/// slot and a pool permit, so the generator submits at most the pending
+/// window of them at once (`GenState::pump`) and a quiesce waits only for
+/// those, never for every chain planned before it. The rest (same steps,
+/// components, provider resources, skipped creates) write without a
+/// permit and are not counted.
+pub(crate) fn calls_provider(chain: &Chain) -> bool {
+    chain.steps.iter().any(|s| match s.kind {
+        StepKind::Same => false,
+        StepKind::Create | StepKind::CreateReplacement | StepKind::Update => s
+            .new
+            .as_ref()
+            .is_some_and(|n| n.custom && !n.ty.is_provider()),
+        StepKind::Delete | StepKind::DeleteReplaced | StepKind::RemovePendingReplace => {
+            !s.skip_provider
+        }
+        StepKind::Import | StepKind::Read | StepKind::Refresh => true,
+    })
 }
 
 /// Sends a chain with the reservation taken for it; false when the
@@ -110,6 +138,7 @@ impl Actor for ExecutorActor {
         match msg {
             ExecMsg::Chain(reserved) => {
                 let (Submitted { chain, reply }, reservation) = reserved.start();
+                let calls = calls_provider(&chain);
                 // The reservation was taken at submission (`submit`), so a
                 // quiescer that asked while this message waited in the
                 // mailbox waits for this chain.
@@ -127,6 +156,7 @@ impl Actor for ExecutorActor {
                     // outcome and end.
                     let _ = generator.cast(GenMsg::ChainDone {
                         failures: shared.failure_count(),
+                        calls,
                     });
                     if let Some(reply) = reply {
                         let _ = reply.send(r);
@@ -345,6 +375,7 @@ mod tests {
         let shared = ExecShared::new(
             ExecConfig {
                 parallel: 1,
+                window: 1,
                 continue_on_error: false,
                 preview: false,
                 detailed_diffs: false,

@@ -1,5 +1,5 @@
 //! The state the executor's tasks share: configuration, the pool of
-//! provider-call permits, chain statuses, the written states, the provider
+//! provider-call permits, the window of pending operations, chain statuses, the written states, the provider
 //! cache, step counts and failures, and the stop flag.
 
 use std::collections::BTreeMap;
@@ -35,8 +35,11 @@ pub(crate) enum Status {
 /// The executor's configuration.
 #[derive(Debug, Clone)]
 pub(crate) struct ExecConfig {
-    /// Chains running at once (1 = serial).
+    /// Provider calls running at once (1 = serial): the pool of permits.
     pub parallel: usize,
+    /// Operations whose `begin` may be durable at once, ahead of their
+    /// calls (at least `parallel`): the most a crash can leave pending.
+    pub window: usize,
     /// Keep going after a failure (skipping dependents of failed steps).
     pub continue_on_error: bool,
     /// A preview: providers compute, change nothing.
@@ -70,7 +73,12 @@ impl StopFlag {
 pub(crate) struct ExecShared {
     pub(super) config: ExecConfig,
     pub(super) gate: Gate,
+    /// Provider-call permits (`parallel`): taken once the call's `begin`
+    /// is durable, given back when the call returns.
     pub(super) pool: Semaphore,
+    /// Pending-operation slots (`window`): taken before a `begin` is
+    /// queued, given back once its end record is queued.
+    pub(super) pending: Semaphore,
     pub(super) status: DashMap<Urn, watch::Sender<Status>>,
     pub(super) news: Arc<Written>,
     pub(super) registry: ProviderRegistry,
@@ -117,6 +125,7 @@ impl ExecShared {
     ) -> Arc<Self> {
         Arc::new(Self {
             pool: Semaphore::new(config.parallel.max(1)),
+            pending: Semaphore::new(config.window.max(config.parallel).max(1)),
             config,
             gate,
             status: DashMap::new(),

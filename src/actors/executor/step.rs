@@ -128,7 +128,8 @@ async fn write(
 }
 
 /// Ends a provider operation by writing `new` (superseding `old`, or
-/// keeping it marked for deletion), runs the after hook once that is
+/// keeping it marked for deletion; the record is awaited only when an
+/// after hook runs, see [`end`]), runs the after hook once that is
 /// durable (told `prior`, the state before an update), and records the
 /// state as written this operation.
 #[allow(clippy::too_many_arguments)]
@@ -145,6 +146,9 @@ async fn end_write(
     let reg = registered(&new);
     let urn = new.urn.clone();
     let new = share(new);
+    // Marking the old state for deletion changes a shared state object
+    // when the persister applies it, which later steps read: wait for it.
+    let durable = mark_old_delete || (after.is_some() && hooks.is_some());
     end(
         shared,
         op,
@@ -153,6 +157,7 @@ async fn end_write(
             new: new.clone(),
             mark_old_delete,
         },
+        durable,
     )
     .await?;
     if let (Some(point), Some(_)) = (after, hooks) {
@@ -165,11 +170,11 @@ async fn end_write(
     Ok(Some(reg))
 }
 
-/// A provider operation begun: its id, and the pool permit it holds until
+/// A provider operation begun: its id, and the pending slot it holds until
 /// its end record is queued behind its begin record.
 struct Begun<'a> {
     op: u64,
-    _permit: tokio::sync::SemaphorePermit<'a>,
+    _slot: tokio::sync::SemaphorePermit<'a>,
 }
 
 /// Brackets a provider call with `begin` and its end mutation.
@@ -179,17 +184,18 @@ async fn bracket<'a, T>(
     state: &State,
     call: impl std::future::Future<Output = Result<T, ProviderError>>,
 ) -> Result<(T, Begun<'a>), StepError> {
-    // The begin record is written only once the step holds a pool permit,
-    // just before the provider call, and the permit is released only once
-    // the end record is queued (records are durable in queue order): a
-    // crash leaves at most `parallel` operations pending, not every chain
-    // waiting for a slot. Waits for end records share group commits.
-    let Ok(permit) = shared.pool.acquire().await else {
+    // A pending slot is taken before the begin record is queued and given
+    // back once the end record is queued (records are durable in queue
+    // order): a crash leaves at most `window` operations pending. The
+    // provider call takes a pool permit only once its begin is durable, so
+    // the wait for that fsync holds no permit, and `window` begins (not
+    // only `parallel`) can share one group commit.
+    let Ok(slot) = shared.pending.acquire().await else {
         return Err(StepError::Other("the executor stopped".into()));
     };
     let begun = Begun {
         op: shared.next_op.fetch_add(1, Ordering::Relaxed),
-        _permit: permit,
+        _slot: slot,
     };
     if !shared.config.preview {
         shared
@@ -200,7 +206,11 @@ async fn bracket<'a, T>(
             })
             .await?;
     }
-    match call.await {
+    let result = match shared.pool.acquire().await {
+        Ok(_permit) => call.await,
+        Err(_) => return Err(StepError::Other("the executor stopped".into())),
+    };
+    match result {
         Ok(v) => Ok((v, begun)),
         Err(e) => {
             fail(shared, begun).await?;
@@ -274,15 +284,35 @@ async fn fail(shared: &ExecShared, begun: Begun<'_>) -> Result<(), PersistError>
         .unwrap_or_else(|_| Err(PersistError::Stopped("the persister stopped".into())))
 }
 
-async fn end(shared: &ExecShared, begun: Begun<'_>, change: Change) -> Result<(), StepError> {
-    let m = if shared.config.preview {
-        Mutation::Apply(change)
-    } else {
-        Mutation::End {
-            op: begun.op,
-            change,
-        }
+/// Ends a begun operation with `change`. With `durable`, waits until the
+/// end record is durable and applied (an after hook runs only then, and a
+/// change the persister applies to a shared state object, a deletion mark
+/// or a removal, is seen by the steps after it); otherwise it is
+/// queued and not awaited: records are durable in queue order, so every
+/// record a dependent writes, and its `begin` that its provider call waits
+/// for, is durable only after this one, and a failure to write it fails
+/// the operation's end (and every later record). Either way the pending
+/// slot is given back once the record is queued.
+async fn end(
+    shared: &ExecShared,
+    begun: Begun<'_>,
+    change: Change,
+    durable: bool,
+) -> Result<(), StepError> {
+    if shared.config.preview {
+        drop(begun);
+        shared.persist(Mutation::Apply(change)).await?;
+        return Ok(());
+    }
+    let m = Mutation::End {
+        op: begun.op,
+        change,
     };
+    if !durable {
+        shared.record(m);
+        drop(begun);
+        return Ok(());
+    }
     let durable = shared.queue(m);
     drop(begun);
     durable
@@ -636,7 +666,10 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                     }
                 }
             };
-            end(shared, op, change).await?;
+            // Awaited: applying a removal or a `pendingReplacement` mark
+            // changes the shared prior state that the rest of the chain (a
+            // delete-before-replace's create) and the delete phase read.
+            end(shared, op, change, true).await?;
             hook(hooks, HookPoint::AfterDelete, &old, None, Some(&old), false).await?;
             Ok(None)
         }
