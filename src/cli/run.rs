@@ -62,7 +62,9 @@ pub enum ResourceFailure {
 #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
 pub struct RunError(pub Vec<ResourceFailure>);
 
-type Slot = Shared<BoxFuture<'static, Result<Registered, ResourceFailure>>>;
+/// A shared future of a program's node: its value, or why it failed.
+pub(crate) type SlotOf<T> = Shared<BoxFuture<'static, Result<T, ResourceFailure>>>;
+type Slot = SlotOf<Registered>;
 
 /// A program file as a [`Program`].
 #[derive(Debug, Clone)]
@@ -125,11 +127,15 @@ impl Program for CliProgram {
     }
 }
 
-/// Waits for `deps`, returning their registrations by name.
-async fn resolve(
+/// Waits for `deps`, returning their values (registrations, or a Pulumi
+/// YAML program's evaluated nodes) by name.
+///
+/// # Errors
+/// [`ResourceFailure::Skipped`] naming the first dependency that failed.
+pub(crate) async fn resolve<T: Clone>(
     resource: &str,
-    deps: Vec<(String, Slot)>,
-) -> Result<HashMap<String, Registered>, ResourceFailure> {
+    deps: Vec<(String, SlotOf<T>)>,
+) -> Result<HashMap<String, T>, ResourceFailure> {
     let mut out = HashMap::with_capacity(deps.len());
     for (name, slot) in deps {
         match slot.await {

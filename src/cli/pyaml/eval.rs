@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use base64::Engine as _;
-use futures::future::{join_all, BoxFuture, FutureExt, Shared};
+use futures::future::{join_all, BoxFuture, FutureExt};
 
 use super::check::{graph, resolve_root, Kind};
 use super::expr::{Access, Accessor, Expr, Func, Invoke, Part};
@@ -23,7 +23,7 @@ use super::template::{
     canonical_token, package_of, AliasDecl, Properties, PyamlProgram, ResourceDecl,
 };
 use crate::actors::{Context, Program, ProgramFuture, ProviderQuery};
-use crate::cli::run::{ResourceFailure, RunError};
+use crate::cli::run::{resolve, ResourceFailure, RunError};
 use crate::model::property::{Archive, Asset, ResourceReference, Secret};
 use crate::model::state::{CustomTimeouts, Seconds};
 use crate::model::urn::UNKNOWN_ID;
@@ -52,7 +52,7 @@ enum Node {
     Resource(Arc<Res>),
 }
 
-type Slot = Shared<BoxFuture<'static, Result<Node, ResourceFailure>>>;
+type Slot = crate::cli::run::SlotOf<Node>;
 
 /// A Pulumi YAML program as a [`Program`].
 #[derive(Debug, Clone)]
@@ -96,27 +96,6 @@ struct Runtime {
     stack_refs: tokio::sync::Mutex<HashMap<String, Registered>>,
 }
 
-async fn wait(
-    who: &str,
-    deps: Vec<(String, Slot)>,
-) -> Result<HashMap<String, Node>, ResourceFailure> {
-    let mut out = HashMap::new();
-    for (n, s) in deps {
-        match s.await {
-            Ok(v) => {
-                out.insert(n, v);
-            }
-            Err(_) => {
-                return Err(ResourceFailure::Skipped {
-                    resource: who.to_owned(),
-                    dependency: n,
-                })
-            }
-        }
-    }
-    Ok(out)
-}
-
 async fn run(rt: Arc<Runtime>) -> Result<(), RunError> {
     let prog = rt.prog.clone();
     let g = Arc::new(graph(&prog));
@@ -133,7 +112,7 @@ async fn run(rt: Arc<Runtime>) -> Result<(), RunError> {
             .collect();
         let (rt, g, name_owned) = (rt.clone(), g.clone(), name.clone());
         let fut: BoxFuture<'static, Result<Node, ResourceFailure>> = Box::pin(async move {
-            let nodes = wait(&name_owned, deps).await?;
+            let nodes = resolve(&name_owned, deps).await?;
             let env = Env::new(&rt, &g, nodes);
             let failed = |message: String| ResourceFailure::Failed {
                 resource: name_owned.clone(),
@@ -180,7 +159,7 @@ async fn run(rt: Arc<Runtime>) -> Result<(), RunError> {
             .filter_map(|d| slots.get(d).map(|s| (d.clone(), s.clone())))
             .collect();
         async move {
-            let nodes = wait("(outputs)", deps).await.map_err(|_| Vec::new())?;
+            let nodes = resolve("(outputs)", deps).await.map_err(|_| Vec::new())?;
             let env = Env::new(&rt, &g, nodes);
             let mut map = PropertyMap::new();
             let mut failures = Vec::new();
