@@ -282,6 +282,16 @@ fn a_holder_killed_mid_update_loses_nothing() {
     let k = keel_on(&pg);
     let v1 = example("site-v1.yaml");
     let mut up = slow_up(&k, &v1, "dev");
+    // A step's line is shown once its end record is queued, not yet
+    // durable: kill only once a completed step is committed.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while ids(&k, "dev").0.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no step committed in 60 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     up.kill().expect("SIGKILL");
     up.wait().expect("reaped");
     // The server released the dead holder's lock; its row is stale.
