@@ -407,11 +407,30 @@ async fn run(v: &Value) -> Run {
                 for (e, migrating) in plan.iter() {
                     if *migrating {
                         // "No change from the migration" is judged against
-                        // the state as it stands now, after `earlier`.
+                        // the state as it stands now, after `earlier`. A
+                        // registration answers once its end record is
+                        // queued, not once it is durable, so wait until no
+                        // operation of `earlier` is still pending on disk.
                         let backend = Backend::new(&root);
                         let stack = stack_name.clone();
+                        let earlier: HashSet<Urn> = registered.clone();
                         let persisted = tokio::task::spawn_blocking(move || {
-                            resources_json(&backend.load(&stack).expect("load mid-run").deployment)
+                            let deadline =
+                                std::time::Instant::now() + std::time::Duration::from_secs(120);
+                            loop {
+                                let d = backend.load(&stack).expect("load mid-run").deployment;
+                                let settled = !d
+                                    .pending_operations
+                                    .iter()
+                                    .any(|p| earlier.contains(&p.resource.urn))
+                                    && earlier
+                                        .iter()
+                                        .all(|u| d.resources.iter().any(|s| &s.urn == u));
+                                if settled || std::time::Instant::now() > deadline {
+                                    break resources_json(&d);
+                                }
+                                std::thread::sleep(std::time::Duration::from_millis(5));
+                            }
                         })
                         .await
                         .expect("load task");
