@@ -16,7 +16,7 @@ use std::collections::BTreeSet;
 use std::process::{Child, Stdio};
 
 /// A keel working directory whose backend is `pg`'s database (the
-/// simulated cloud stays in `./.keel`).
+/// simulated cloud is in the database too).
 fn keel_on(pg: &Pg) -> Keel {
     let mut k = Keel::new();
     k.env.push(("KEEL_BACKEND".into(), pg.url.clone()));
@@ -274,6 +274,68 @@ fn several_stacks_from_several_processes() {
         assert_eq!(h.as_array().unwrap().len(), 1);
     }
     assert_eq!(k.cloud().len(), 16);
+}
+
+#[test]
+fn two_machines_share_the_simulated_cloud_through_the_database() {
+    let Some(pg) = Pg::new("shared_cloud") else {
+        return;
+    };
+    // Two working directories stand for two machines: nothing on disk is
+    // shared between them, only the database.
+    let (a, b) = (keel_on(&pg), keel_on(&pg));
+    let v1 = example("site-v1.yaml");
+    let out = a.ok(&["up", "--program", &v1]);
+    assert!(out.contains("update succeeded"), "{out}");
+    assert_eq!(b.cloud(), a.cloud(), "b sees a's objects");
+    assert_eq!(b.cloud().len(), 4);
+    for k in [&a, &b] {
+        assert!(
+            !k.path().join(".keel").join("cloud.json").exists(),
+            "no cloud file is written beside a database backend"
+        );
+    }
+    // b's update of the same stack finds every object a created.
+    let (out, _) = b.expect(0, &["up", "--program", &v1, "--json"]);
+    all_same(&out);
+    let (state, cloud) = ids(&b, "dev");
+    assert_eq!(state, cloud);
+    // Both create objects at once, in stacks of their own: nothing is lost
+    // between the two writers.
+    let children: Vec<Child> = [(&a, "a1"), (&b, "b1"), (&a, "a2"), (&b, "b2")]
+        .iter()
+        .map(|(k, s)| {
+            k.command(&["up", "--program", &v1, "--stack", s])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for c in children {
+        let o = c.wait_with_output().expect("keel up ends");
+        assert!(o.status.success(), "{}", text(&o.stderr));
+    }
+    assert_eq!(a.cloud().len(), 20);
+    let mut all = BTreeSet::new();
+    for s in ["dev", "a1", "b1", "a2", "b2"] {
+        let (state, _) = ids(&a, s);
+        assert_eq!(state.len(), 4, "{s}");
+        all.extend(state);
+    }
+    let cloud: BTreeSet<String> = b
+        .cloud()
+        .iter()
+        .filter_map(|o| o["id"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(all, cloud, "every object is one stack's");
+    // What b destroys is gone for a too.
+    b.ok(&["destroy", "--yes", "--stack", "dev"]);
+    assert_eq!(a.cloud().len(), 16);
+    assert!(a
+        .cloud()
+        .iter()
+        .all(|o| !state.contains(o["id"].as_str().unwrap())));
 }
 
 #[test]

@@ -442,23 +442,24 @@ fn named_packages(prior: &Deployment, file: Option<&ProgramFile>) -> Vec<(String
     out.into_iter().collect()
 }
 
-/// The directory of the simulated cloud's file: the backend's; with a
-/// database backend, `$KEEL_SIM_CLOUD_DIR`, else `./.keel` (the cloud is
-/// not in the database yet).
-fn cloud_dir(backend: &Path) -> PathBuf {
-    if crate::persist::store::is_database(backend) {
-        std::env::var_os("KEEL_SIM_CLOUD_DIR").map_or_else(|| PathBuf::from(".keel"), PathBuf::from)
-    } else {
-        backend.to_owned()
-    }
-}
-
+/// Opens the simulated cloud: the backend directory's `cloud.json`, or,
+/// with a database backend, the log in that database (shared by every
+/// machine using it). `autosave` makes changes persist.
 fn load_cloud(
     backend: &Path,
     config: SimConfig,
     autosave: bool,
 ) -> Result<std::sync::Arc<SimCloud>, CliError> {
-    let backend = &cloud_dir(backend);
+    if crate::persist::store::is_database(backend) {
+        let url = backend.to_string_lossy();
+        let db = crate::persist::pg::PgBackend::new(url.as_ref());
+        let log = db.cloud_log()?;
+        let label = db.label();
+        return SimCloud::open_log(log, config, autosave).map_err(|source| CliError::Cloud {
+            path: PathBuf::from(label),
+            source,
+        });
+    }
     let path = backend.join(CLOUD_FILE);
     let cloud = SimCloud::load(&path, config).map_err(|source| CliError::Cloud {
         path: path.clone(),

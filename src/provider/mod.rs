@@ -9,6 +9,8 @@ pub mod schema;
 #[cfg(feature = "sim")]
 pub mod sim;
 #[cfg(feature = "sim")]
+mod sim_db;
+#[cfg(feature = "sim")]
 mod sim_file;
 
 use std::collections::BTreeSet;

@@ -87,8 +87,34 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
+pub use super::sim_db::CloudLog;
+use super::sim_db::DbLog;
 use super::sim_file::{key, CloudFile, CloudState, Key, Record};
 pub use super::sim_file::{CloudFileError, CloudFileStats};
+
+/// Where the cloud's objects are kept: a file, or a log shared through a
+/// database.
+#[derive(Debug)]
+enum Store {
+    File(CloudFile),
+    Db(DbLog),
+}
+
+impl Store {
+    fn writable(&self) -> bool {
+        match self {
+            Self::File(f) => f.writable,
+            Self::Db(d) => d.writable,
+        }
+    }
+
+    fn stats(&self) -> CloudFileStats {
+        match self {
+            Self::File(f) => f.stats(),
+            Self::Db(d) => d.stats(),
+        }
+    }
+}
 use super::{
     DiffConfigRequest, DiffKind, DiffResponse, ObjectState, Provider, ProviderError,
     ResourceRequest, Result,
@@ -358,9 +384,9 @@ pub struct SimCloud {
     rng: Mutex<u64>,
     log: Mutex<CallLog>,
     counters: Counters,
-    /// The file the objects are kept in, if any. Lock order: `file`, then
-    /// `state`.
-    file: Mutex<Option<CloudFile>>,
+    /// The file (or shared log) the objects are kept in, if any. Lock
+    /// order: `file`, then `state`.
+    file: Mutex<Option<Store>>,
     /// Encrypts the secrets written to the file and decrypts them for reads.
     secrets: Mutex<Option<Arc<Crypter>>>,
     /// The current schemas (from the configuration; see
@@ -610,9 +636,27 @@ impl SimCloud {
         let path = path.into();
         let mut file = lock(&self.file);
         match file.as_mut() {
-            Some(f) if f.path() == path => f.writable = true,
-            _ => *file = Some(CloudFile::new(path, true)),
+            Some(Store::File(f)) if f.path() == path => f.writable = true,
+            _ => *file = Some(Store::File(CloudFile::new(path, true))),
         }
+    }
+
+    /// Opens the cloud kept in the shared `log` (a database's): reading
+    /// it, and writing every change to it before the call returns when
+    /// `writable`. Processes on any machine sharing the log see one cloud.
+    /// Blocking.
+    ///
+    /// # Errors
+    /// [`CloudFileError`]: the log cannot be read or holds a damaged record.
+    pub fn open_log(
+        log: Arc<dyn CloudLog>,
+        config: SimConfig,
+        writable: bool,
+    ) -> std::result::Result<Arc<Self>, CloudFileError> {
+        let cloud = Self::new(config);
+        *lock(&cloud.file) = Some(Store::Db(DbLog::new(log, writable)));
+        cloud.refresh_from_file()?;
+        Ok(cloud)
     }
 
     /// The stack's secrets: plaintext secrets are encrypted with it before
@@ -626,7 +670,7 @@ impl SimCloud {
     pub fn file_stats(&self) -> CloudFileStats {
         lock(&self.file)
             .as_ref()
-            .map(CloudFile::stats)
+            .map(Store::stats)
             .unwrap_or_default()
     }
 
@@ -636,9 +680,9 @@ impl SimCloud {
     /// workers.
     fn change<R>(
         &self,
-        plan: impl FnOnce(&CloudState) -> (R, Vec<Record>),
+        mut plan: impl FnMut(&CloudState) -> (R, Vec<Record>),
     ) -> std::result::Result<R, CloudFileError> {
-        let persistent = lock(&self.file).as_ref().is_some_and(|f| f.writable);
+        let persistent = lock(&self.file).as_ref().is_some_and(Store::writable);
         if !persistent {
             let mut state = lock(&self.state);
             let (r, records) = plan(&state);
@@ -648,15 +692,20 @@ impl SimCloud {
         blocking(|| {
             let mut file = lock(&self.file);
             let crypter = lock(&self.secrets).clone();
-            let Some(f) = file.as_mut() else {
-                unreachable!("the file is never detached")
-            };
-            let _locked = f.lock(true)?;
-            let mut state = lock(&self.state);
-            f.catch_up(&mut state)?;
-            let (r, records) = plan(&state);
-            f.append(&mut state, records, crypter.as_deref())?;
-            Ok(r)
+            match file.as_mut() {
+                Some(Store::File(f)) => {
+                    let _locked = f.lock(true)?;
+                    let mut state = lock(&self.state);
+                    f.catch_up(&mut state)?;
+                    let (r, records) = plan(&state);
+                    f.append(&mut state, records, crypter.as_deref())?;
+                    Ok(r)
+                }
+                Some(Store::Db(d)) => {
+                    d.change(&mut lock(&self.state), crypter.as_deref(), &mut plan)
+                }
+                None => unreachable!("the file is never detached"),
+            }
         })
     }
 
@@ -667,11 +716,14 @@ impl SimCloud {
         }
         blocking(|| {
             let mut file = lock(&self.file);
-            let Some(f) = file.as_mut() else {
-                return Ok(());
-            };
-            let _locked = f.lock(false)?;
-            f.catch_up(&mut lock(&self.state))
+            match file.as_mut() {
+                Some(Store::File(f)) => {
+                    let _locked = f.lock(false)?;
+                    f.catch_up(&mut lock(&self.state))
+                }
+                Some(Store::Db(d)) => d.catch_up(&mut lock(&self.state)),
+                None => Ok(()),
+            }
         })
     }
 
@@ -940,7 +992,7 @@ impl SimCloud {
 
     /// Makes an out-of-band change; false when `plan` wrote nothing or the
     /// file could not be written (logged).
-    fn out_of_band(&self, plan: impl FnOnce(&CloudState) -> Vec<Record>) -> bool {
+    fn out_of_band(&self, mut plan: impl FnMut(&CloudState) -> Vec<Record>) -> bool {
         match self.change(|state| {
             let records = plan(state);
             (!records.is_empty(), records)
@@ -983,7 +1035,7 @@ impl SimCloud {
             if obj.inputs.contains_key(key) || !COMPUTED_OUTPUT_KEYS.contains(&key) {
                 obj.inputs.insert(key.to_owned(), value.clone());
             }
-            obj.outputs.insert(key.to_owned(), value);
+            obj.outputs.insert(key.to_owned(), value.clone());
             vec![Record::Put {
                 object: obj,
                 next_generation: None,
@@ -995,7 +1047,7 @@ impl SimCloud {
     pub fn insert_object(&self, object: SimObject) {
         self.out_of_band(|_| {
             vec![Record::Put {
-                object,
+                object: object.clone(),
                 next_generation: None,
             }]
         });
@@ -1024,7 +1076,7 @@ impl SimCloud {
     /// [`CloudFileError`]: I/O, or a file that is not a simulated cloud.
     pub fn load(path: &Path, config: SimConfig) -> std::result::Result<Arc<Self>, CloudFileError> {
         let cloud = Self::new(config);
-        *lock(&cloud.file) = Some(CloudFile::new(path.to_owned(), false));
+        *lock(&cloud.file) = Some(Store::File(CloudFile::new(path.to_owned(), false)));
         cloud.refresh_from_file()?;
         Ok(cloud)
     }

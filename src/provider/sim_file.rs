@@ -68,6 +68,24 @@ pub enum CloudFileError {
         /// What is wrong.
         message: String,
     },
+    /// The shared log (a database) could not be read or written.
+    #[error("cannot {action} the simulated cloud in {place}: {message}")]
+    Shared {
+        /// Where the log is.
+        place: String,
+        /// What keel was doing (`read`, `append to`).
+        action: &'static str,
+        /// Why.
+        message: String,
+    },
+    /// A record of the shared log is not a change record.
+    #[error("the simulated cloud in {place} is damaged at record {position}: it is not a change record; remove that record (or the log) to go on")]
+    SharedCorrupt {
+        /// Where the log is.
+        place: String,
+        /// The record's position.
+        position: i64,
+    },
     /// An object's secrets could not be encrypted before being written.
     #[error("the simulated cloud cannot write object {id} ({ty}) without its secrets in plaintext: {source}")]
     Secrets {
@@ -460,7 +478,7 @@ impl CloudFile {
 
     /// One record of the file at `path` as a line, its plaintext secrets
     /// encrypted.
-    fn encode(
+    pub(super) fn encode(
         path: &Path,
         record: &Record,
         crypter: Option<&Crypter>,

@@ -250,6 +250,16 @@ CREATE TABLE keel_sim_cloud (
     body bytea NOT NULL
 );
 ",
+    // 2: the simulated cloud as a log of change records (the file's, one
+    // per row), appended to under `keel_sim_cloud_log`'s advisory lock;
+    // the whole-body table of version 1 was never written.
+    r"
+DROP TABLE IF EXISTS keel_sim_cloud;
+CREATE TABLE keel_sim_cloud_log (
+    seq bigserial PRIMARY KEY,
+    record text NOT NULL
+);
+",
 ];
 
 /// Creates or migrates the schema: every version not yet applied, in one

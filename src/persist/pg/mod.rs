@@ -18,6 +18,8 @@
 //! write and compaction of the operation goes through that connection, so
 //! a writer that lost its lock cannot write. `keel_locks` names the holder.
 
+#[cfg(feature = "sim")]
+mod cloud;
 pub mod conn;
 pub mod journal;
 pub mod lock;
@@ -491,34 +493,14 @@ impl PgBackend {
         })
     }
 
-    /// The simulated cloud's bytes (its file's format), if saved.
+    /// The simulated cloud's shared log in this database
+    /// (`keel_sim_cloud_log`), for [`crate::provider::SimCloud::open_log`].
     ///
     /// # Errors
-    /// [`PersistError::Database`] when the database cannot be read.
-    pub fn read_cloud(&self) -> Result<Option<Vec<u8>>, PersistError> {
-        self.call("reading the simulated cloud", |pool| async move {
-            let c = pool.get().await?;
-            let row = c
-                .query_opt("SELECT body FROM keel_sim_cloud WHERE id = 1", &[])
-                .await?;
-            Ok(row.map(|r| r.get(0)))
-        })
-    }
-
-    /// Saves the simulated cloud's bytes.
-    ///
-    /// # Errors
-    /// [`PersistError::Database`] when the database cannot be written.
-    pub fn write_cloud(&self, body: Vec<u8>) -> Result<(), PersistError> {
-        self.call("saving the simulated cloud", |pool| async move {
-            let c = pool.get().await?;
-            c.execute(
-                "INSERT INTO keel_sim_cloud (id, body) VALUES (1, $1) ON CONFLICT (id) DO UPDATE SET body = EXCLUDED.body",
-                &[&body],
-            )
-            .await?;
-            Ok(())
-        })
+    /// [`PersistError::Database`] when the database cannot be reached.
+    #[cfg(feature = "sim")]
+    pub fn cloud_log(&self) -> Result<Arc<dyn crate::provider::sim::CloudLog>, PersistError> {
+        Ok(Arc::new(cloud::PgCloudLog::new(self.db()?)))
     }
 }
 
