@@ -209,6 +209,117 @@ fn core_commands_on_postgres() {
 }
 
 #[test]
+fn stack_surgery_on_postgres_is_transactional_and_keeps_config_files() {
+    let Some(pg) = Pg::new("surgery") else { return };
+    let k = keel_on(&pg);
+    let dir = k.path().display().to_string();
+    let v1 = example("site-v1.yaml");
+    k.ok(&["up", "--program", &v1]);
+    let urns = k.urns();
+    let cdn = urns
+        .keys()
+        .find(|u| u.ends_with("::cdn"))
+        .expect("cdn")
+        .clone();
+
+    // rename: state, history, selection and the config file move at once.
+    k.write("Pulumi.dev.yaml", "config:\n  site:tier: gold\n");
+    k.ok(&["stack", "rename", "prod", "--program", &dir, "--yes"]);
+    assert!(!k.path().join("Pulumi.dev.yaml").exists());
+    assert!(k.path().join("Pulumi.prod.yaml").is_file());
+    let ls = stacks(&k);
+    assert!(!ls.contains_key("dev"), "{ls:?}");
+    assert_eq!(ls["prod"]["current"], true, "{ls:?}");
+    assert_eq!(ls["prod"]["resourceCount"], 7, "{ls:?}");
+    let h: Value = serde_json::from_str(&k.ok(&["stack", "history", "--json"])).expect("history");
+    assert_eq!(h.as_array().unwrap().len(), 1, "the history moved: {h}");
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM keel_history WHERE stack = 'dev'")
+            .trim(),
+        "0"
+    );
+    // A rename onto a stack with state changes nothing.
+    k.ok(&["stack", "init", "qa"]);
+    k.ok(&["stack", "select", "prod"]);
+    let before = k.ok(&["stack", "export"]);
+    let (_, err) = k.expect(2, &["stack", "rename", "qa", "--yes"]);
+    assert!(err.contains("already exists"), "{err}");
+    assert_eq!(k.ok(&["stack", "export"]), before);
+
+    // A failed move into a new stack leaves no empty stack behind.
+    let prod_cdn = cdn.replace(":dev::", ":prod::");
+    let (_, err) = k.expect(
+        2,
+        &[
+            "state",
+            "move",
+            "--source",
+            "prod",
+            "--dest",
+            "fresh",
+            "urn:pulumi:prod::site::x:y:Z::nope",
+            "--yes",
+        ],
+    );
+    assert!(err.contains("nope"), "{err}");
+    assert!(!stacks(&k).contains_key("fresh"), "{:?}", stacks(&k));
+    // ... and a successful one makes it.
+    k.ok(&[
+        "state", "move", "--source", "prod", "--dest", "fresh", &prod_cdn, "--yes",
+    ]);
+    let fresh = k.ok(&["stack", "export", "--stack", "fresh"]);
+    assert!(
+        fresh.contains("urn:pulumi:fresh::site::aws:cloudfront:Distribution::cdn"),
+        "{fresh}"
+    );
+
+    // state repair of a base that fails integrity (a hand edit in the
+    // database): a dependency on a resource that is gone.
+    let raw =
+        pg.psql("SELECT convert_from(base, 'UTF8') FROM keel_checkpoints WHERE stack = 'prod'");
+    let mut v: Value = serde_json::from_str(raw.trim()).expect("the base is JSON");
+    let last = v["deployment"]["resources"]
+        .as_array_mut()
+        .expect("the base's resources")
+        .last_mut()
+        .unwrap();
+    last["dependencies"] = serde_json::json!(["urn:pulumi:prod::site::a:b:C::gone"]);
+    let damaged = serde_json::to_string(&v).unwrap();
+    pg.psql(&format!(
+        "UPDATE keel_checkpoints SET base = convert_to($keel${damaged}$keel$, 'UTF8') WHERE stack = 'prod'"
+    ));
+    k.expect(1, &["state", "verify"]);
+    let out = k.ok(&["state", "repair", "--dry-run", "--json"]);
+    let report: Value = serde_json::from_str(out.trim()).expect("report");
+    assert_eq!(report["pruned"].as_array().unwrap().len(), 1, "{report}");
+    let out = k.ok(&["state", "repair", "--yes"]);
+    assert!(out.contains("state repaired"), "{out}");
+    let out = k.ok(&["state", "verify"]);
+    assert!(out.contains("stack `prod`: ok"), "{out}");
+
+    // rm keeps the config file's bytes with the backup, and removes it.
+    k.ok(&["destroy", "--yes", "--stack", "fresh"]);
+    k.write("Pulumi.fresh.yaml", "config:\n  site:tier: bronze\n");
+    k.ok(&["stack", "rm", "fresh", "--program", &dir, "--yes"]);
+    assert!(!k.path().join("Pulumi.fresh.yaml").exists());
+    let kept =
+        pg.psql("SELECT convert_from(config, 'UTF8') FROM keel_backups WHERE stack = 'fresh'");
+    assert!(kept.contains("site:tier: bronze"), "{kept}");
+    // --preserve-config leaves it where it is.
+    k.write("Pulumi.qa.yaml", "config: {}\n");
+    k.ok(&[
+        "stack",
+        "rm",
+        "qa",
+        "--program",
+        &dir,
+        "--preserve-config",
+        "--yes",
+    ]);
+    assert!(k.path().join("Pulumi.qa.yaml").is_file());
+}
+
+#[test]
 fn a_second_operation_is_refused_naming_the_holder() {
     let Some(pg) = Pg::new("lock") else { return };
     let k = keel_on(&pg);

@@ -211,17 +211,10 @@ pub fn rm(
     refuse(n)?;
     let kept = b.move_to_backups(name)?;
     drop(lock);
-    // A database's backups hold no files: the config file stays.
-    if let Some(program) = config.filter(|_| b.file().is_some()) {
+    if let Some(program) = config {
         let file = crate::config::stack_file(&config_dir(program), name);
         if file.is_file() {
-            let to = kept.join(file.file_name().unwrap_or_default());
-            move_file(&file, &to)?;
-            eprintln!(
-                "moved its config file {} to {}",
-                file.display(),
-                to.display()
-            );
+            keep_config_file(&b, &kept, &file)?;
         }
     }
     if b.selected()?.as_deref() == Some(name) {
@@ -318,6 +311,55 @@ pub fn rename_deployment(d: &Deployment, old: &str, new: &str) -> Deployment {
     out
 }
 
+/// After a rename, the current stack stays current under its new name:
+/// the selection moves when it named `old` (a database's rename moved it
+/// already), or when nothing is selected and `old` was the default stack.
+fn follow_selection(b: &Store, old: &str, new: &str) -> Result<(), CliError> {
+    let selected = b.selected()?;
+    let was_current = match selected.as_deref() {
+        Some(s) => s == old,
+        None => old == super::args::DEFAULT_STACK,
+    };
+    if was_current {
+        b.select(Some(new))?;
+    }
+    Ok(())
+}
+
+/// Moves a removed stack's configuration file into its backup `kept`: a
+/// file beside the stack's files, or, on a database backend, the backup's
+/// row (the file is removed once its bytes are in).
+fn keep_config_file(b: &Store, kept: &Path, file: &Path) -> Result<(), CliError> {
+    match b {
+        Store::File(_) => {
+            let to = kept.join(file.file_name().unwrap_or_default());
+            move_file(file, &to)?;
+            eprintln!(
+                "moved its config file {} to {}",
+                file.display(),
+                to.display()
+            );
+        }
+        Store::Pg(pg) => {
+            let bytes = std::fs::read(file).map_err(|source| CliError::ReadInput {
+                path: file.to_owned(),
+                source,
+            })?;
+            pg.keep_config(kept, bytes)?;
+            std::fs::remove_file(file).map_err(|source| CliError::Write {
+                path: file.to_owned(),
+                source,
+            })?;
+            eprintln!(
+                "moved its config file {} into the backup {}",
+                file.display(),
+                kept.display()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// `keel stack rename NEW [--stack OLD] [--program PATH] [--yes]`: the
 /// stack's config file in the program's directory is renamed too.
 ///
@@ -337,8 +379,9 @@ pub fn rename(
 ) -> Result<(), CliError> {
     check_stack(new)?;
     let b = existing(backend, old)?;
-    let Some(b) = b.file() else {
-        return rename_in_database(&b, old, new, program, yes);
+    let b = match &b {
+        Store::File(f) => f,
+        Store::Pg(pg) => return rename_in_database(&b, pg, old, new, program, yes),
     };
     let taken = || CliError::StackExists {
         stack: new.to_owned(),
@@ -416,9 +459,7 @@ pub fn rename(
             new_config.display()
         );
     }
-    if b.selected()?.as_deref() == Some(old) {
-        b.select(Some(new))?;
-    }
+    follow_selection(&Store::File(b.clone()), old, new)?;
     eprintln!(
         "renamed stack `{old}` to `{new}` ({} resources); the old files are kept in {}",
         d.resources.len(),
@@ -427,11 +468,13 @@ pub fn rename(
     Ok(())
 }
 
-/// `stack rename` on a database backend: the renamed state (verified) and
-/// the history are written to the new stack before the old one moves to
-/// the backups, so a failure leaves the old stack as it was.
+/// `stack rename` on a database backend: one transaction writes the
+/// renamed state (verified) to the new stack, moves the history to it and
+/// the old stack to the backups, and moves the selection, so a failure
+/// leaves everything as it was.
 fn rename_in_database(
     b: &Store,
+    pg: &crate::persist::pg::PgBackend,
     old: &str,
     new: &str,
     program: &Path,
@@ -465,17 +508,19 @@ fn rename_in_database(
         what: format!("stack `{old}` renamed to `{new}`"),
         message: e.to_string(),
     })?;
-    if b.exists(new)? {
-        return Err(taken());
-    }
-    let new_lock = b.lock(new, "keel stack rename")?;
     // Secrets stay encrypted as stored (loaded without a passphrase).
-    new_lock.write_state(&d, 0, &crate::secrets::Crypter::default())?;
-    for r in b.history(old)?.records {
-        b.append_history(new, &r)?;
-    }
+    let base = crate::persist::backend::base_bytes(&d, 0, 0, &crate::secrets::Crypter::default())?;
+    let new_lock = b.lock(new, "keel stack rename")?;
+    let renamed = pg.rename(old, new, base);
     drop(new_lock);
-    let kept = b.move_to_backups(old)?;
+    let renamed = renamed.and_then(|kept| match kept {
+        Some(kept) => Ok(Some(kept)),
+        // Not renamed: the empty row `new`'s lock made goes again.
+        None => pg.remove_if_empty(new).map(|()| None),
+    });
+    let Some(kept) = renamed? else {
+        return Err(taken());
+    };
     drop(old_lock);
     if let Some(from) = &old_config {
         move_file(from, &new_config)?;
@@ -485,9 +530,7 @@ fn rename_in_database(
             new_config.display()
         );
     }
-    if b.selected()?.as_deref() == Some(old) {
-        b.select(Some(new))?;
-    }
+    follow_selection(b, old, new)?;
     eprintln!(
         "renamed stack `{old}` to `{new}` ({} resources); the old state is kept in {}",
         d.resources.len(),

@@ -374,11 +374,29 @@ pub fn rename(backend: &Path, a: RenameArgs) -> Result<(), CliError> {
 /// The state of a stack whose base checkpoint breaks an integrity rule,
 /// read without verifying it (for `state repair`). A stack with journal
 /// entries on top of such a base is refused.
-fn load_unverified(l_paths: &StackPaths, stack: &str) -> Result<(Deployment, u64), CliError> {
-    let bytes = std::fs::read(&l_paths.base).map_err(|source| CliError::ReadInput {
-        path: l_paths.base.clone(),
-        source,
-    })?;
+/// The stack's base as stored, without verification, and its watermark:
+/// what `state repair` starts from when the base fails integrity. Refused
+/// when journal records sit on top of it (they cannot be replayed onto an
+/// invalid base).
+fn load_unverified(
+    b: &Store,
+    l_paths: &StackPaths,
+    stack: &str,
+) -> Result<(Deployment, u64), CliError> {
+    let (bytes, journal) = match b {
+        Store::File(_) => {
+            let bytes = std::fs::read(&l_paths.base).map_err(|source| CliError::ReadInput {
+                path: l_paths.base.clone(),
+                source,
+            })?;
+            let journal = std::fs::metadata(&l_paths.journal).is_ok_and(|m| m.len() > 0);
+            (bytes, journal)
+        }
+        Store::Pg(pg) => {
+            let (base, journal, _) = pg.rows(stack)?;
+            (base.unwrap_or_default(), !journal.is_empty())
+        }
+    };
     let file = CheckpointFile::from_slice(&bytes).map_err(|source| CliError::BadCheckpoint {
         path: l_paths.base.clone(),
         source,
@@ -388,8 +406,7 @@ fn load_unverified(l_paths: &StackPaths, stack: &str) -> Result<(Deployment, u64
         .get(crate::persist::backend::WATERMARK_KEY)
         .and_then(serde_json::Value::as_u64)
         .unwrap_or(0);
-    let journal = std::fs::metadata(&l_paths.journal).map_or(0, |m| m.len());
-    if journal > 0 {
+    if journal {
         return Err(CliError::Verify {
             what: format!("stack `{stack}`"),
             message: format!(
@@ -421,7 +438,7 @@ pub fn repair(backend: &Path, a: RepairArgs) -> Result<(), CliError> {
         {
             // No journal on top (refused otherwise): nothing to fold; the
             // backup keeps the invalid base written over.
-            let (deployment, seq) = load_unverified(&paths, &stack)?;
+            let (deployment, seq) = load_unverified(&b, &paths, &stack)?;
             let loaded = Read {
                 deployment,
                 seq,
@@ -557,12 +574,25 @@ pub fn edit(backend: &Path, a: EditArgs) -> Result<(), CliError> {
 pub fn move_resources(backend: &Path, a: MoveArgs) -> Result<(), CliError> {
     super::commands::check_stack(&a.dest)?;
     let b = existing(backend, &a.source)?;
-    let dest_dir = b.paths(&a.dest).dir;
-    let new_dest = !dest_dir.exists();
+    let new_dest = !b.exists(&a.dest)?;
     let result = move_locked(&b, &a);
     if result.is_err() && new_dest {
-        // A destination made for this move and not written: gone again.
-        let _ = std::fs::remove_dir_all(&dest_dir);
+        // A destination made for this move (by its lock) and never
+        // written: gone again. One that was written stays (the source's
+        // write failed after it: tracked twice, never lost).
+        match &b {
+            Store::File(f) => {
+                let paths = f.paths(&a.dest);
+                if !paths.base.exists() && !paths.journal.exists() {
+                    let _ = std::fs::remove_dir_all(&paths.dir);
+                }
+            }
+            Store::Pg(pg) => {
+                if let Err(e) = pg.remove_if_empty(&a.dest) {
+                    eprintln!("warning: the empty stack `{}` stays: {e}", a.dest);
+                }
+            }
+        }
     }
     result
 }

@@ -148,6 +148,32 @@ fn createdb(maintenance: &str, name: &str) {
 }
 
 impl Pg {
+    /// Runs `sql` with `psql` in the database; returns its unaligned
+    /// output (a test's change behind keel's back).
+    pub fn psql(&self, sql: &str) -> String {
+        let program = bin().map_or_else(|| PathBuf::from("psql"), |b| b.join("psql"));
+        let o = Command::new(program)
+            .args([
+                "-X",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                &self.url,
+                "-c",
+                sql,
+            ])
+            .output()
+            .expect("run psql");
+        assert!(
+            o.status.success(),
+            "psql: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    }
+
     /// A new database named after `test`: in `KEEL_TEST_POSTGRES`'s server,
     /// else in a private cluster. `None` (with a message saying why the
     /// test is skipped) only when neither exists.

@@ -260,6 +260,10 @@ CREATE TABLE keel_sim_cloud_log (
     record text NOT NULL
 );
 ",
+    // 3: a removed stack's configuration file is kept with its backup.
+    r"
+ALTER TABLE keel_backups ADD COLUMN config bytea;
+",
 ];
 
 /// Creates or migrates the schema: every version not yet applied, in one

@@ -212,21 +212,8 @@ impl PgBackend {
     /// [`BackendError`] for an unreachable database, an invalid base or a
     /// corrupt journal.
     pub fn load(&self, stack: &str) -> Result<Loaded, BackendError> {
-        let name = stack.to_owned();
-        let (base, journal, first_seq) = self
-            .call("reading a stack", |pool| async move {
-                let mut c = pool.get().await?;
-                let tx = c
-                    .build_transaction()
-                    .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
-                    .read_only(true)
-                    .start()
-                    .await?;
-                let r = read_stack(&*tx, &name).await?;
-                tx.commit().await?;
-                Ok(r)
-            })
-            .map_err(|source| BackendError::Persist {
+        let (base, journal, first_seq) =
+            self.rows(stack).map_err(|source| BackendError::Persist {
                 stack: stack.to_owned(),
                 source,
             })?;
@@ -348,45 +335,139 @@ impl PgBackend {
     /// [`PersistError::Database`]; the stack is then where it was.
     pub fn move_to_backups(&self, stack: &str) -> Result<PathBuf, PersistError> {
         let name = stack.to_owned();
-        let secs = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
         let label = self.label();
         let to = self.call("moving a stack to the backups", move |pool| async move {
             let mut c = pool.get().await?;
             let tx = c.transaction().await?;
-            let (base, journal, _) = read_stack(&*tx, &name).await?;
-            let rows = tx
-                .query(
-                    "SELECT line FROM keel_history WHERE stack = $1 ORDER BY id",
-                    &[&name],
-                )
-                .await?;
-            let history: String = rows
-                .iter()
-                .map(|r| format!("{}\n", r.get::<_, String>(0)))
-                .collect();
-            let mut to = format!("{name}.{secs}");
-            let mut n = 1;
-            while tx
-                .query_opt("SELECT 1 FROM keel_backups WHERE name = $1", &[&to])
-                .await?
-                .is_some()
-            {
-                to = format!("{name}.{secs}.{n}");
-                n += 1;
-            }
-            tx.execute(
-                "INSERT INTO keel_backups (name, stack, base, journal, history) VALUES ($1, $2, $3, $4, $5)",
-                &[&to, &name, &base, &journal, &history],
-            )
-            .await?;
-            tx.execute("DELETE FROM keel_stacks WHERE name = $1", &[&name])
-                .await?;
+            let to = backup_stack(&tx, &name, None).await?;
             tx.commit().await?;
             Ok(to)
         })?;
         Ok(PathBuf::from(format!("{label}/backups/{to}")))
+    }
+
+    /// Renames stack `old` to `new` in one transaction: `new` gets `base`
+    /// (the renamed state, as [`base_bytes`] encodes it) and the history,
+    /// `old` moves to the backups (as [`Self::move_to_backups`]), and the
+    /// selection follows. `Ok(None)` when `new` has a state (nothing
+    /// changes). The caller holds both stacks' locks.
+    ///
+    /// # Errors
+    /// [`PersistError::Database`]; nothing has changed then.
+    pub fn rename(
+        &self,
+        old: &str,
+        new: &str,
+        base: Vec<u8>,
+    ) -> Result<Option<PathBuf>, PersistError> {
+        let (old, new) = (old.to_owned(), new.to_owned());
+        let label = self.label();
+        let to = self.call("renaming a stack", move |pool| async move {
+            let mut c = pool.get().await?;
+            let tx = c.transaction().await?;
+            // `new`'s row may exist already, made by its lock (which the
+            // caller holds); a stack with state is taken.
+            tx.execute(
+                "INSERT INTO keel_stacks (name) VALUES ($1) ON CONFLICT DO NOTHING",
+                &[&new],
+            )
+            .await?;
+            let taken = tx
+                .query_opt(
+                    "SELECT 1 FROM keel_checkpoints WHERE stack = $1 \
+                     UNION ALL SELECT 1 FROM keel_journal WHERE stack = $1 LIMIT 1",
+                    &[&new],
+                )
+                .await?
+                .is_some();
+            if taken {
+                return Ok(None);
+            }
+            tx.execute(
+                "INSERT INTO keel_checkpoints (stack, base) VALUES ($1, $2)",
+                &[&new, &base],
+            )
+            .await?;
+            let to = backup_stack(&tx, &old, Some(&new)).await?;
+            tx.execute(
+                "UPDATE keel_settings SET value = $2 WHERE key = $3 AND value = $1",
+                &[&old, &new, &SELECTED],
+            )
+            .await?;
+            tx.commit().await?;
+            Ok(Some(to))
+        })?;
+        Ok(to.map(|to| PathBuf::from(format!("{label}/backups/{to}"))))
+    }
+
+    /// Keeps a stack configuration file's bytes with the backup `kept`
+    /// (a label [`Self::move_to_backups`] returned).
+    ///
+    /// # Errors
+    /// [`PersistError::Database`]; nothing is kept then.
+    pub fn keep_config(&self, kept: &std::path::Path, config: Vec<u8>) -> Result<(), PersistError> {
+        let name = kept
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        self.call(
+            "keeping a config file with the backup",
+            move |pool| async move {
+                let c = pool.get().await?;
+                let n = c
+                    .execute(
+                        "UPDATE keel_backups SET config = $2 WHERE name = $1",
+                        &[&name, &config],
+                    )
+                    .await?;
+                if n == 1 {
+                    Ok(())
+                } else {
+                    Err(DbError(format!("no backup named `{name}`")))
+                }
+            },
+        )
+    }
+
+    /// Removes a stack that has no base (made by a command that then
+    /// failed before writing it); a stack with a base stays.
+    ///
+    /// # Errors
+    /// [`PersistError::Database`].
+    pub fn remove_if_empty(&self, stack: &str) -> Result<(), PersistError> {
+        let name = stack.to_owned();
+        self.call("removing an empty stack", move |pool| async move {
+            let c = pool.get().await?;
+            c.execute(
+                "DELETE FROM keel_stacks WHERE name = $1 \
+                 AND NOT EXISTS (SELECT 1 FROM keel_checkpoints WHERE stack = $1) \
+                 AND NOT EXISTS (SELECT 1 FROM keel_journal WHERE stack = $1)",
+                &[&name],
+            )
+            .await?;
+            Ok(())
+        })
+    }
+
+    /// A stack's rows as stored (no replay, no verification), read in one
+    /// snapshot: what `state repair` reads an invalid base from.
+    ///
+    /// # Errors
+    /// [`PersistError::Database`].
+    pub fn rows(&self, stack: &str) -> Result<StoredRows, PersistError> {
+        let name = stack.to_owned();
+        self.call("reading a stack", |pool| async move {
+            let mut c = pool.get().await?;
+            let tx = c
+                .build_transaction()
+                .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+                .read_only(true)
+                .start()
+                .await?;
+            let r = read_stack(&*tx, &name).await?;
+            tx.commit().await?;
+            Ok(r)
+        })
     }
 
     /// Appends a record to the stack's history.
@@ -502,6 +583,56 @@ impl PgBackend {
     pub fn cloud_log(&self) -> Result<Arc<dyn crate::provider::sim::CloudLog>, PersistError> {
         Ok(Arc::new(cloud::PgCloudLog::new(self.db()?)))
     }
+}
+
+/// Moves stack `name` (base, journal, history) into `keel_backups` within
+/// `tx` and returns the backup's name, `<stack>.<unix seconds>[.<n>]`. With
+/// `history_to`, the stack's history rows move to that stack (the backup
+/// keeps a copy).
+async fn backup_stack(
+    tx: &tokio_postgres::Transaction<'_>,
+    name: &str,
+    history_to: Option<&str>,
+) -> Result<String, DbError> {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (base, journal, _) = read_stack(tx, name).await?;
+    let rows = tx
+        .query(
+            "SELECT line FROM keel_history WHERE stack = $1 ORDER BY id",
+            &[&name],
+        )
+        .await?;
+    let history: String = rows
+        .iter()
+        .map(|r| format!("{}\n", r.get::<_, String>(0)))
+        .collect();
+    let mut to = format!("{name}.{secs}");
+    let mut n = 1;
+    while tx
+        .query_opt("SELECT 1 FROM keel_backups WHERE name = $1", &[&to])
+        .await?
+        .is_some()
+    {
+        to = format!("{name}.{secs}.{n}");
+        n += 1;
+    }
+    tx.execute(
+        "INSERT INTO keel_backups (name, stack, base, journal, history) VALUES ($1, $2, $3, $4, $5)",
+        &[&to, &name, &base, &journal, &history],
+    )
+    .await?;
+    if let Some(new) = history_to {
+        tx.execute(
+            "UPDATE keel_history SET stack = $2 WHERE stack = $1",
+            &[&name, &new],
+        )
+        .await?;
+    }
+    tx.execute("DELETE FROM keel_stacks WHERE name = $1", &[&name])
+        .await?;
+    Ok(to)
 }
 
 /// A stack's rows: its base, its journal's records (concatenated, in
