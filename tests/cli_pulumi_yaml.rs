@@ -280,11 +280,11 @@ fn bad_programs_exit_2_with_file_line_and_key_before_anything_runs() {
     refused(
         &k,
         &dir,
-        "resources:\n  a:\n    type: sim:A\n    options:\n      protected: true\n      hideDiffs: [x]\n",
+        "resources:\n  a:\n    type: sim:A\n    options:\n      protected: true\n      envVarMappings: {A: B}\n",
         &[
             &at(5, "resources.a.options.protected"),
             "unknown resource option `protected`",
-            &at(6, "resources.a.options.hideDiffs"),
+            &at(6, "resources.a.options.envVarMappings"),
             "not supported by keel yet",
         ],
     );
@@ -451,4 +451,77 @@ outputs:
     // The protected disk refuses a destroy.
     let (_, err) = k.expect(1, &["destroy", "--yes"]);
     assert!(err.contains("protect"), "{err}");
+}
+
+/// `replacementTrigger`, `replaceWith` and `hideDiffs` as Pulumi YAML
+/// writes them.
+fn rotating(trigger: &str, tag: &str) -> String {
+    format!(
+        r#"
+resources:
+  key:
+    type: aws:kms:Key
+    properties:
+      description: signing
+    options:
+      replacementTrigger: {trigger}
+  app:
+    type: aws:s3:Bucket
+    properties:
+      name: app
+      tags:
+        owner: {tag}
+      note: kept
+    options:
+      replaceWith: ["${{key}}"]
+      hideDiffs: [tags]
+  other:
+    type: aws:s3:Bucket
+    properties:
+      name: other
+"#
+    )
+}
+
+#[test]
+fn replacement_trigger_replace_with_and_hide_diffs() {
+    let k = Keel::new();
+    let dir = project(&k, "rot", "name: rot\nruntime: yaml\n", None);
+    let main = Path::new(&dir).join("Main.yaml");
+    std::fs::write(&main, rotating("\"2026-11\"", "a")).unwrap();
+    k.ok(&["up", "--program", &dir, "--yes"]);
+    let first = k.export();
+    assert_eq!(resource(&first, "key")["replacementTrigger"], "2026-11");
+    assert_eq!(resource(&first, "app")["hideDiff"], json!(["tags"]));
+    let key_urn = resource(&first, "key")["urn"].clone();
+    assert_eq!(resource(&first, "app")["replaceWith"], json!([key_urn]));
+
+    // The same trigger: nothing to do.
+    all_same(&k.ok(&["up", "--program", &dir, "--yes", "--json"]));
+
+    // A hidden change: the update shows that `tags` changed, not how.
+    std::fs::write(&main, rotating("\"2026-11\"", "b")).unwrap();
+    let (out, _) = k.expect(0, &["preview", "--program", &dir, "--diff"]);
+    assert!(out.contains("~ tags (hidden)"), "{out}");
+    assert!(!out.contains("owner"), "{out}");
+    k.ok(&["up", "--program", &dir, "--yes"]);
+
+    // A new trigger replaces the key, and the app with it; `other` stays.
+    std::fs::write(&main, rotating("\"2026-12\"", "b")).unwrap();
+    let out = k.ok(&["up", "--program", &dir, "--yes", "--json"]);
+    let steps = summary_steps(&out);
+    assert_eq!(steps["create-replacement"], 2, "{out}");
+    let second = k.export();
+    for name in ["key", "app"] {
+        assert_ne!(
+            resource(&second, name)["id"],
+            resource(&first, name)["id"],
+            "{name} was replaced"
+        );
+    }
+    assert_eq!(
+        resource(&second, "other")["id"],
+        resource(&first, "other")["id"]
+    );
+    assert_eq!(resource(&second, "key")["replacementTrigger"], "2026-12");
 }

@@ -126,6 +126,10 @@ pub(crate) struct GenState {
     /// Default providers being decided (their provider compares
     /// configurations) -> what waits for their chain.
     held: HashMap<Urn, Vec<Held>>,
+    /// Registrations waiting for the decision of a resource they name in
+    /// `replaceWith` or `deletedWith` (it decides whether they are
+    /// replaced) -> that resource's URN.
+    awaiting: HashMap<Urn, Vec<Held>>,
     /// The actor itself, for continuations that come back as messages.
     me: Option<ActorRef<GenMsg>>,
     /// Default providers planned so far -> whether their registration
@@ -641,7 +645,7 @@ impl GenState {
         for h in held {
             match h {
                 Held::Decide(prepared, diff, dbr, reply) => {
-                    self.deferred_decide(*prepared, diff, dbr, reply);
+                    self.decide(*prepared, diff, dbr, reply);
                 }
                 Held::Submit(chain, reply) => self.submit(chain, Some(reply)),
             }
@@ -733,7 +737,26 @@ impl GenState {
             }
             return;
         }
+        if let Some(target) = self.planner.awaits_decision(&prepared) {
+            self.awaiting.entry(target).or_default().push(Held::Decide(
+                Box::new(prepared),
+                diff,
+                dbr,
+                reply,
+            ));
+            return;
+        }
         self.deferred_decide(prepared, diff, dbr, reply);
+    }
+
+    /// `urn`'s registration has been decided (or failed): what waited for
+    /// it is decided now (or waits for the next resource it names).
+    fn decided(&mut self, urn: &Urn) {
+        for held in self.awaiting.remove(urn).unwrap_or_default() {
+            if let Held::Decide(prepared, diff, dbr, reply) = held {
+                self.decide(*prepared, diff, dbr, reply);
+            }
+        }
     }
 
     /// Decides a registration: when it is a delete-before-replace, its
@@ -752,6 +775,8 @@ impl GenState {
                 self.errors.push(e.to_string());
                 self.stop.set();
                 let _ = reply.send(Err(RegisterError::Provider(e)));
+                self.planner.decision_failed(&prepared.urn);
+                self.decided(&prepared.urn);
                 return;
             }
         };
@@ -790,6 +815,8 @@ impl GenState {
                 self.errors.push(e.to_string());
                 self.stop.set();
                 let _ = reply.send(Err(RegisterError::Provider(e)));
+                self.planner.decision_failed(&prepared.urn);
+                self.decided(&prepared.urn);
             }
         }
     }
@@ -802,6 +829,7 @@ impl GenState {
         dependents: Option<DependentReplacements>,
         reply: RegisterReply,
     ) {
+        let urn = prepared.urn.clone();
         match self
             .planner
             .decide_with(prepared, diff.as_ref(), dbr, dependents)
@@ -812,6 +840,7 @@ impl GenState {
                 let _ = reply.send(Err(RegisterError::Plan(e)));
             }
         }
+        self.decided(&urn);
     }
 
     /// Answers an unchanged `same` registration whose dependencies are
@@ -1169,6 +1198,7 @@ impl Actor for GeneratorActor {
             reports: Vec::new(),
             rules: Vec::new(),
             held: HashMap::new(),
+            awaiting: HashMap::new(),
             me: Some(myself),
             provider_ready: HashMap::new(),
             provider_pending: HashMap::new(),

@@ -371,6 +371,7 @@ pub fn diff_lines(d: &StepDiff) -> Vec<String> {
         .map(|c| {
             let path = clean(&c.path);
             let mut line = match c.kind {
+                _ if c.hidden => format!("    ~ {path} (hidden)"),
                 ChangeKind::Add => format!("    + {path}: {}", show(&c.new)),
                 ChangeKind::Delete => format!("    - {path}: {}", show(&c.old)),
                 ChangeKind::Update => {

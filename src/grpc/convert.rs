@@ -348,6 +348,14 @@ pub fn goal(
         }
         property_dependencies.insert(k, list);
     }
+    let mut replace_with = Vec::new();
+    for u in &req.replace_with {
+        replace_with.push(urn("replaceWith", u)?);
+    }
+    let replacement_trigger = match req.replacement_trigger {
+        Some(v) => decode_value(v).map_err(bad("replacementTrigger"))?,
+        None => PropertyValue::Null,
+    };
     let options = ResourceOptions {
         parent: opt_urn("parent", &req.parent)?,
         depends_on,
@@ -366,6 +374,9 @@ pub fn goal(
         ignore_changes: req.ignore_changes,
         replace_on_changes: req.replace_on_changes,
         additional_secret_outputs: req.additional_secret_outputs,
+        replace_with,
+        replacement_trigger,
+        hide_diffs: req.hide_diffs,
         import: (!req.import_id.is_empty()).then_some(req.import_id),
         state_migrations: StateMigrations::new(
             req.state_migrations.into_iter().map(callback).collect(),

@@ -133,6 +133,10 @@ pub struct PropertyChange {
     /// The new value, secrets masked.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub new: Option<serde_json::Value>,
+    /// A path the resource's `hideDiffs` names, under which something
+    /// changed: its changes are not shown (no values).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub hidden: bool,
 }
 
 /// The states this operation wrote (or read), by URN: the executor

@@ -15,6 +15,7 @@ use std::collections::BTreeSet;
 
 use super::step::{lock, Step, StepKind};
 use crate::model::property::{Archive, Asset};
+use crate::model::property_path::PropertyPath;
 use crate::model::{PropertyMap, PropertyValue};
 use crate::provider::{DetailedKind, DiffResponse};
 
@@ -41,6 +42,7 @@ pub fn step_diff(step: &Step, detailed: bool) -> Option<StepDiff> {
                     d.detailed = provider_detailed(answer, &old, &old_outputs, &new.inputs);
                 }
             }
+            hide(&mut d, &new.hide_diff);
             Some(d)
         }
         StepKind::Create | StepKind::Import if detailed => {
@@ -54,6 +56,44 @@ pub fn step_diff(step: &Step, detailed: bool) -> Option<StepDiff> {
         _ => None,
     }
     .filter(|d| !d.is_empty())
+}
+
+/// Applies a resource's `hideDiffs` (Pulumi's display rule): the changes
+/// under a hidden path give way to one `hidden` entry for that path, with
+/// no values. A path that does not parse hides nothing (the planner
+/// refused it before).
+fn hide(d: &mut StepDiff, hidden: &[String]) {
+    if hidden.is_empty() || d.detailed.is_empty() {
+        return;
+    }
+    let paths: Vec<(&String, PropertyPath)> = hidden
+        .iter()
+        .filter_map(|h| PropertyPath::parse(h).ok().map(|p| (h, p)))
+        .collect();
+    let mut shown = Vec::with_capacity(d.detailed.len());
+    let mut hid: Vec<PropertyChange> = Vec::new();
+    for c in std::mem::take(&mut d.detailed) {
+        let under = PropertyPath::parse(&c.path)
+            .ok()
+            .and_then(|p| paths.iter().find(|(_, h)| h.contains(&p)));
+        match under {
+            Some((text, _)) => match hid.iter_mut().find(|h| &h.path == *text) {
+                Some(h) => h.replace |= c.replace,
+                None => hid.push(PropertyChange {
+                    path: (*text).clone(),
+                    kind: ChangeKind::Update,
+                    replace: c.replace,
+                    old: None,
+                    new: None,
+                    hidden: true,
+                }),
+            },
+            None => shown.push(c),
+        }
+    }
+    hid.sort_by(|a, b| a.path.cmp(&b.path));
+    hid.extend(shown);
+    d.detailed = hid;
 }
 
 /// The diff of `old` and `new` inputs, with the provider's answer when it
@@ -99,6 +139,7 @@ pub fn diff_inputs(
                     replace,
                     old: old.get(k).map(render),
                     new: new.get(k).map(render),
+                    hidden: false,
                 });
             }
         }
@@ -141,6 +182,7 @@ pub fn provider_detailed(
                     DetailedKind::Delete => None,
                     _ => new.map(render),
                 },
+                hidden: false,
             }
         })
         .collect()
@@ -230,6 +272,7 @@ fn changes(
         replace,
         old: old.map(render),
         new: new.map(render),
+        hidden: false,
     };
     match (old, new) {
         (None, None) => {}
@@ -366,6 +409,32 @@ mod tests {
         // Without details: the keys only.
         let d = diff_inputs(&old, &new, None, false);
         assert!(d.detailed.is_empty() && d.diffs.len() == 5);
+    }
+
+    #[test]
+    fn hidden_paths_show_that_something_changed_and_nothing_else() {
+        let old = map(json!({"a": 1, "tags": {"Name": "x", "Team": "t"}, "secretish": "s1"}));
+        let new = map(json!({"a": 2, "tags": {"Name": "y", "Team": "u"}, "secretish": "s2"}));
+        let mut d = diff_inputs(&old, &new, None, true);
+        hide(
+            &mut d,
+            &["tags".into(), "secretish".into(), "untouched".into()],
+        );
+        let shown: Vec<(String, bool, Option<serde_json::Value>)> = d
+            .detailed
+            .iter()
+            .map(|c| (c.path.clone(), c.hidden, c.new.clone()))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("secretish".into(), true, None),
+                ("tags".into(), true, None),
+                ("a".into(), false, Some(json!(2))),
+            ]
+        );
+        // The keys that changed are still said (they decide the step).
+        assert_eq!(d.diffs, ["a", "secretish", "tags"]);
     }
 
     #[test]

@@ -170,6 +170,7 @@ impl DbLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::locks::MutexExt;
     use std::sync::Mutex;
 
     /// A log in memory, shared by the `DbLog`s of one test.
@@ -181,7 +182,7 @@ mod tests {
             "memory".into()
         }
         fn read_after(&self, after: i64) -> Result<Vec<(i64, String)>, String> {
-            let rows = self.0.lock().unwrap();
+            let rows = self.0.locked();
             Ok(rows
                 .iter()
                 .enumerate()
@@ -190,7 +191,7 @@ mod tests {
                 .collect())
         }
         fn append_if(&self, last: i64, lines: Vec<String>) -> Result<Option<i64>, String> {
-            let mut rows = self.0.lock().unwrap();
+            let mut rows = self.0.locked();
             if rows.len() as i64 != last {
                 return Ok(None);
             }
@@ -238,10 +239,9 @@ mod tests {
     fn a_damaged_record_is_refused_and_changes_nothing() {
         let mem = Arc::new(MemLog::default());
         mem.0
-            .lock()
-            .unwrap()
+            .locked()
             .push("{\"generation\":{\"urn\":\"u\",\"next\":3}}".into());
-        mem.0.lock().unwrap().push("not json".into());
+        mem.0.locked().push("not json".into());
         let mut reader = DbLog::new(mem, false);
         let mut state = CloudState::default();
         let e = reader.catch_up(&mut state).unwrap_err();

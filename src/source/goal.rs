@@ -78,6 +78,14 @@ pub struct ResourceOptions {
     pub replace_on_changes: Vec<String>,
     /// Output keys to treat as secret.
     pub additional_secret_outputs: Vec<String>,
+    /// Replace this resource whenever one of these (registered before it)
+    /// is replaced in the same operation (`replaceWith`).
+    pub replace_with: Vec<Urn>,
+    /// Replace this resource when this value differs from the one recorded
+    /// by the last operation (`replacementTrigger`); `Null`: no trigger.
+    pub replacement_trigger: crate::model::PropertyValue,
+    /// Property paths whose changes are not displayed (`hideDiffs`).
+    pub hide_diffs: Vec<String>,
     /// Adopt the existing object with this ID instead of creating one
     /// (`import`): it is read, compared with the inputs, never created.
     pub import: Option<String>,

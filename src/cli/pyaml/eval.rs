@@ -1057,6 +1057,16 @@ impl<'a> Env<'a> {
             ),
             None => None,
         };
+        let mut replace_with: Vec<Urn> = Vec::new();
+        if let Some(e) = &o.replace_with {
+            for d in self.resources_of(&self.eval(e).await?, "option `replaceWith`")? {
+                replace_with.push(d.registered.urn.clone());
+            }
+        }
+        let replacement_trigger = match &o.replacement_trigger {
+            Some(e) => self.eval(e).await?,
+            None => PropertyValue::Null,
+        };
         let protect = match &o.protect {
             None => false,
             Some(e) => match strip(&self.eval(e).await?).0 {
@@ -1204,6 +1214,9 @@ impl<'a> Env<'a> {
                     ignore_changes: o.ignore_changes.clone(),
                     replace_on_changes: o.replace_on_changes.clone(),
                     additional_secret_outputs: o.additional_secret_outputs.clone(),
+                    replace_with,
+                    replacement_trigger,
+                    hide_diffs: o.hide_diffs.clone(),
                     import: o.import.clone(),
                     state_migrations: self.state_migrations(r),
                     ..ResourceOptions::default()

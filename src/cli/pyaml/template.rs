@@ -152,6 +152,12 @@ pub(crate) struct OptionsDecl {
     pub(crate) providers: Option<Expr>,
     /// `replaceOnChanges`.
     pub(crate) replace_on_changes: Vec<String>,
+    /// `replaceWith`: resources whose replacement replaces this one.
+    pub(crate) replace_with: Option<Expr>,
+    /// `replacementTrigger`: a value whose change replaces this resource.
+    pub(crate) replacement_trigger: Option<Expr>,
+    /// `hideDiffs`: property paths whose changes are not displayed.
+    pub(crate) hide_diffs: Vec<String>,
     /// `retainOnDelete`.
     pub(crate) retain_on_delete: Option<bool>,
     /// `version`.
@@ -246,7 +252,16 @@ impl ResourceDecl {
             edge.push(&g.id);
             other.extend(g.state.iter().map(|(_, e)| e));
         }
-        other.extend([&o.deleted_with, &o.protect].into_iter().flatten());
+        other.extend(
+            [
+                &o.deleted_with,
+                &o.protect,
+                &o.replace_with,
+                &o.replacement_trigger,
+            ]
+            .into_iter()
+            .flatten(),
+        );
         if let Some(t) = &o.custom_timeouts {
             other.extend(t.iter().flatten());
         }
@@ -343,18 +358,16 @@ const OPTIONS: &[&str] = &[
     "provider",
     "providers",
     "replaceOnChanges",
+    "replaceWith",
+    "replacementTrigger",
+    "hideDiffs",
     "retainOnDelete",
     "version",
     "stateMigrations",
     "stateMigrationTimeout",
 ];
 /// Options of Pulumi YAML that keel's engine cannot honour yet.
-const UNSUPPORTED_OPTIONS: &[&str] = &[
-    "hideDiffs",
-    "replaceWith",
-    "replacementTrigger",
-    "envVarMappings",
-];
+const UNSUPPORTED_OPTIONS: &[&str] = &["envVarMappings"];
 
 fn key(path: &[Seg], k: &str) -> Vec<Seg> {
     let mut p = path.to_vec();
@@ -824,6 +837,9 @@ impl Loader {
                 }
                 "ignoreChanges" => o.ignore_changes = self.literal_strings(&p, v),
                 "replaceOnChanges" => o.replace_on_changes = self.literal_strings(&p, v),
+                "hideDiffs" => o.hide_diffs = self.literal_strings(&p, v),
+                "replaceWith" => o.replace_with = Some(self.parser.expr(&p, v)),
+                "replacementTrigger" => o.replacement_trigger = Some(self.parser.expr(&p, v)),
                 "deleteBeforeReplace" => o.delete_before_replace = self.literal_bool(&p, v),
                 "retainOnDelete" => o.retain_on_delete = self.literal_bool(&p, v),
                 "import" => o.import = self.literal_string(&p, v),

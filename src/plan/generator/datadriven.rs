@@ -26,12 +26,14 @@
 //!   the operation's options (before the first registration).
 //! - `prior`: one prior state per input line, in checkpoint order:
 //!   `<type> <name> [id=..] [parent=ref] [deps=ref,..] [pdep:<key>=ref,..]
-//!   [provider=ref] [deleted-with=ref] [component] [protect] [retain]
+//!   [provider=ref] [deleted-with=ref] [replace-with=ref,..]
+//!   [trigger=<value>] [component] [protect] [retain]
 //!   [delete] [pending-replacement] [taint] [external] [<key>=<value> ..]`.
 //!   A custom resource's ID defaults to `<name>-id`, its provider to its
 //!   package's prior `default` provider. The stack state is added first.
 //! - `register <type> <name> [<key>=<value> ..] [parent=ref] [deps=ref,..]
-//!   [pdep:<key>=ref,..] [provider=ref] [deleted-with=ref] [component]
+//!   [pdep:<key>=ref,..] [provider=ref] [deleted-with=ref]
+//!   [replace-with=ref,..] [trigger=<value>] [component]
 //!   [protect] [retain] [delete-before-replace] [version=..] [import=<id>]
 //!   [alias=<name>] [alias-parent=ref|none] [alias-urn=ref]
 //!   [ignore-changes=p,..] [replace-on-changes=p,..]`: a registration,
@@ -445,6 +447,8 @@ impl Harness {
                 ("deps", v) => s.dependencies = self.refs(v)?,
                 ("provider", Some(v)) => provider = Some(self.provider_ref(v)?),
                 ("deleted-with", Some(v)) => s.deleted_with = self.resolve(v)?,
+                ("replace-with", v) => s.replace_with = self.refs(v)?,
+                ("trigger", Some(v)) => s.replacement_trigger = value(v),
                 ("protect", None) => s.protect = true,
                 ("retain", None) => s.retain_on_delete = true,
                 ("delete", None) => s.delete = true,
@@ -530,6 +534,8 @@ impl Harness {
                 ("deps", v) => o.depends_on = self.refs(v)?,
                 ("provider", Some(v)) => o.provider = Some(self.provider_ref(v)?),
                 ("deleted-with", Some(v)) => o.deleted_with = Some(self.resolve(v)?),
+                ("replace-with", v) => o.replace_with = self.refs(v)?,
+                ("trigger", Some(v)) => o.replacement_trigger = value(v),
                 ("protect", None) => o.protect = true,
                 ("retain", None) => o.retain_on_delete = true,
                 ("delete-before-replace", None) => dbr = Some(true),

@@ -44,6 +44,9 @@ impl Planner {
         if let Some(d) = &goal.options.deleted_with {
             self.check_registered(&urn, d, "deletedWith")?;
         }
+        for d in &goal.options.replace_with {
+            self.check_registered(&urn, d, "replaceWith")?;
+        }
         let paths = |option: &'static str, list: &[String]| {
             list.iter()
                 .map(|p| {
@@ -58,6 +61,7 @@ impl Planner {
         };
         let ignore_paths = paths("ignoreChanges", &goal.options.ignore_changes)?;
         let replace_paths = paths("replaceOnChanges", &goal.options.replace_on_changes)?;
+        paths("hideDiffs", &goal.options.hide_diffs)?;
         let request = if goal.custom && !goal.ty.is_provider() && goal.options.provider.is_none() {
             Some(
                 DefaultProviderRequest::new(
@@ -75,6 +79,12 @@ impl Planner {
         };
         let aliases = self.generate_aliases(goal, parent.as_ref())?;
         let old = self.find_old(&urn, &aliases)?;
+        if old.is_some()
+            && !self.opts.preview
+            && goal.options.replacement_trigger.contains_unknowns()
+        {
+            return Err(PlanError::UnknownReplacementTrigger { urn });
+        }
 
         let mut new = State::new(urn.clone(), goal.ty.clone(), goal.custom);
         new.inputs = goal.inputs.clone();
@@ -99,6 +109,9 @@ impl Planner {
         new.ignore_changes = goal.options.ignore_changes.clone();
         new.replace_on_changes = goal.options.replace_on_changes.clone();
         new.additional_secret_outputs = goal.options.additional_secret_outputs.clone();
+        new.replace_with = goal.options.replace_with.clone();
+        new.replacement_trigger = goal.options.replacement_trigger.clone();
+        new.hide_diff = goal.options.hide_diffs.clone();
         if let Some(id) = &goal.options.import {
             new.import_id = id.clone();
         }
@@ -193,9 +206,6 @@ impl Planner {
             // What the program does not say is kept from the prior state.
             new.source_position.clone_from(&o.source_position);
             new.stack_trace.clone_from(&o.stack_trace);
-            new.hide_diff.clone_from(&o.hide_diff);
-            new.replace_with.clone_from(&o.replace_with);
-            new.replacement_trigger.clone_from(&o.replacement_trigger);
             new.refresh_before_update = o.refresh_before_update;
             new.view_of.clone_from(&o.view_of);
             new.resource_hooks.clone_from(&o.resource_hooks);
@@ -228,6 +238,7 @@ impl Planner {
             self.root = Some(urn.clone());
         }
         self.registered.insert(urn.clone());
+        self.undecided.insert(urn.clone());
         Ok(Prepared {
             urn,
             old: old.map(|i| self.olds[i].clone()),
@@ -279,10 +290,11 @@ impl Planner {
         let (urn, hooks) = (p.urn.clone(), p.hooks.clone());
         // The verdict as the engine judged it travels with the steps it
         // decided, for their events (`--diff`, `--json`).
+        self.undecided.remove(&urn);
         let verdict = p
             .old
             .as_ref()
-            .and_then(|o| Self::with_replace_on_changes(&p, &lock(o), diff))
+            .and_then(|o| self.judge(&p, &lock(o), diff).1)
             .map(std::sync::Arc::new);
         let mut chain = self.decide_steps(p, diff, dbr_option, dependents)?;
         if let Some(d) = verdict {
@@ -375,6 +387,20 @@ impl Planner {
             || self.opts.update.replaces.contains(&p.urn)
         {
             DiffKind::Replace
+        } else if let Some(key) = self.forced_replace(new, old) {
+            // Pulumi's diff answers these without asking the provider: a
+            // replace blaming the option (no provider-required
+            // delete-before-replace).
+            return (
+                DiffKind::Replace,
+                Some(DiffResponse {
+                    kind: DiffKind::Replace,
+                    changed_keys: diff.map(|d| d.changed_keys).unwrap_or_default(),
+                    replace_keys: [key.to_owned()].into(),
+                    delete_before_replace: false,
+                    detailed: Vec::new(),
+                }),
+            );
         } else {
             match diff.as_ref().map_or(DiffKind::Same, |d| d.kind) {
                 // An object that failed to initialise is updated even with
@@ -385,6 +411,43 @@ impl Planner {
             }
         };
         (kind, diff)
+    }
+
+    /// The option that forces a custom resource's replace, if any, as
+    /// Pulumi's diff rules it: `replacementTrigger` changed since the last
+    /// operation (an unknown counts as changed; no value on either side
+    /// never triggers), a resource in `replaceWith` replaced in this
+    /// operation, or its `deletedWith` resource replaced.
+    fn forced_replace(&self, new: &State, old: &State) -> Option<&'static str> {
+        if trigger_changed(&new.replacement_trigger, &old.replacement_trigger) {
+            return Some("replacementTrigger");
+        }
+        if new.replace_with.iter().any(|u| self.replacing.contains(u)) {
+            return Some("replaceWith");
+        }
+        (!new.deleted_with.as_str().is_empty() && self.replacing.contains(&new.deleted_with))
+            .then_some("deletedWith")
+    }
+
+    /// A resource `p` must wait for before it can be decided: one it names
+    /// in `replaceWith` or `deletedWith` that registered but is not decided
+    /// yet (whether it is replaced decides whether `p` is).
+    pub(crate) fn awaits_decision(&self, p: &Prepared) -> Option<Urn> {
+        if !p.new.custom || p.old.is_none() {
+            return None;
+        }
+        p.new
+            .replace_with
+            .iter()
+            .chain(std::iter::once(&p.new.deleted_with))
+            .find(|u| self.undecided.contains(*u))
+            .cloned()
+    }
+
+    /// Records that `urn`'s registration ended without a decision (its
+    /// provider failed): whoever waited for it is decided without it.
+    pub(crate) fn decision_failed(&mut self, urn: &Urn) {
+        self.undecided.remove(urn);
     }
 
     /// When deciding `p` with this diff will replace it delete-before-
@@ -537,6 +600,7 @@ impl Planner {
                 if old.protect {
                     return Err(PlanError::ProtectedReplace { urn });
                 }
+                self.replacing.insert(urn.clone());
                 // A replacement is created from the program's inputs
                 // (`ignoreChanges` does not reach a new object), as Pulumi
                 // does.
@@ -655,7 +719,7 @@ impl Planner {
             kept.property_dependencies
                 .clone_from(&new.property_dependencies);
             kept.deleted_with.clone_from(&new.deleted_with);
-            kept.replace_with.retain(|u| self.registered.contains(u));
+            kept.replace_with.clone_from(&new.replace_with);
         }
         match (provider_urn(&kept.provider), provider_urn(&new.provider)) {
             (Some(old), Some(now)) if old == now => kept.provider.clone_from(&new.provider),
@@ -775,4 +839,33 @@ impl Planner {
         let steps = vec![Step::new(StepKind::Read, p.urn, p.old, Some(new))];
         Ok((p.default_provider.map(|b| *b), Chain { steps, waits_for }))
     }
+}
+
+/// Whether a `replacementTrigger` changed (Pulumi's `shouldTriggerReplace`):
+/// secrets and output wrappers do not count, an unknown anywhere always
+/// counts as a change, and `null` on either side means "no trigger".
+fn trigger_changed(new: &crate::model::PropertyValue, old: &crate::model::PropertyValue) -> bool {
+    use crate::model::PropertyValue;
+    fn plain(v: &PropertyValue) -> PropertyValue {
+        match v {
+            PropertyValue::Secret(crate::model::property::Secret::Plaintext(p)) => plain(p.value()),
+            PropertyValue::Output(o) => match o.value.as_deref() {
+                Some(inner) => plain(inner),
+                None => PropertyValue::Computed,
+            },
+            PropertyValue::Array(a) => PropertyValue::Array(a.iter().map(plain).collect()),
+            PropertyValue::Object(m) => {
+                PropertyValue::Object(m.iter().map(|(k, x)| (k.clone(), plain(x))).collect())
+            }
+            other => other.clone(),
+        }
+    }
+    let (new, old) = (plain(new), plain(old));
+    if new.contains_unknowns() || old.contains_unknowns() {
+        return true;
+    }
+    if new.is_null() || old.is_null() {
+        return false;
+    }
+    new != old
 }

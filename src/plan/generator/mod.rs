@@ -45,6 +45,12 @@ pub enum PlanError {
         /// The resource.
         urn: Urn,
     },
+    /// An update's `replacementTrigger` holds an unknown value.
+    #[error("the replacementTrigger of {urn} contains unknown values: an update must know it to decide whether to replace the resource; make the trigger depend only on values known before the update")]
+    UnknownReplacementTrigger {
+        /// The resource.
+        urn: Urn,
+    },
     /// Two registrations derived the same URN.
     #[error("duplicate resource URN {urn}: a resource with this URN was already registered in this program; give one of them another name")]
     DuplicateUrn {
@@ -338,6 +344,11 @@ pub(crate) struct Planner {
     /// Provider resources replaced in this operation (their resources are
     /// replaced too).
     replaced_providers: HashSet<Urn>,
+    /// Resources decided as replaced in this operation: those naming one
+    /// in `replaceWith` or `deletedWith` are replaced too.
+    replacing: HashSet<Urn>,
+    /// Registrations prepared whose decision has not been made yet.
+    undecided: HashSet<Urn>,
     /// The stack resource's URN, once registered.
     root: Option<Urn>,
     /// Registered resources inside the targets (for `--target-dependents`).
@@ -383,6 +394,8 @@ impl Planner {
             default_providers: HashMap::new(),
             provider_inputs: HashMap::new(),
             replaced_providers: HashSet::new(),
+            replacing: HashSet::new(),
+            undecided: HashSet::new(),
             root: None,
             targeted: HashSet::new(),
             excluded: HashSet::new(),
