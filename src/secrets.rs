@@ -119,7 +119,7 @@ pub fn key_derivations() -> u64 {
 fn derive_key(passphrase: &str, salt: &[u8]) -> Aes256Gcm {
     DERIVATIONS.with(|c| c.set(c.get() + 1));
     let mut key = [0u8; 32];
-    pbkdf2::pbkdf2_hmac::<sha2::Sha256>(passphrase.as_bytes(), salt, PBKDF2_ROUNDS, &mut key);
+    keel_kdf::pbkdf2_sha256(passphrase.as_bytes(), salt, PBKDF2_ROUNDS, &mut key);
     let cipher = Aes256Gcm::new_from_slice(&key).expect("a 32-byte key");
     key.fill(0);
     cipher

@@ -734,6 +734,7 @@ impl Fuzz {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        let started = std::time::Instant::now();
         let (exit, output) = match kill_after {
             None => {
                 let o = c.output().expect("run keel");
@@ -749,8 +750,11 @@ impl Fuzz {
                 (exit, format!("{}{}", text(&o.stdout), text(&o.stderr)))
             }
         };
-        self.transcript
-            .push(format!("keel {} -> {exit:?}", args.join(" ")));
+        self.transcript.push(format!(
+            "keel {} -> {exit:?} ({} ms)",
+            args.join(" "),
+            started.elapsed().as_millis()
+        ));
         (exit, output)
     }
 
@@ -1163,35 +1167,56 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-#[test]
-fn lifecycle_fuzz() {
+/// Runs the episodes of the chosen run that fall to `lane` of `LANES`:
+/// the run's episodes are cut into `LANES` contiguous shares, one per test
+/// function, so that the test harness runs them on all cores at once (the
+/// episodes are independent; together the lanes run exactly the run).
+fn run_lane(lane: u64) {
     let seed = env_u64("KEEL_FUZZ_SEED", 1);
-    let steps = env_u64("KEEL_FUZZ_STEPS", 300) as usize;
-    let per_episode = env_u64("KEEL_FUZZ_EPISODE", 30) as usize;
-    eprintln!("lifecycle fuzzer: seed {seed}, {steps} steps");
-    let mut episode = env_u64("KEEL_FUZZ_FROM", 0);
-    let mut done = episode as usize * per_episode;
-    let steps = done + steps;
+    let steps = env_u64("KEEL_FUZZ_STEPS", 300);
+    let per_episode = env_u64("KEEL_FUZZ_EPISODE", 30).max(1);
+    let first = env_u64("KEEL_FUZZ_FROM", 0);
+    let end = first * per_episode + steps;
+    let episodes = steps.div_ceil(per_episode);
+    let share = episodes.div_ceil(LANES);
+    let mut episode = first + lane * share;
+    let last = (first + (lane + 1) * share).min(first + episodes);
+    eprintln!("lifecycle fuzzer: seed {seed}, lane {lane}: episodes {episode}..{last}");
     let (mut splits, mut applied) = (0, 0);
-    while done < steps {
-        let mut f = Fuzz::new(seed, episode, done);
-        let n = per_episode.min(steps - done);
+    while episode < last {
+        let start = (episode * per_episode) as usize;
+        let n = (per_episode as usize).min(end as usize - start);
+        let mut f = Fuzz::new(seed, episode, start);
         for i in 0..n {
-            f.step(done + i);
+            f.step(start + i);
         }
-        done += n;
-        f.converge(done - 1);
+        f.converge(start + n - 1);
         splits += f.model.splits;
         applied += f.splits_applied;
         if std::env::var_os("KEEL_FUZZ_VERBOSE").is_some() {
             eprintln!("episode {episode}:\n{}", f.transcript.join("\n"));
-        } else if episode % 10 == 9 {
-            eprintln!("lifecycle fuzzer: seed {seed}: clean up to step {done}");
+        } else {
+            eprintln!(
+                "lifecycle fuzzer: seed {seed}: episode {episode} clean up to step {}",
+                start + n
+            );
         }
         episode += 1;
     }
-    eprintln!("lifecycle fuzzer: seed {seed}: clean up to step {done} (episode {episode})");
     eprintln!(
-        "lifecycle fuzzer: seed {seed}: {splits} splits chosen, {applied} found carried by their hosts after a clean up"
+        "lifecycle fuzzer: seed {seed}, lane {lane}: {splits} splits chosen, {applied} found carried by their hosts after a clean up"
     );
+}
+
+/// How many test functions share a run.
+const LANES: u64 = 2;
+
+#[test]
+fn lifecycle_fuzz_first_half() {
+    run_lane(0);
+}
+
+#[test]
+fn lifecycle_fuzz_second_half() {
+    run_lane(1);
 }
