@@ -337,3 +337,66 @@ fn a_plugin_that_crashes_mid_create_fails_clearly_and_loses_nothing() {
     f.k.ok(&["up", "--yes", "--program", &f.program]);
     assert_eq!(std::fs::read_to_string(&other).ok().as_deref(), Some("x"));
 }
+
+#[test]
+fn env_var_mappings_rename_the_variables_a_providers_plugin_sees() {
+    let mut k = Keel::new();
+    k.env
+        .push(("PULUMI_PYTHON_CMD".into(), python().to_owned()));
+    let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/plugins/localfile");
+    let note = k.path().join("note.txt");
+    // A Pulumi YAML project whose explicit provider maps KEEL_TEST_CRASH_AT
+    // to the plugin's LOCALFILE_CRASH.
+    k.write(
+        "Pulumi.yaml",
+        &format!(
+            r#"name: files
+runtime: yaml
+plugins:
+  providers:
+    - name: localfile
+      path: {}
+resources:
+  local:
+    type: pulumi:providers:localfile
+    options:
+      envVarMappings:
+        KEEL_TEST_CRASH_AT: LOCALFILE_CRASH
+  note:
+    type: localfile:index:File
+    properties:
+      path: {}
+      content: hello
+    options:
+      provider: ${{local}}
+"#,
+            plugin.display(),
+            note.display()
+        ),
+    );
+    k.write("Pulumi.dev.yaml", "config:\n  keel:providers: plugins\n");
+    let dir = k.path().display().to_string();
+    // The plugin sees LOCALFILE_CRASH=create: its create crashes.
+    let out = k
+        .command(&["up", "--yes", "--program", &dir])
+        .env("KEEL_TEST_CRASH_AT", "create")
+        .output()
+        .expect("keel");
+    let err = text_of(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("localfile:index:File::note"), "{err}");
+    assert!(!note.exists());
+    // Without the variable, nothing is mapped: the create succeeds, and the
+    // mapping is recorded where Pulumi keeps it.
+    k.ok(&["up", "--yes", "--program", &dir]);
+    assert_eq!(
+        std::fs::read_to_string(&note).ok().as_deref(),
+        Some("hello")
+    );
+    let state = k.export();
+    let provider = resource(&state, "local");
+    assert_eq!(
+        provider["inputs"]["__internal"]["envVarMappings"]["KEEL_TEST_CRASH_AT"], "LOCALFILE_CRASH",
+        "{provider}"
+    );
+}

@@ -67,6 +67,25 @@ fn slow_up(k: &Keel, program: &str, stack: &str) -> Child {
     child
 }
 
+/// Runs `keel up` of `program` for each (working directory, stack) at
+/// once, as separate processes; each must succeed.
+fn ups_at_once(runs: &[(&Keel, &str)], program: &str) {
+    let children: Vec<Child> = runs
+        .iter()
+        .map(|(k, s)| {
+            k.command(&["up", "--program", program, "--stack", s])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for ((_, s), c) in runs.iter().zip(children) {
+        let o = c.wait_with_output().expect("keel up ends");
+        assert!(o.status.success(), "{s}: {}", text(&o.stderr));
+    }
+}
+
 /// The IDs of the stack's resources that name cloud objects, and the
 /// cloud's object IDs: equal when nothing is orphaned or lost.
 fn ids(k: &Keel, stack: &str) -> (BTreeSet<String>, BTreeSet<String>) {
@@ -362,20 +381,7 @@ fn several_stacks_from_several_processes() {
     let k = keel_on(&pg);
     let v1 = example("site-v1.yaml");
     let names = ["a", "b", "c", "d"];
-    let children: Vec<Child> = names
-        .iter()
-        .map(|s| {
-            k.command(&["up", "--program", &v1, "--stack", s])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn")
-        })
-        .collect();
-    for (s, c) in names.iter().zip(children) {
-        let o = c.wait_with_output().expect("keel up ends");
-        assert!(o.status.success(), "{s}: {}", text(&o.stderr));
-    }
+    ups_at_once(&names.map(|s| (&k, s)), &v1);
     let ls = stacks(&k);
     for s in names {
         assert_eq!(ls[s]["resourceCount"], 7, "{ls:?}");
@@ -413,20 +419,7 @@ fn two_machines_share_the_simulated_cloud_through_the_database() {
     assert_eq!(state, cloud);
     // Both create objects at once, in stacks of their own: nothing is lost
     // between the two writers.
-    let children: Vec<Child> = [(&a, "a1"), (&b, "b1"), (&a, "a2"), (&b, "b2")]
-        .iter()
-        .map(|(k, s)| {
-            k.command(&["up", "--program", &v1, "--stack", s])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn")
-        })
-        .collect();
-    for c in children {
-        let o = c.wait_with_output().expect("keel up ends");
-        assert!(o.status.success(), "{}", text(&o.stderr));
-    }
+    ups_at_once(&[(&a, "a1"), (&b, "b1"), (&a, "a2"), (&b, "b2")], &v1);
     assert_eq!(a.cloud().len(), 20);
     let mut all = BTreeSet::new();
     for s in ["dev", "a1", "b1", "a2", "b2"] {

@@ -280,12 +280,12 @@ fn bad_programs_exit_2_with_file_line_and_key_before_anything_runs() {
     refused(
         &k,
         &dir,
-        "resources:\n  a:\n    type: sim:A\n    options:\n      protected: true\n      envVarMappings: {A: B}\n",
+        "resources:\n  a:\n    type: sim:A\n    options:\n      protected: true\n      envVarMappings: {A: 1}\n",
         &[
             &at(5, "resources.a.options.protected"),
             "unknown resource option `protected`",
-            &at(6, "resources.a.options.envVarMappings"),
-            "not supported by keel yet",
+            &at(6, "resources.a.options.envVarMappings.A"),
+            "names an environment variable: a string",
         ],
     );
     refused(
@@ -524,4 +524,79 @@ fn replacement_trigger_replace_with_and_hide_diffs() {
         resource(&first, "other")["id"]
     );
     assert_eq!(resource(&second, "key")["replacementTrigger"], "2026-12");
+}
+
+/// A Pulumi YAML example project of the README (`examples/pulumi-yaml/`).
+fn pulumi_yaml_example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/pulumi-yaml")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn the_readme_examples_are_pulumi_yaml_and_match_keels_program_files() {
+    let k = Keel::new();
+    k.ok(&["up", "--program", &pulumi_yaml_example("site-v1"), "--yes"]);
+    // keel's own program file of the same program: the same resources.
+    all_same(&k.ok(&[
+        "up",
+        "--program",
+        &example("site-v1.yaml"),
+        "--yes",
+        "--json",
+    ]));
+    let ids = k.urns();
+    let out = k.ok(&[
+        "up",
+        "--program",
+        &pulumi_yaml_example("site-v2"),
+        "--yes",
+        "--json",
+    ]);
+    assert_eq!(
+        summary_steps(&out),
+        [("same".to_owned(), 6), ("update".to_owned(), 1)].into(),
+        "{out}"
+    );
+    all_same(&k.ok(&[
+        "up",
+        "--program",
+        &example("site-v2.yaml"),
+        "--yes",
+        "--json",
+    ]));
+    let renamed = k.urns();
+    let logs = |m: &std::collections::BTreeMap<String, String>, name: &str| {
+        m.iter()
+            .find(|(u, _)| u.ends_with(&format!("::{name}")))
+            .map(|(_, id)| id.clone())
+            .expect(name)
+    };
+    assert_eq!(
+        logs(&ids, "logs"),
+        logs(&renamed, "access-logs"),
+        "renamed, not replaced"
+    );
+
+    // The migration example: v2's `rename` migration keeps every object.
+    let k = Keel::new();
+    k.ok(&[
+        "up",
+        "--program",
+        &pulumi_yaml_example("rename-v1"),
+        "--yes",
+    ]);
+    let before: std::collections::BTreeSet<String> = k.urns().into_values().collect();
+    all_same(&k.ok(&[
+        "up",
+        "--program",
+        &pulumi_yaml_example("rename-v2"),
+        "--yes",
+        "--json",
+    ]));
+    let after: std::collections::BTreeSet<String> = k.urns().into_values().collect();
+    assert_eq!(before, after, "the same objects");
+    assert!(k.urns().keys().any(|u| u.ends_with("::assets")));
 }

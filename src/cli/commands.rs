@@ -645,6 +645,14 @@ impl ProgramSource {
         }
     }
 
+    /// True for a program run by a Pulumi SDK, whose resource monitor
+    /// serves the Engine service plugins log to (a Python program); a
+    /// program file or a Pulumi YAML project runs in keel and needs
+    /// [`plugin_engine`].
+    fn runs_sdk(&self) -> bool {
+        matches!(self, Self::Python(_))
+    }
+
     /// The project name.
     fn name(&self) -> &str {
         match self {
@@ -1045,7 +1053,7 @@ fn up(backend: &Path, a: UpArgs, rec: &Recorder) -> Result<(), CliError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let events = EventSink::new(tx);
         let served = ServedBy::new(&events);
-        let _plugin_engine = plugin_engine(&served, &choice, source.file().is_none()).await?;
+        let _plugin_engine = plugin_engine(&served, &choice, source.runs_sdk()).await?;
         let registry = registry(
             backend,
             cloud,
@@ -1180,7 +1188,7 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         let dir = source.dir();
         let named = named_packages(&loaded.deployment, source.file());
         let served = ServedBy::new(&config.events);
-        let _plugin_engine = plugin_engine(&served, &choice, source.file().is_none()).await?;
+        let _plugin_engine = plugin_engine(&served, &choice, source.runs_sdk()).await?;
         let program = source.into_program(&config.events, a.parallel, true, &served.engine);
         let cancel = config.cancel.clone();
         let engine = Engine::new(

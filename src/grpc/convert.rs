@@ -377,6 +377,7 @@ pub fn goal(
         replace_with,
         replacement_trigger,
         hide_diffs: req.hide_diffs,
+        env_var_mappings: req.env_var_mappings.into_iter().collect(),
         import: (!req.import_id.is_empty()).then_some(req.import_id),
         state_migrations: StateMigrations::new(
             req.state_migrations.into_iter().map(callback).collect(),

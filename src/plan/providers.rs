@@ -248,6 +248,49 @@ fn qualified_name(text: &str) -> String {
     }
 }
 
+/// The internal setting holding a provider's environment variable
+/// remappings for its plugin (`envVarMappings`: `NEW -> OLD`).
+pub(crate) const ENV_VAR_MAPPINGS_KEY: &str = "envVarMappings";
+
+/// Records `mappings` in a provider resource's `__internal` inputs, as
+/// Pulumi's `SetEnvironmentVariableMappings` does.
+pub(crate) fn set_env_var_mappings(inputs: &mut PropertyMap, mappings: &BTreeMap<String, String>) {
+    let entry = inputs
+        .entry(INTERNAL_KEY.to_owned())
+        .or_insert_with(|| PropertyValue::Object(PropertyMap::new()));
+    if !matches!(entry, PropertyValue::Object(_)) {
+        *entry = PropertyValue::Object(PropertyMap::new());
+    }
+    if let PropertyValue::Object(internal) = entry {
+        internal.insert(
+            ENV_VAR_MAPPINGS_KEY.to_owned(),
+            PropertyValue::Object(
+                mappings
+                    .iter()
+                    .map(|(new, old)| (new.clone(), PropertyValue::String(old.clone())))
+                    .collect(),
+            ),
+        );
+    }
+}
+
+/// A provider resource's environment variable remappings (`NEW -> OLD`),
+/// from its `__internal` inputs; entries that are not strings are skipped.
+/// (The plugin host applies them.)
+#[cfg(feature = "grpc")]
+pub(crate) fn env_var_mappings(inputs: &PropertyMap) -> Vec<(String, String)> {
+    match inputs.get(INTERNAL_KEY) {
+        Some(PropertyValue::Object(internal)) => match internal.get(ENV_VAR_MAPPINGS_KEY) {
+            Some(PropertyValue::Object(m)) => m
+                .iter()
+                .filter_map(|(new, old)| old.as_str().map(|o| (new.clone(), o.to_owned())))
+                .collect(),
+            _ => Vec::new(),
+        },
+        _ => Vec::new(),
+    }
+}
+
 /// A provider's configuration as a provider is asked to compare it: its
 /// inputs without `__internal`.
 pub(crate) fn config_of(inputs: &PropertyMap) -> PropertyMap {

@@ -86,6 +86,10 @@ pub struct ResourceOptions {
     pub replacement_trigger: crate::model::PropertyValue,
     /// Property paths whose changes are not displayed (`hideDiffs`).
     pub hide_diffs: Vec<String>,
+    /// A provider resource's environment variable remappings for its
+    /// plugin (`envVarMappings`, `NEW -> OLD`): when `NEW` is set in keel's
+    /// environment, the plugin sees `OLD` with its value.
+    pub env_var_mappings: BTreeMap<String, String>,
     /// Adopt the existing object with this ID instead of creating one
     /// (`import`): it is read, compared with the inputs, never created.
     pub import: Option<String>,

@@ -1217,6 +1217,7 @@ impl<'a> Env<'a> {
                     replace_with,
                     replacement_trigger,
                     hide_diffs: o.hide_diffs.clone(),
+                    env_var_mappings: o.env_var_mappings.clone(),
                     import: o.import.clone(),
                     state_migrations: self.state_migrations(r),
                     ..ResourceOptions::default()

@@ -158,6 +158,8 @@ pub(crate) struct OptionsDecl {
     pub(crate) replacement_trigger: Option<Expr>,
     /// `hideDiffs`: property paths whose changes are not displayed.
     pub(crate) hide_diffs: Vec<String>,
+    /// `envVarMappings` (a provider resource's): `NEW -> OLD`.
+    pub(crate) env_var_mappings: std::collections::BTreeMap<String, String>,
     /// `retainOnDelete`.
     pub(crate) retain_on_delete: Option<bool>,
     /// `version`.
@@ -361,13 +363,12 @@ const OPTIONS: &[&str] = &[
     "replaceWith",
     "replacementTrigger",
     "hideDiffs",
+    "envVarMappings",
     "retainOnDelete",
     "version",
     "stateMigrations",
     "stateMigrationTimeout",
 ];
-/// Options of Pulumi YAML that keel's engine cannot honour yet.
-const UNSUPPORTED_OPTIONS: &[&str] = &["envVarMappings"];
 
 fn key(path: &[Seg], k: &str) -> Vec<Seg> {
     let mut p = path.to_vec();
@@ -824,11 +825,8 @@ impl Loader {
         let mut o = OptionsDecl::default();
         let entries = self.record(path, m, OPTIONS, &mut |this, k, _| {
             let p = key(path, k);
-            if let Some(n) = UNSUPPORTED_OPTIONS.iter().find(|n| n.eq_ignore_ascii_case(k)) {
-                this.parser.error(&p, format!("the resource option `{n}` is not supported by keel yet; remove it (keel would otherwise not honour it)"));
-            } else {
-                this.parser.error(&p, format!("unknown resource option `{k}`"));
-            }
+            this.parser
+                .error(&p, format!("unknown resource option `{k}`"));
         });
         for (k, p, v) in entries {
             match k {
@@ -838,6 +836,21 @@ impl Loader {
                 "ignoreChanges" => o.ignore_changes = self.literal_strings(&p, v),
                 "replaceOnChanges" => o.replace_on_changes = self.literal_strings(&p, v),
                 "hideDiffs" => o.hide_diffs = self.literal_strings(&p, v),
+                "envVarMappings" => {
+                    if let Some(m) = self.object(&p, v, "envVarMappings") {
+                        for (k, x) in m {
+                            match x {
+                                Value::String(s) => {
+                                    o.env_var_mappings.insert(k.clone(), s.clone());
+                                }
+                                _ => self.parser.error(
+                                    &key(&p, k),
+                                    "an envVarMappings entry names an environment variable: a string",
+                                ),
+                            }
+                        }
+                    }
+                }
                 "replaceWith" => o.replace_with = Some(self.parser.expr(&p, v)),
                 "replacementTrigger" => o.replacement_trigger = Some(self.parser.expr(&p, v)),
                 "deleteBeforeReplace" => o.delete_before_replace = self.literal_bool(&p, v),

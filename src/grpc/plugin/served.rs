@@ -54,6 +54,10 @@ pub struct PluginServed {
     source: Source,
     /// The version the provider resource asked for (its `version` input).
     version: Mutex<Option<String>>,
+    /// The provider resource's environment variable remappings (`NEW ->
+    /// OLD`, its `__internal.envVarMappings`), applied when the plugin
+    /// starts.
+    env_mappings: Mutex<Vec<(String, String)>>,
     running: OnceCell<std::result::Result<Running, String>>,
     default_urn: Urn,
     /// Where the plugin's output lines go besides tracing.
@@ -104,6 +108,7 @@ impl PluginServed {
             package,
             source,
             version: Mutex::new(None),
+            env_mappings: Mutex::new(Vec::new()),
             running: OnceCell::new(),
             default_urn,
             events: None,
@@ -148,11 +153,18 @@ impl PluginServed {
 
     async fn start(&self) -> std::result::Result<Running, String> {
         let version = self.version.locked().clone();
-        let launch = match &self.source {
+        let mut launch = match &self.source {
             Source::Fixed(l) => (**l).clone(),
             Source::Discover(env) => discovery::find(env, &self.package, version.as_deref())
                 .map_err(|e| format!("cannot serve package `{}`: {e}", self.package))?,
         };
+        // `envVarMappings`: the plugin sees OLD with NEW's value (as
+        // Pulumi's `buildEnvWithMappings`), over what it would inherit.
+        for (new, old) in self.env_mappings.locked().iter() {
+            if let Some(value) = std::env::var_os(new) {
+                launch.env.push((old.into(), value));
+            }
+        }
         let events = self.events.clone();
         let engine = self
             .engine
@@ -239,10 +251,11 @@ impl Provider for PluginServed {
     }
 
     async fn configure(&self, inputs: &PropertyMap) -> Result<()> {
-        if let Some(PropertyValue::String(v)) = inputs.get("version") {
-            if self.running.get().is_none() {
+        if self.running.get().is_none() {
+            if let Some(PropertyValue::String(v)) = inputs.get("version") {
                 *self.version.locked() = Some(v.clone());
             }
+            *self.env_mappings.locked() = crate::plan::providers::env_var_mappings(inputs);
         }
         self.provider("configure", &self.default_urn)
             .await?

@@ -88,6 +88,17 @@ impl Planner {
 
         let mut new = State::new(urn.clone(), goal.ty.clone(), goal.custom);
         new.inputs = goal.inputs.clone();
+        if !goal.options.env_var_mappings.is_empty() {
+            if !goal.ty.is_provider() {
+                return Err(PlanError::EnvVarMappingsNotProvider { urn });
+            }
+            // Where Pulumi keeps them: the provider's `__internal` inputs,
+            // which the plugin host reads when it starts the plugin.
+            crate::plan::providers::set_env_var_mappings(
+                &mut new.inputs,
+                &goal.options.env_var_mappings,
+            );
+        }
         new.parent = parent.unwrap_or_default();
         let mut deps = goal.options.depends_on.clone();
         for d in goal.options.property_dependencies.values().flatten() {

@@ -45,6 +45,12 @@ pub enum PlanError {
         /// The resource.
         urn: Urn,
     },
+    /// `envVarMappings` on a resource that is not a provider resource.
+    #[error("{urn} sets envVarMappings, which only a provider resource (`pulumi:providers:<package>`) can have: move it to the provider resource")]
+    EnvVarMappingsNotProvider {
+        /// The resource.
+        urn: Urn,
+    },
     /// An update's `replacementTrigger` holds an unknown value.
     #[error("the replacementTrigger of {urn} contains unknown values: an update must know it to decide whether to replace the resource; make the trigger depend only on values known before the update")]
     UnknownReplacementTrigger {
