@@ -302,12 +302,12 @@ impl Planner {
         // The verdict as the engine judged it travels with the steps it
         // decided, for their events (`--diff`, `--json`).
         self.undecided.remove(&urn);
-        let verdict = p
-            .old
+        let judged = p.old.as_ref().map(|o| self.judge(&p, &lock(o), diff));
+        let verdict = judged
             .as_ref()
-            .and_then(|o| self.judge(&p, &lock(o), diff).1)
+            .and_then(|(_, d)| d.clone())
             .map(std::sync::Arc::new);
-        let mut chain = self.decide_steps(p, diff, dbr_option, dependents)?;
+        let mut chain = self.decide_steps(p, judged, dbr_option, dependents)?;
         if let Some(d) = verdict {
             for step in chain.steps.iter_mut().filter(|s| {
                 s.urn == urn && matches!(s.kind, StepKind::Update | StepKind::CreateReplacement)
@@ -481,19 +481,18 @@ impl Planner {
             .then(|| DependentWalk::new(old.urn.clone(), self.prior_dependents(i)))
     }
 
+    /// The steps of `p`, given what [`Self::judge`] said of it (`None`
+    /// without a prior state).
     fn decide_steps(
         &mut self,
         p: Prepared,
-        diff: Option<&DiffResponse>,
+        judged: Option<(DiffKind, Option<DiffResponse>)>,
         dbr_option: Option<bool>,
         dependents: Option<DependentReplacements>,
     ) -> Result<Chain> {
         let waits_for = p.waits_for();
-        let (judged, judged_diff) = match &p.old {
-            Some(o) => {
-                let (k, d) = self.judge(&p, &lock(o), diff);
-                (Some(k), d)
-            }
+        let (judged, judged_diff) = match judged {
+            Some((k, d)) => (Some(k), d),
             None => (None, None),
         };
         let Prepared {
