@@ -152,21 +152,19 @@ async fn options_force_replaces_even_when_the_resource_followed_decides_late() {
         },
         registry,
     );
-    let program = |p: Program| move |ctx: Context| run(p.clone(), ctx);
+    // One update of `p` on `prior`, which must succeed.
+    let update = |prior: Deployment, p: Program, what: &'static str| {
+        let program = move |ctx: Context| run(p.clone(), ctx);
+        let update = engine.update(prior, program, Box::new(MemoryPersister::new()));
+        async move { update.await.expect(what) }
+    };
     let v1 = Program {
         zone: "x",
         trigger: PropertyValue::String("2026-11".into()),
         tick: "tick-1",
     };
     // The first update creates (no diff is asked).
-    let first = engine
-        .update(
-            Deployment::default(),
-            program(v1.clone()),
-            Box::new(MemoryPersister::new()),
-        )
-        .await
-        .expect("the first update");
+    let first = update(Deployment::default(), v1.clone(), "the first update").await;
     let s = &first.snapshot;
     assert_eq!(by_name(s, "app").replace_with, vec![urn("db")]);
     assert_eq!(
@@ -176,17 +174,11 @@ async fn options_force_replaces_even_when_the_resource_followed_decides_late() {
     );
 
     // Same zone, same trigger: nothing is replaced.
-    let same = engine
-        .update(
-            first.snapshot.clone(),
-            program(Program {
-                tick: "tick-2",
-                ..v1.clone()
-            }),
-            Box::new(MemoryPersister::new()),
-        )
-        .await
-        .expect("the unchanged update");
+    let unchanged = Program {
+        tick: "tick-2",
+        ..v1.clone()
+    };
+    let same = update(first.snapshot.clone(), unchanged, "the unchanged update").await;
     assert_eq!(
         same.summary.count(StepKind::CreateReplacement),
         0,
@@ -202,14 +194,7 @@ async fn options_force_replaces_even_when_the_resource_followed_decides_late() {
         trigger: PropertyValue::String("2026-12".into()),
         tick: "tick-3",
     };
-    let second = engine
-        .update(
-            same.snapshot.clone(),
-            program(v2),
-            Box::new(MemoryPersister::new()),
-        )
-        .await
-        .expect("the second update");
+    let second = update(same.snapshot.clone(), v2, "the second update").await;
     let s = &second.snapshot;
     for name in ["db", "app", "logs", "key"] {
         assert_ne!(
