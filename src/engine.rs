@@ -916,6 +916,7 @@ impl Engine {
                     let req = crate::provider::ResourceRequest {
                         urn: &s.urn,
                         ty: &s.ty,
+                        old_ty: None,
                         id: &s.id,
                         inputs: &s.inputs,
                         old_inputs: None,

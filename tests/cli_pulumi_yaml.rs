@@ -600,3 +600,300 @@ fn the_readme_examples_are_pulumi_yaml_and_match_keels_program_files() {
     assert_eq!(before, after, "the same objects");
     assert!(k.urns().keys().any(|u| u.ends_with("::assets")));
 }
+
+/// A program calling functions of every kind the simulated cloud answers:
+/// a data source over objects it holds, one over things outside it, a
+/// function returning a single value, and a parameterized package's.
+const FUNCTIONS: &str = r#"
+variables:
+  logs:
+    fn::invoke:
+      function: aws:s3:getBucket
+      arguments:
+        bucket: legacy-logs
+  ami:
+    fn::invoke:
+      function: aws:ec2/getAmi:getAmi
+      arguments:
+        owners: ["137112412989"]
+        mostRecent: true
+      return: id
+resources:
+  server:
+    type: aws:ec2:Instance
+    properties:
+      ami: ${ami}
+      logBucket: ${logs.arn}
+outputs:
+  logsId: ${logs.id}
+  logsArn: ${logs.arn}
+  ami: ${ami}
+  count:
+    fn::invoke:
+      function: scalar-returns:invokeSecret
+      arguments:
+        value: four
+  greeting:
+    fn::invoke:
+      function: hello:doGreet
+      arguments:
+        input: "well, "
+      return: output
+"#;
+
+const GREET_PACKAGE: &str = "packageDeclarationVersion: 1
+name: parameterized
+version: 1.2.3
+parameterization:
+  name: hello
+  version: 0.1.0
+  value: R3JlZXQ=
+";
+
+#[test]
+fn functions_answer_from_the_simulated_cloud() {
+    let mut k = Keel::new();
+    k.passphrase = Some("functions".into());
+    std::fs::write(k.path().join("Pulumi.yaml"), "name: fns\nruntime: yaml\n")
+        .expect("Pulumi.yaml");
+    std::fs::write(k.path().join("Main.yaml"), FUNCTIONS).expect("Main.yaml");
+    std::fs::create_dir_all(k.path().join("sdks")).expect("sdks");
+    std::fs::write(k.path().join("sdks/hello.yaml"), GREET_PACKAGE).expect("package");
+
+    // Made outside keel, the bucket is found by its properties.
+    k.ok(&[
+        "cloud",
+        "add",
+        "aws:s3:Bucket",
+        "b-legacy",
+        "--property",
+        "bucket=legacy-logs",
+        "--property",
+        "arn=arn:aws:s3:::legacy-logs",
+    ]);
+    // `up` with no --program runs the project in the current directory.
+    k.ok(&["up", "--yes"]);
+    let o = outputs(&k);
+    assert_eq!(o["logsId"], "b-legacy");
+    assert_eq!(o["logsArn"], "arn:aws:s3:::legacy-logs");
+    let ami = o["ami"].as_str().expect("ami").to_owned();
+    assert!(
+        ami.starts_with("ami-"),
+        "a synthesised observation's id: {ami}"
+    );
+    assert_eq!(o["count"], 4, "a single-value function is unwrapped");
+    assert_eq!(o["greeting"], "well, Greet", "the package's parameter");
+    let hidden: Value =
+        serde_json::from_str(&k.ok(&["stack", "output", "--json"])).expect("outputs");
+    assert_eq!(
+        hidden["count"], "[secret]",
+        "the function's answer is secret"
+    );
+    let server = resource(&k.export(), "server").clone();
+    assert_eq!(server["inputs"]["ami"], ami.as_str());
+    assert_eq!(server["inputs"]["logBucket"], "arn:aws:s3:::legacy-logs");
+
+    // The same answers on the next run: nothing changes.
+    all_same(&k.ok(&["up", "--yes", "--json"]));
+
+    // Once the cloud holds buckets, a lookup that matches none fails, as a
+    // real data source does, and nothing changes.
+    std::fs::write(
+        k.path().join("Main.yaml"),
+        FUNCTIONS.replace("bucket: legacy-logs", "bucket: other-logs"),
+    )
+    .expect("Main.yaml");
+    let before = k.export();
+    let (_, err) = k.expect(1, &["up", "--yes"]);
+    assert!(
+        err.contains("no object of type aws:s3:Bucket matches"),
+        "{err}"
+    );
+    assert_eq!(
+        before["deployment"]["resources"],
+        k.export()["deployment"]["resources"]
+    );
+}
+
+#[test]
+fn an_invalid_package_declaration_is_refused_before_anything_runs() {
+    let k = Keel::new();
+    std::fs::write(
+        k.path().join("Pulumi.yaml"),
+        "name: fns\nruntime: yaml\nresources:\n  a:\n    type: sim:A\n",
+    )
+    .expect("Pulumi.yaml");
+    std::fs::create_dir_all(k.path().join("sdks")).expect("sdks");
+    std::fs::write(
+        k.path().join("sdks/bad.yaml"),
+        GREET_PACKAGE.replace("R3JlZXQ=", "not base64!"),
+    )
+    .expect("package");
+    // Other YAML files are not declarations and are left alone.
+    std::fs::write(k.path().join("sdks/notes.yaml"), "just: notes\n").expect("notes");
+    let before = k.files();
+    let (_, err) = k.expect(2, &["up", "--yes"]);
+    assert!(
+        err.contains("sdks/bad.yaml: invalid package declaration"),
+        "{err}"
+    );
+    assert!(err.contains("not base64"), "{err}");
+    assert_eq!(before, k.files(), "nothing was written");
+}
+
+#[test]
+fn a_type_alias_keeps_the_object_and_retypes_it() {
+    let k = Keel::new();
+    let dir = project(
+        &k,
+        "retype",
+        "name: retype\nruntime: yaml\n",
+        Some("resources:\n  box:\n    type: old:Box\n    properties:\n      size: 1\n"),
+    );
+    k.ok(&["up", "--program", &dir, "--yes"]);
+    let before = k.cloud();
+    assert_eq!(before.len(), 1, "{before:?}");
+    let id = before[0]["id"].clone();
+    std::fs::write(
+        Path::new(&dir).join("Main.yaml"),
+        "resources:\n  box:\n    type: new:Box\n    properties:\n      size: 2\n    options:\n      aliases:\n        - type: old:index:Box\n",
+    )
+    .expect("Main.yaml");
+    let out = k.ok(&["up", "--program", &dir, "--yes", "--json"]);
+    // The box is updated; the create and delete are its packages' default
+    // providers (`new` replaces `old`).
+    assert_eq!(
+        summary_steps(&out),
+        counts(&[("create", 1), ("delete", 1), ("update", 1), ("same", 1)]),
+        "{out}"
+    );
+    let after = k.cloud();
+    assert_eq!(after.len(), 1, "one object, not two: {after:?}");
+    assert_eq!(after[0]["id"], id, "the same object");
+    assert_eq!(after[0]["type"], "new:index:Box", "re-typed");
+    assert_eq!(resource(&k.export(), "box")["id"], id);
+}
+
+#[test]
+fn cloud_add_makes_an_object_to_import() {
+    let k = Keel::new();
+    let (_, err) = k.expect(2, &["cloud", "add", "not-a-type", "x"]);
+    assert!(err.contains("is not a type token"), "{err}");
+    let (_, err) = k.expect(2, &["cloud", "add", "a:b:C", "x", "--property", "novalue"]);
+    assert!(err.contains("expected KEY=VALUE"), "{err}");
+    assert!(
+        !k.backend().join("cloud.json").exists(),
+        "bad input writes nothing"
+    );
+
+    k.ok(&[
+        "cloud",
+        "add",
+        "simple:index:Resource",
+        "pre-1",
+        "--property",
+        "value=true",
+    ]);
+    let files = k.files();
+    let (_, err) = k.expect(2, &["cloud", "add", "simple:index:Resource", "pre-1"]);
+    assert!(err.contains("already has an object"), "{err}");
+    assert_eq!(files, k.files(), "a refused add changes nothing");
+    let objects = k.cloud();
+    assert_eq!(objects.len(), 1);
+    assert_eq!(objects[0]["properties"]["value"], true, "{objects:?}");
+
+    let dir = project(
+        &k,
+        "imp",
+        "name: imp\nruntime: yaml\n",
+        Some("resources:\n  it:\n    type: simple:Resource\n    properties:\n      value: true\n    options:\n      import: pre-1\n"),
+    );
+    let out = k.ok(&["up", "--program", &dir, "--yes", "--json"]);
+    assert_eq!(summary_steps(&out).get("import"), Some(&1), "{out}");
+    assert_eq!(resource(&k.export(), "it")["id"], "pre-1");
+    assert_eq!(k.cloud().len(), 1, "imported, not created");
+}
+
+#[test]
+fn project_config_may_be_untyped_or_a_typed_array() {
+    let k = Keel::new();
+    let dir = project(
+        &k,
+        "cfg",
+        "name: cfg\nruntime: yaml\nconfig:\n  inputs: {}\n  zones:\n    type: array\n    items:\n      type: string\n    default: [a, b]\n  count:\n    type: integer\n    default: 3\nresources:\n  r:\n    type: sim:R\n    properties: ${inputs}\noutputs:\n  second:\n    fn::select: [1, \"${zones}\"]\n  count: ${count}\n",
+        None,
+    );
+    // Untyped config is required like any other without a default.
+    let (_, err) = k.expect(2, &["up", "--program", &dir, "--yes"]);
+    assert!(
+        err.contains("missing required configuration variable `inputs`"),
+        "{err}"
+    );
+    k.ok(&[
+        "config",
+        "set",
+        "--program",
+        &dir,
+        "--path",
+        "inputs.length",
+        "12",
+    ]);
+    k.ok(&["up", "--program", &dir, "--yes"]);
+    assert_eq!(resource(&k.export(), "r")["inputs"]["length"], 12);
+    let o = outputs(&k);
+    assert_eq!(o["second"], "b");
+    assert_eq!(o["count"], 3);
+
+    // `array` needs the type of its items.
+    std::fs::write(
+        Path::new(&dir).join("Pulumi.yaml"),
+        "name: cfg\nruntime: yaml\nconfig:\n  zones:\n    type: array\n",
+    )
+    .expect("Pulumi.yaml");
+    let (_, err) = k.expect(2, &["up", "--program", &dir, "--yes"]);
+    assert!(err.contains("needs `items: {type: ...}`"), "{err}");
+}
+
+#[test]
+fn a_compiler_writes_the_template() {
+    let k = Keel::new();
+    let dir = project(
+        &k,
+        "compiled",
+        "name: compiled\nruntime:\n  name: yaml\n  options:\n    compiler: sh ./gen.sh --flavour 'two words'\n",
+        None,
+    );
+    // The compiler sees its arguments and the stack, and prints the template.
+    std::fs::write(
+        Path::new(&dir).join("gen.sh"),
+        "printf 'resources:\\n  made:\\n    type: sim:Made\\n    properties:\\n      arg: \"%s\"\\n      stack: %s\\n' \"$2\" \"$PULUMI_STACK\"\n",
+    )
+    .expect("gen.sh");
+    k.ok(&["up", "--program", &dir, "--yes"]);
+    let made = resource(&k.export(), "made").clone();
+    assert_eq!(made["inputs"]["arg"], "two words");
+    assert_eq!(made["inputs"]["stack"], "dev");
+
+    // A failing compiler, or one not installed, is exit 2 before anything
+    // runs, quoting what it said.
+    std::fs::write(
+        Path::new(&dir).join("gen.sh"),
+        "echo 'no cue files' >&2\nexit 3\n",
+    )
+    .expect("gen.sh");
+    let before = k.files();
+    let (_, err) = k.expect(2, &["up", "--program", &dir, "--yes"]);
+    assert!(err.contains("the compiler `sh ./gen.sh"), "{err}");
+    assert!(err.contains("no cue files"), "{err}");
+    std::fs::write(
+        Path::new(&dir).join("Pulumi.yaml"),
+        "name: compiled\nruntime:\n  name: yaml\n  options:\n    compiler: keel-no-such-compiler export\n",
+    )
+    .expect("Pulumi.yaml");
+    let (_, err) = k.expect(2, &["up", "--program", &dir, "--yes"]);
+    assert!(
+        err.contains("`keel-no-such-compiler` is not installed"),
+        "{err}"
+    );
+    assert_eq!(before, k.files(), "nothing was written");
+}

@@ -889,6 +889,7 @@ async fn drive_walk(
                 .diff(ResourceRequest {
                     urn: &old.urn,
                     ty: &old.ty,
+                    old_ty: None,
                     id: &old.id,
                     inputs: &request.inputs,
                     old_inputs: Some(&old.inputs),
@@ -957,6 +958,7 @@ async fn check_and_diff(
         let req = ResourceRequest {
             urn: &p.new.urn,
             ty: &p.new.ty,
+            old_ty: None,
             id: "",
             inputs: &p.new.inputs,
             old_inputs: old.as_ref().map(|o| &o.inputs),
@@ -975,6 +977,7 @@ async fn check_and_diff(
         let req = ResourceRequest {
             urn: &p.new.urn,
             ty: &p.new.ty,
+            old_ty: None,
             id: "",
             inputs: &raw,
             old_inputs: None,
@@ -1011,6 +1014,7 @@ async fn check_and_diff(
     let req = ResourceRequest {
         urn: &p.new.urn,
         ty: &p.new.ty,
+        old_ty: (old.ty != p.new.ty).then_some(&old.ty),
         id: &old.id,
         inputs: &p.new.inputs,
         old_inputs: Some(&old.inputs),

@@ -465,9 +465,15 @@ pub struct ChangeArgs {
 /// `keel up`.
 #[derive(Debug, Clone, Args)]
 pub struct UpArgs {
-    /// The program: a file (YAML or JSON), or a directory holding a Pulumi
-    /// Python program (`__main__.py`, run with `KEEL_PYTHON` or `python3`).
-    #[arg(long, value_name = "FILE")]
+    /// The program: a file (YAML or JSON), or a project directory (a
+    /// Pulumi YAML project, or a Pulumi Python program's `__main__.py`, run
+    /// with `KEEL_PYTHON` or `python3`) [default: the current directory].
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = ".",
+        hide_default_value = true
+    )]
     pub program: PathBuf,
     /// The stack.
     #[command(flatten)]
@@ -499,9 +505,15 @@ pub struct UpArgs {
 /// `keel preview`.
 #[derive(Debug, Clone, Args)]
 pub struct PreviewArgs {
-    /// The program: a file (YAML or JSON), or a directory holding a Pulumi
-    /// Python program (`__main__.py`, run with `KEEL_PYTHON` or `python3`).
-    #[arg(long, value_name = "FILE")]
+    /// The program: a file (YAML or JSON), or a project directory (a
+    /// Pulumi YAML project, or a Pulumi Python program's `__main__.py`, run
+    /// with `KEEL_PYTHON` or `python3`) [default: the current directory].
+    #[arg(
+        long,
+        value_name = "FILE",
+        default_value = ".",
+        hide_default_value = true
+    )]
     pub program: PathBuf,
     /// The stack.
     #[command(flatten)]
@@ -844,5 +856,28 @@ pub enum CloudCommand {
         /// Print `[{\"id\", \"type\", \"name\", \"properties\"}]`.
         #[arg(long)]
         json: bool,
+    },
+    /// Add an object made outside keel, for `import` options, `keel import`
+    /// and `get` reads to find. No stack owns it until one imports it.
+    #[command(after_help = "Examples:
+  keel cloud add aws:s3/bucket:Bucket legacy-logs --property bucket=legacy-logs
+  keel cloud add simple:index:Resource fakeID123 --property value=true
+
+A property's value is read as JSON when it parses as JSON (true, 3,
+[\"a\"], {\"k\": 1}), else as a string. The object's properties are both
+its inputs and its outputs. An object of the same type and ID already in
+the cloud is an error, and the cloud is left as it was.")]
+    Add {
+        /// The object's type token (`pkg:module:Type`).
+        #[arg(value_name = "TYPE")]
+        ty: String,
+        /// Its physical ID.
+        id: String,
+        /// Its name in listings [default: the ID].
+        #[arg(long)]
+        name: Option<String>,
+        /// A property, `KEY=VALUE` (repeatable).
+        #[arg(long = "property", value_name = "KEY=VALUE")]
+        properties: Vec<String>,
     },
 }

@@ -145,6 +145,12 @@ pub fn run(mut cli: Cli) -> Result<(), CliError> {
         Command::State(StateCommand::Edit(a)) => super::state_cmds::edit(&backend, a),
         Command::Import(a) => adopt::import_resources(&backend, a),
         Command::Cloud(CloudCommand::List { json }) => cloud_list(&backend, json),
+        Command::Cloud(CloudCommand::Add {
+            ty,
+            id,
+            name,
+            properties,
+        }) => cloud_add(&backend, &ty, &id, name, &properties),
         Command::Config(c) => super::config::run(&backend, c),
     }
 }
@@ -581,7 +587,7 @@ impl ProgramSource {
                 .unwrap_or_else(|| super::config::project_name(path));
             let config = StackConfig::load(&dir, stack, &project)?;
             let keys = config.keys().into_iter().collect();
-            let p = super::pyaml::load(&layout, &keys)?;
+            let p = super::pyaml::load(&layout, stack, &keys)?;
             return Ok((Self::Yaml(p), config));
         }
         if path.is_dir() {
@@ -620,6 +626,11 @@ impl ProgramSource {
         let mut c = sim_config(a, self.file());
         if let Self::Yaml(y) = self {
             c.schemas = y.schemas.clone();
+            c.packages = y
+                .packages
+                .iter()
+                .map(|d| (d.namespace().to_owned(), d.clone()))
+                .collect();
         }
         c
     }
@@ -1588,6 +1599,60 @@ fn state_show(backend: &Path, stack: &str, json: bool) -> Result<(), CliError> {
             out(&line);
         }
     }
+    Ok(())
+}
+
+fn cloud_add(
+    backend: &Path,
+    ty: &str,
+    id: &str,
+    name: Option<String>,
+    properties: &[String],
+) -> Result<(), CliError> {
+    let ty = crate::model::TypeToken::parse(ty).map_err(|e| CliError::BadFlag {
+        flag: "TYPE",
+        message: format!("`{ty}` is not a type token: {e}"),
+    })?;
+    if id.is_empty() {
+        return Err(CliError::BadFlag {
+            flag: "ID",
+            message: "the object's ID is empty".into(),
+        });
+    }
+    let mut props = crate::model::PropertyMap::new();
+    for p in properties {
+        let Some((k, v)) = p.split_once('=').filter(|(k, _)| !k.is_empty()) else {
+            return Err(CliError::BadFlag {
+                flag: "--property",
+                message: format!("`{p}`: expected KEY=VALUE"),
+            });
+        };
+        let value = serde_json::from_str::<serde_json::Value>(v)
+            .ok()
+            .and_then(|j| crate::model::PropertyValue::from_json(&j).ok())
+            .unwrap_or_else(|| crate::model::PropertyValue::String(v.to_owned()));
+        props.insert(k.to_owned(), value);
+    }
+    let cloud = load_cloud(backend, SimConfig::default(), true)?;
+    let object = crate::provider::sim::SimObject {
+        id: id.to_owned(),
+        ty: ty.as_str().to_owned(),
+        name: name.unwrap_or_else(|| id.to_owned()),
+        urn: String::new(),
+        inputs: props.clone(),
+        outputs: props,
+    };
+    let added = cloud.add_object(object).map_err(|source| CliError::Cloud {
+        path: backend.to_owned(),
+        source,
+    })?;
+    if !added {
+        return Err(CliError::CloudObjectExists {
+            ty: ty.as_str().to_owned(),
+            id: id.to_owned(),
+        });
+    }
+    out(&format!("added {ty} `{id}` to the simulated cloud"));
     Ok(())
 }
 

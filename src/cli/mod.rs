@@ -82,6 +82,16 @@ pub enum CliError {
         /// Where keel looked.
         source: Box<crate::grpc::plugin::discovery::DiscoveryError>,
     },
+    /// `cloud add` of an object the simulated cloud already has.
+    #[error(
+        "the simulated cloud already has an object of type {ty} with ID `{id}`; nothing was added"
+    )]
+    CloudObjectExists {
+        /// Its type.
+        ty: String,
+        /// Its ID.
+        id: String,
+    },
     /// A stack name that cannot name a directory and a URN part.
     #[error("invalid stack name `{0}`: use letters, digits, `-`, `_` and `.`")]
     BadStackName(String),
@@ -340,6 +350,7 @@ impl CliError {
             | Self::BadFlag { .. }
             | Self::ServingConflict { .. }
             | Self::BadStackName(_)
+            | Self::CloudObjectExists { .. }
             | Self::NoStack { .. }
             | Self::StackExists { .. }
             | Self::StackHasResources { .. }

@@ -3,6 +3,7 @@
 //! simulated cloud (`architecture.md` §4).
 
 pub mod builtins;
+pub mod package;
 pub mod registry;
 pub mod remote;
 pub mod schema;
@@ -12,6 +13,8 @@ pub mod sim;
 mod sim_db;
 #[cfg(feature = "sim")]
 mod sim_file;
+#[cfg(feature = "sim")]
+mod sim_functions;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -178,6 +181,10 @@ pub struct ResourceRequest<'a> {
     pub urn: &'a Urn,
     /// Its type.
     pub ty: &'a TypeToken,
+    /// The prior state's type, when it differs from `ty` (the resource was
+    /// re-typed through a type alias): an update may find the object under
+    /// it.
+    pub old_ty: Option<&'a TypeToken>,
     /// Its physical ID (empty for a create).
     pub id: &'a str,
     /// The inputs to apply (new inputs for create/update; current for delete/read).
@@ -202,6 +209,7 @@ impl<'a> ResourceRequest<'a> {
         Self {
             urn,
             ty,
+            old_ty: None,
             id,
             inputs,
             old_inputs: None,
@@ -405,6 +413,17 @@ pub trait Provider: Send + Sync + 'static {
             target: token.to_owned(),
             package: self.package().to_owned(),
         })
+    }
+
+    /// True when the function `token` returns a single value rather than
+    /// an object (a schema `returnType` that is not an object type): the
+    /// provider answers with an object of one property, and a language
+    /// host that is not asked for a property unwraps it, as Pulumi's SDKs
+    /// do. False by default (plugins: keel does not read function
+    /// schemas yet).
+    fn returns_scalar(&self, token: &str) -> bool {
+        let _ = token;
+        false
     }
 
     /// Constructs a remote component (`Construct`): the provider registers

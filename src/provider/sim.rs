@@ -115,6 +115,7 @@ impl Store {
         }
     }
 }
+use super::package::PackageDecl;
 use super::{
     DiffConfigRequest, DiffKind, DiffResponse, ObjectState, Provider, ProviderError,
     ResourceRequest, Result,
@@ -171,6 +172,11 @@ pub struct SimConfig {
     /// of them is a facet type. Default: [`DEFAULT_FACET_SUFFIXES`]; empty,
     /// no type is a facet.
     pub facet_suffixes: BTreeSet<String>,
+    /// Package declarations by the package name their tokens use
+    /// ([`PackageDecl::namespace`]): the parameterization a package's
+    /// functions answer with (`sim_functions.rs`).
+    #[serde(default)]
+    pub packages: BTreeMap<String, PackageDecl>,
 }
 
 impl SimConfig {
@@ -242,6 +248,7 @@ impl Default for SimConfig {
             lookup: true,
             schemas: BTreeMap::new(),
             facet_suffixes: DEFAULT_FACET_SUFFIXES.map(str::to_owned).into(),
+            packages: BTreeMap::new(),
         }
     }
 }
@@ -1053,6 +1060,25 @@ impl SimCloud {
         });
     }
 
+    /// Adds an object made outside keel (for `import` and `get` to find),
+    /// unless one of its type and ID exists: true when it was added.
+    ///
+    /// # Errors
+    /// [`CloudFileError`] when the cloud's file or database could not be
+    /// written; nothing was added.
+    pub fn add_object(&self, object: SimObject) -> std::result::Result<bool, CloudFileError> {
+        self.change(|state| {
+            if state.objects.contains_key(&key(&object.id, &object.ty)) {
+                return (false, Vec::new());
+            }
+            let record = Record::Put {
+                object: object.clone(),
+                next_generation: None,
+            };
+            (true, vec![record])
+        })
+    }
+
     /// Writes the cloud's objects and generation counters to `path` as a
     /// log [`SimCloud::load`] reads, atomically and durably (temporary
     /// file, fsync, rename, fsync of the directory). Blocking.
@@ -1450,6 +1476,24 @@ impl Provider for SimProvider {
         let updated = cloud
             .change(|state| {
                 let existing = state.objects.get(&key(req.id, req.ty.as_str())).cloned();
+                // A resource re-typed through a type alias keeps its object,
+                // which the update re-types.
+                let retyped = existing
+                    .is_none()
+                    .then_some(req.old_ty)
+                    .flatten()
+                    .and_then(|t| state.objects.get(&key(req.id, t.as_str())).cloned());
+                let mut records = Vec::new();
+                if let Some(o) = &retyped {
+                    records.push(Record::Delete {
+                        ty: o.ty.clone(),
+                        id: o.id.clone(),
+                    });
+                }
+                let existing = existing.or(retyped.map(|o| SimObject {
+                    ty: req.ty.as_str().to_owned(),
+                    ..o
+                }));
                 // A facet its host carries gets an object of its own.
                 let carried = || {
                     cloud.carried_for(state, &req).then(|| SimObject {
@@ -1476,11 +1520,11 @@ impl Provider for SimProvider {
                     inputs: obj.inputs.clone(),
                     outputs: obj.outputs.clone(),
                 };
-                let record = Record::Put {
+                records.push(Record::Put {
                     object: obj,
                     next_generation: None,
-                };
-                (Ok(updated), vec![record])
+                });
+                (Ok(updated), records)
             })
             .map_err(|e| cloud_io("update", req.urn, &e))??;
         drop(guard);
@@ -1527,6 +1571,55 @@ impl Provider for SimProvider {
             .map(|o| cloud.current_shape(o))
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(|e| cloud_secrets("read", urn, &e))
+    }
+
+    /// Answers the language-conformance packages' functions, and any other
+    /// function as a data source over the cloud's objects
+    /// (`sim_functions.rs`). A preview answers the same: a function reads,
+    /// it changes nothing.
+    async fn invoke(&self, token: &str, args: &PropertyMap, _preview: bool) -> Result<PropertyMap> {
+        let fail = |message: String| ProviderError::Call {
+            operation: "invoke",
+            target: token.to_owned(),
+            message,
+        };
+        let package = token.split(':').next().unwrap_or_default();
+        let decl = self.cloud.config.packages.get(package);
+        if let Some(answer) = super::sim_functions::conformance(token, args, decl) {
+            return answer.map_err(fail);
+        }
+        let cloud = &*self.cloud;
+        let Some(ty) = super::sim_functions::looked_up_type(token) else {
+            if super::sim_functions::is_data_source(token) {
+                return super::sim_functions::lookup(token, args, &[]).map_err(fail);
+            }
+            return Err(fail(format!(
+                "the simulated cloud answers only data sources (`get...` and `list...` functions) and the language-conformance packages' functions; serve package `{package}` by its plugin (`--providers plugins`) to call this one"
+            )));
+        };
+        cloud.counters.reads.fetch_add(1, Ordering::SeqCst);
+        cloud
+            .refresh_from_file()
+            .map_err(|e| fail(format!("the simulated cloud could not be read: {e}")))?;
+        let held: Vec<SimObject> = lock(&cloud.state)
+            .objects
+            .values()
+            .filter(|o| super::sim_functions::without_module_suffix(&o.ty) == ty)
+            .cloned()
+            .collect();
+        let mut candidates = Vec::with_capacity(held.len());
+        for o in held {
+            let o = cloud
+                .current_shape(o)
+                .map_err(|e| fail(format!("the simulated cloud's secrets: {e}")))?;
+            candidates.push((o.id, o.outputs));
+        }
+        candidates.sort_by(|a, b| a.0.cmp(&b.0));
+        super::sim_functions::lookup(token, args, &candidates).map_err(fail)
+    }
+
+    fn returns_scalar(&self, token: &str) -> bool {
+        super::sim_functions::returns_scalar(token)
     }
 
     fn schema(&self, ty: &crate::model::TypeToken) -> Option<super::SchemaInfo> {

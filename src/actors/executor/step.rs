@@ -330,6 +330,7 @@ fn request<'a>(
     ResourceRequest {
         urn: &s.urn,
         ty: &s.ty,
+        old_ty: old.map(|o| &o.ty).filter(|t| **t != s.ty),
         id: &s.id,
         inputs: &s.inputs,
         old_inputs: old.map(|o| &o.inputs),

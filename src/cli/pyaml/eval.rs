@@ -895,10 +895,17 @@ impl<'a> Env<'a> {
                 .provider(query)
                 .await
                 .map_err(|e| e.to_string())?;
-            provider
+            let result = provider
                 .invoke(&token, &args, self.preview())
                 .await
-                .map_err(|e| format!("invoke of {token}: {e}"))?
+                .map_err(|e| format!("invoke of {token}: {e}"))?;
+            // A function returning a single value answers with an object of
+            // one property; without `return`, the value itself is meant.
+            if i.ret.is_none() && provider.returns_scalar(&token) && result.len() == 1 {
+                let v = result.into_values().next().unwrap_or_default();
+                return Ok(wrap(v, is_secret));
+            }
+            result
         };
         let v = match &i.ret {
             Some(r) => result

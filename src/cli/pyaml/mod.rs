@@ -78,6 +78,22 @@ pub enum PyamlError {
         /// The parser's message, with line and column.
         message: String,
     },
+    /// The project's compiler (`runtime.options.compiler`) failed.
+    #[error("the compiler `{command}` of the project: {message}")]
+    Compiler {
+        /// The command as written.
+        command: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A package declaration (`packageDeclarationVersion: 1`) is invalid.
+    #[error("{}: invalid package declaration: {message}", .path.display())]
+    Package {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
     /// The program is invalid: every problem, with file, line and key.
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
     Invalid(Vec<Issue>),
@@ -92,6 +108,9 @@ pub struct Layout {
     pub dir: PathBuf,
     /// The project's name from `Pulumi.yaml`.
     pub project: Option<String>,
+    /// `runtime.options.compiler`: a command whose standard output is the
+    /// template (run in the program directory).
+    pub compiler: Option<String>,
 }
 
 /// The Pulumi YAML project `path` names: a directory with a `Pulumi.yaml`
@@ -142,6 +161,11 @@ pub fn layout(path: &Path) -> Result<Option<Layout>, PyamlError> {
     let Some(runtime) = doc.get("runtime") else {
         return Ok(None);
     };
+    let compiler = runtime
+        .pointer("/options/compiler")
+        .and_then(|c| c.as_str())
+        .filter(|c| !c.trim().is_empty())
+        .map(str::to_owned);
     let runtime = runtime
         .as_str()
         .or_else(|| runtime.get("name").and_then(|n| n.as_str()));
@@ -156,6 +180,7 @@ pub fn layout(path: &Path) -> Result<Option<Layout>, PyamlError> {
         project: doc.get("name").and_then(|n| n.as_str()).map(str::to_owned),
         root,
         dir,
+        compiler,
     }))
 }
 
@@ -165,17 +190,35 @@ pub fn layout(path: &Path) -> Result<Option<Layout>, PyamlError> {
 /// # Errors
 /// [`PyamlError`]: unreadable files, invalid YAML, or every problem of
 /// the program with its file, line and key.
-pub fn load(layout: &Layout, stack_config: &BTreeSet<String>) -> Result<PyamlProgram, PyamlError> {
-    let file = PROGRAM_FILES
-        .iter()
-        .map(|n| layout.dir.join(n))
-        .find(|p| p.is_file())
-        .ok_or_else(|| PyamlError::NoProgram(layout.dir.clone()))?;
-    let bytes = std::fs::read(&file).map_err(|source| PyamlError::Read {
-        path: file.clone(),
-        source,
-    })?;
-    let json = file.extension().is_some_and(|e| e == "json");
+pub fn load(
+    layout: &Layout,
+    stack: &str,
+    stack_config: &BTreeSet<String>,
+) -> Result<PyamlProgram, PyamlError> {
+    let (file, bytes, json) = match &layout.compiler {
+        Some(command) => {
+            let bytes = compile(layout, command, stack)?;
+            let first = command.split_whitespace().next().unwrap_or(command);
+            (
+                PathBuf::from(format!("<stdout of compiler {first}>")),
+                bytes,
+                false,
+            )
+        }
+        None => {
+            let file = PROGRAM_FILES
+                .iter()
+                .map(|n| layout.dir.join(n))
+                .find(|p| p.is_file())
+                .ok_or_else(|| PyamlError::NoProgram(layout.dir.clone()))?;
+            let bytes = std::fs::read(&file).map_err(|source| PyamlError::Read {
+                path: file.clone(),
+                source,
+            })?;
+            let json = file.extension().is_some_and(|e| e == "json");
+            (file, bytes, json)
+        }
+    };
     let value = decode(&file, &bytes, json)?;
     let mut p = template::Loader::new(layout, &file);
     let mut program = p.program(&value, stack_config);
@@ -201,10 +244,102 @@ pub fn load(layout: &Layout, stack_config: &BTreeSet<String>) -> Result<PyamlPro
     match program {
         Some(mut prog) if issues.is_empty() => {
             prog.warnings = warnings;
+            prog.packages = package_decls(&layout.dir)?;
             Ok(prog)
         }
         _ => Err(PyamlError::Invalid(issues)),
     }
+}
+
+/// Runs the project's compiler (`runtime.options.compiler`, split as a
+/// shell would, not run by one) in the program directory, as Pulumi YAML
+/// does, with `PULUMI_STACK`, `PULUMI_PROJECT`, `PULUMI_ORGANIZATION` and
+/// `PULUMI_ROOT_DIRECTORY` set (not `PULUMI_CONFIG`: keel does not give the
+/// compiler the stack's config yet); its standard output is the template.
+///
+/// # Errors
+/// [`PyamlError::Compiler`]: the command cannot be split or started, or
+/// it fails (its standard error is quoted).
+fn compile(layout: &Layout, command: &str, stack: &str) -> Result<Vec<u8>, PyamlError> {
+    let fail = |message: String| PyamlError::Compiler {
+        command: command.to_owned(),
+        message,
+    };
+    let argv = shlex::split(command)
+        .filter(|a| !a.is_empty())
+        .ok_or_else(|| fail("it cannot be split into words (an unclosed quote?)".into()))?;
+    let root = std::path::absolute(&layout.root).unwrap_or_else(|_| layout.root.clone());
+    let out = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .current_dir(&layout.dir)
+        .env("PULUMI_STACK", stack)
+        .env("PULUMI_PROJECT", layout.project.as_deref().unwrap_or_default())
+        .env("PULUMI_ORGANIZATION", "organization")
+        .env("PULUMI_ROOT_DIRECTORY", root)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => fail(format!(
+                "`{}` is not installed (not found on PATH); install it, or remove `runtime.options.compiler`",
+                argv[0]
+            )),
+            _ => fail(format!("it could not be started: {e}")),
+        })?;
+    if !out.status.success() {
+        return Err(fail(format!(
+            "it failed ({}); its standard error:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim_end()
+        )));
+    }
+    Ok(out.stdout)
+}
+
+/// The package declarations under the program directory: every `.yaml`
+/// file below it (hidden directories skipped, as are files that are not
+/// declarations), as Pulumi YAML finds them (`sdks/<name>.yaml`).
+///
+/// # Errors
+/// An unreadable directory or file, or an invalid declaration.
+fn package_decls(dir: &Path) -> Result<Vec<crate::provider::package::PackageDecl>, PyamlError> {
+    const MAX_DEPTH: usize = 8;
+    let mut found = Vec::new();
+    let mut pending = vec![(dir.to_owned(), 0)];
+    while let Some((d, depth)) = pending.pop() {
+        let read = |source| PyamlError::Read {
+            path: d.clone(),
+            source,
+        };
+        let mut entries = std::fs::read_dir(&d)
+            .map_err(read)?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(read)?;
+        entries.sort_by_key(std::fs::DirEntry::file_name);
+        for e in entries {
+            let path = e.path();
+            let hidden = e.file_name().to_string_lossy().starts_with('.');
+            let ty = e.file_type().map_err(|source| PyamlError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            if ty.is_dir() && !hidden && depth < MAX_DEPTH {
+                pending.push((path, depth + 1));
+            } else if ty.is_file() && path.extension().is_some_and(|x| x == "yaml") {
+                let text = match std::fs::read_to_string(&path) {
+                    Ok(t) => t,
+                    // Not text: not a declaration.
+                    Err(e) if e.kind() == std::io::ErrorKind::InvalidData => continue,
+                    Err(source) => return Err(PyamlError::Read { path, source }),
+                };
+                match crate::provider::package::PackageDecl::parse(&text) {
+                    Ok(Some(decl)) => found.push(decl),
+                    Ok(None) => {}
+                    Err(message) => return Err(PyamlError::Package { path, message }),
+                }
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// Decodes a file, refusing duplicate keys (with both lines).

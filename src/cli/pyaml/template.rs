@@ -67,6 +67,30 @@ impl ConfigType {
     }
 }
 
+/// A declared config type: Pulumi YAML's (`string`, `int`, `number`,
+/// `bool`, `object`, `list<T>`) or a project config schema's (`integer`,
+/// `boolean`, `array` with `items: {type: ...}`, nested as deep as needed).
+fn config_type(name: &str, items: Option<&Value>) -> Result<ConfigType, String> {
+    if name.trim().eq_ignore_ascii_case("array") {
+        let Some(Value::Object(items)) = items else {
+            return Err(
+                "an `array` config type needs `items: {type: ...}` naming the type of its elements"
+                    .into(),
+            );
+        };
+        let Some(Value::String(inner)) = items.get("type") else {
+            return Err("`items` of an `array` config type needs a `type`".into());
+        };
+        return Ok(ConfigType::List(Box::new(config_type(
+            inner,
+            items.get("items"),
+        )?)));
+    }
+    ConfigType::parse(name).ok_or_else(|| {
+        format!("unknown config type `{name}`: use string, int (integer), number, bool (boolean), object, list<T> or array (with items)")
+    })
+}
+
 impl std::fmt::Display for ConfigType {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -307,6 +331,8 @@ pub struct PyamlProgram {
     pub name: String,
     /// keel's simulated-cloud schemas (`schemas:`).
     pub schemas: BTreeMap<String, crate::provider::SchemaDef>,
+    /// The package declarations found under the program directory.
+    pub packages: Vec<crate::provider::package::PackageDecl>,
     /// Warnings found while loading (each with file, line and key).
     pub warnings: Vec<String>,
     pub(crate) config: Vec<ConfigDecl>,
@@ -520,6 +546,7 @@ impl Loader {
             root: self.layout.root.clone(),
             name: self.layout.project.clone().unwrap_or_default(),
             schemas: BTreeMap::new(),
+            packages: Vec::new(),
             warnings: Vec::new(),
             config: Vec::new(),
             variables: Vec::new(),
@@ -557,9 +584,9 @@ impl Loader {
                 "configuration" => {
                     self.parser
                         .warn(&p, "`configuration` is deprecated: use `config`");
-                    configuration = self.config(&p, v);
+                    configuration = self.config(&p, v, false);
                 }
-                "config" => config = self.config(&p, v),
+                "config" => config = self.config(&p, v, true),
                 "variables" => {
                     if let Some(m) = self.object(&p, v, "variables") {
                         for (name, e) in m {
@@ -625,7 +652,11 @@ impl Loader {
         Some(prog)
     }
 
-    fn config(&mut self, path: &[Seg], v: &Value) -> Vec<ConfigDecl> {
+    /// The declarations of `config` (`project`: Pulumi's project config,
+    /// where a key may be untyped, its value taken as the stack sets it)
+    /// or of the older `configuration` (a type or a default is required,
+    /// as Pulumi YAML requires).
+    fn config(&mut self, path: &[Seg], v: &Value, project: bool) -> Vec<ConfigDecl> {
         let Some(m) = self.object(path, v, "config") else {
             return Vec::new();
         };
@@ -660,13 +691,14 @@ impl Loader {
                     );
                 },
             );
+            let items = decl.get("items");
             for (k, q, v) in entries {
                 match k {
                     "type" => {
                         if let Some(t) = self.literal_string(&q, v) {
-                            match ConfigType::parse(&t) {
-                                Some(t) => d.ty = Some(t),
-                                None => self.parser.error(&q, format!("unknown config type `{t}`: use string, int, number, bool, object or list<T>")),
+                            match config_type(&t, items) {
+                                Ok(t) => d.ty = Some(t),
+                                Err(e) => self.parser.error(&q, e),
                             }
                         }
                     }
@@ -676,7 +708,7 @@ impl Loader {
                     _ => {}
                 }
             }
-            if d.ty.is_none() && d.default.is_none() {
+            if d.ty.is_none() && d.default.is_none() && !project {
                 self.parser.error(
                     &p,
                     "unable to infer type: either `default` or `type` is required",

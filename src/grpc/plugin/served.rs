@@ -307,6 +307,13 @@ impl Provider for PluginServed {
         Provider::invoke(p, token, args, preview).await
     }
 
+    fn returns_scalar(&self, token: &str) -> bool {
+        match self.running.get() {
+            Some(Ok(r)) => r.provider.returns_scalar(token),
+            _ => false,
+        }
+    }
+
     async fn construct(&self, req: ConstructRequest) -> Result<ConstructResult> {
         self.provider("construct", &self.default_urn)
             .await?
