@@ -455,41 +455,28 @@ mod tests {
         assert!(conformance("aws:ec2:getAmi", &PropertyMap::new(), None).is_none());
     }
 
+    /// The answer of a conformance function that succeeds.
+    fn answer(token: &str, input: &str) -> PropertyMap {
+        conformance(token, &args(input), None)
+            .and_then(Result::ok)
+            .unwrap_or_else(|| panic!("{token}({input}) has no answer"))
+    }
+
     #[test]
     fn secret_answers_are_secret() {
-        let got = conformance(
-            "simple-invoke:index:secretInvoke",
-            &args(r#"{"value":"a","secretResponse":true}"#),
-            None,
-        )
-        .unwrap()
-        .unwrap();
+        let secret_invoke = "simple-invoke:index:secretInvoke";
+        let got = answer(secret_invoke, r#"{"value":"a","secretResponse":true}"#);
         assert!(is_secret(&got["response"]));
         assert_eq!(got["secret"], PropertyValue::Bool(true));
-        let got = conformance(
-            "simple-invoke:index:secretInvoke",
-            &args(r#"{"value":"a","secretResponse":false}"#),
-            None,
-        )
-        .unwrap()
-        .unwrap();
+        let got = answer(secret_invoke, r#"{"value":"a","secretResponse":false}"#);
         assert_eq!(got["response"], string("a world"));
-        let got = conformance(
+        let got = answer(
             "scalar-returns:index:invokeSecret",
-            &args(r#"{"value":"goodbye"}"#),
-            None,
-        )
-        .unwrap()
-        .unwrap();
+            r#"{"value":"goodbye"}"#,
+        );
         assert!(is_secret(&got["return"]));
         assert_eq!(plain(&got["return"]), &PropertyValue::Number(7.into()));
-        let got = conformance(
-            "config-grpc:index:toSecret",
-            &args(r#"{"a":"x","b":2}"#),
-            None,
-        )
-        .unwrap()
-        .unwrap();
+        let got = answer("config-grpc:index:toSecret", r#"{"a":"x","b":2}"#);
         assert!(got.values().all(is_secret));
     }
 
