@@ -100,10 +100,7 @@ prepare() { # project
 # The update options the upstream harness gives a step.
 step_flags() { # project step
     case $1/$2 in
-    # Upstream targets `**targetOnly**`; keel's --target takes URNs (no
-    # wildcards yet), so the one URN that pattern matches is given.
-    l2-target-up-with-new-dependency/1)
-        echo "--target=urn:pulumi:test::$1::simple:index:Resource::targetOnly" ;;
+    l2-target-up-with-new-dependency/1) echo "--target=**targetOnly**" ;;
     esac
 }
 

@@ -327,3 +327,44 @@ fn filters_naming_nothing_are_refused_and_sim_fail_warns() {
     let (_, err) = k.expect(0, &["up", "--program", &v1, "--sim-fail", "cdn"]);
     assert!(!err.contains("--sim-fail"), "{err}");
 }
+
+#[test]
+fn targets_may_be_globs_as_pulumis() {
+    let k = Keel::new();
+    let v1 = example("site-v1.yaml");
+    k.ok(&["up", "--program", &v1]);
+    let before = k.cloud().len();
+    // `**` crosses `:` and `::`, `*` does not: this names `logs` only
+    // (`cdn`, which refers to it, goes with it as a dependent).
+    let out = k.ok(&[
+        "destroy",
+        "--target",
+        "urn:pulumi:dev::site::**::logs",
+        "--target-dependents",
+        "--json",
+    ]);
+    assert_eq!(summary_steps(&out).get("delete"), Some(&2), "{out}");
+    let names: Vec<String> = k
+        .cloud()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(names.len(), before - 2, "{names:?}");
+    assert!(!names.contains(&"logs".to_owned()), "{names:?}");
+    assert!(!names.contains(&"cdn".to_owned()), "{names:?}");
+    verified(&k);
+    // `**logs` and `**::cdn` name them: they come back, alone.
+    let out = k.ok(&[
+        "up",
+        "--program",
+        &v1,
+        "--target",
+        "**logs",
+        "--target",
+        "**::cdn",
+        "--json",
+    ]);
+    assert_eq!(summary_steps(&out).get("create"), Some(&2), "{out}");
+    assert_eq!(k.cloud().len(), before);
+    verified(&k);
+}

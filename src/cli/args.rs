@@ -432,10 +432,11 @@ fn parse_rate(s: &str) -> Result<f64, String> {
 /// their prior state; providers and the stack are always included.
 #[derive(Debug, Clone, Args)]
 pub struct FilterArgs {
-    /// Operate on this resource only (repeatable).
+    /// Operate on this resource only (repeatable; a URN, or a glob as
+    /// Pulumi's: `**` any text, `*` any text without `:`).
     #[arg(long, value_name = "URN")]
     pub target: Vec<String>,
-    /// Leave this resource out (repeatable).
+    /// Leave this resource out (repeatable; a URN or a glob).
     #[arg(long, value_name = "URN")]
     pub exclude: Vec<String>,
     /// Include the dependents of targets.

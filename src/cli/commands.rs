@@ -186,10 +186,21 @@ fn update_options(f: &FilterArgs, replace: &[String]) -> Result<UpdateOptions, C
             })
             .collect()
     }
+    // A value with a `*` is a glob, as Pulumi reads `--target`/`--exclude`.
+    let globs = |list: &[String]| -> Vec<crate::plan::UrnGlob> {
+        list.iter()
+            .filter_map(|p| crate::plan::UrnGlob::parse(p))
+            .collect()
+    };
+    let literal = |list: &[String]| -> Vec<String> {
+        list.iter().filter(|p| !p.contains('*')).cloned().collect()
+    };
     Ok(UpdateOptions {
-        targets: urns("--target", &f.target)?,
+        targets: urns("--target", &literal(&f.target))?,
+        target_globs: globs(&f.target),
         target_dependents: f.target_dependents,
-        excludes: urns("--exclude", &f.exclude)?,
+        excludes: urns("--exclude", &literal(&f.exclude))?,
+        exclude_globs: globs(&f.exclude),
         exclude_dependents: f.exclude_dependents,
         replaces: urns("--replace", replace)?,
         ..UpdateOptions::default()

@@ -13,4 +13,4 @@ pub(crate) mod providers;
 pub mod saved;
 pub(crate) mod step;
 
-pub use generator::{PlanError, UpdateOptions};
+pub use generator::{PlanError, UpdateOptions, UrnGlob};

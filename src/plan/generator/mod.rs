@@ -34,6 +34,7 @@ mod finish;
 mod provider_refs;
 mod resolve;
 mod targets;
+pub use targets::UrnGlob;
 
 /// Why planning refused a registration or the deletes.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -266,8 +267,13 @@ pub struct UpdateOptions {
     pub targets: Vec<Urn>,
     /// `--target-dependents`: also what depends on a target.
     pub target_dependents: bool,
+    /// `--target` globs (Pulumi's `*` and `**`): the resources they match
+    /// are targets too.
+    pub target_globs: Vec<UrnGlob>,
     /// `--exclude`: these resources do not change.
     pub excludes: Vec<Urn>,
+    /// `--exclude` globs.
+    pub exclude_globs: Vec<UrnGlob>,
     /// `--exclude-dependents`: nor what depends on them.
     pub exclude_dependents: bool,
     /// `--replace`: force these resources to be replaced.
@@ -293,7 +299,9 @@ impl UpdateOptions {
     /// True when the update is restricted to part of the stack.
     pub fn is_targeted(&self) -> bool {
         !self.targets.is_empty()
+            || !self.target_globs.is_empty()
             || !self.excludes.is_empty()
+            || !self.exclude_globs.is_empty()
             || !self.replaces.is_empty()
             || !self.target_snippets.is_empty()
     }

@@ -1,6 +1,7 @@
 //! The operation's scope (`--target`, `--exclude` and their `-dependents`
 //! forms): which registrations change and which prior states may be
-//! deleted.
+//! deleted. Targets and exclusions are URNs or, as Pulumi's, globs
+//! ([`UrnGlob`]).
 
 use std::collections::HashSet;
 
@@ -9,6 +10,80 @@ use crate::model::{TypeToken, Urn};
 use super::Planner;
 use crate::plan::graph;
 use crate::plan::step::lock;
+
+/// A `--target`/`--exclude` pattern, as Pulumi's `UrnTargets` reads one:
+/// `**` matches any text, `*` any text without a `:`, everything else
+/// itself (`urn:pulumi:**::aws:s3/bucket:Bucket::*`, `**web**`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UrnGlob {
+    pattern: String,
+    parts: Vec<GlobPart>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum GlobPart {
+    Text(char),
+    /// `*`: any text without `:`.
+    Star,
+    /// `**`: any text.
+    AnyText,
+}
+
+impl UrnGlob {
+    /// The glob of `pattern`, when it has a `*` (else it is a URN).
+    pub fn parse(pattern: &str) -> Option<Self> {
+        if !pattern.contains('*') {
+            return None;
+        }
+        let mut parts = Vec::new();
+        let mut chars = pattern.chars().peekable();
+        while let Some(c) = chars.next() {
+            parts.push(match c {
+                '*' if chars.peek() == Some(&'*') => {
+                    chars.next();
+                    GlobPart::AnyText
+                }
+                '*' => GlobPart::Star,
+                c => GlobPart::Text(c),
+            });
+        }
+        Some(Self {
+            pattern: pattern.to_owned(),
+            parts,
+        })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.pattern
+    }
+
+    /// True when the whole of `urn` matches.
+    pub fn matches(&self, urn: &Urn) -> bool {
+        let text: Vec<char> = urn.as_str().chars().collect();
+        // can[j]: the parts so far match text[..j].
+        let mut can = vec![false; text.len() + 1];
+        can[0] = true;
+        for part in &self.parts {
+            let mut next = vec![false; text.len() + 1];
+            match part {
+                GlobPart::Text(c) => {
+                    for j in 0..text.len() {
+                        next[j + 1] = can[j] && text[j] == *c;
+                    }
+                }
+                GlobPart::Star | GlobPart::AnyText => {
+                    let any = *part == GlobPart::AnyText;
+                    for j in 0..=text.len() {
+                        next[j] = can[j] || (j > 0 && next[j - 1] && (any || text[j - 1] != ':'));
+                    }
+                }
+            }
+            can = next;
+        }
+        can[text.len()]
+    }
+}
 
 impl Planner {
     /// Whether a resource is inside the operation's scope (`--target`,
@@ -24,18 +99,20 @@ impl Planner {
             return true;
         }
         let o = &self.opts.update;
-        if !o.targets.is_empty() {
+        if !o.targets.is_empty() || !o.target_globs.is_empty() {
             let refs: Vec<&Urn> = refs.collect();
             let hit = o.targets.contains(urn)
+                || o.target_globs.iter().any(|g| g.matches(urn))
                 || (o.target_dependents && refs.iter().any(|d| self.targeted.contains(*d)));
             if hit {
                 self.targeted.insert(urn.clone());
             }
             return hit;
         }
-        if !o.excludes.is_empty() {
+        if !o.excludes.is_empty() || !o.exclude_globs.is_empty() {
             let refs: Vec<&Urn> = refs.collect();
             let out = o.excludes.contains(urn)
+                || o.exclude_globs.iter().any(|g| g.matches(urn))
                 || (o.exclude_dependents && refs.iter().any(|d| self.excluded.contains(*d)));
             if out {
                 self.excluded.insert(urn.clone());
@@ -66,12 +143,35 @@ impl Planner {
             }
             set
         };
-        if !o.targets.is_empty() {
-            let seed = o.targets.iter().chain(&self.targeted).cloned().collect();
+        // The prior states a glob names.
+        let globbed = |globs: &[UrnGlob]| -> Vec<Urn> {
+            if globs.is_empty() {
+                return Vec::new();
+            }
+            self.olds
+                .iter()
+                .map(|s| lock(s).urn.clone())
+                .filter(|u| globs.iter().any(|g| g.matches(u)))
+                .collect()
+        };
+        if !o.targets.is_empty() || !o.target_globs.is_empty() {
+            let seed = o
+                .targets
+                .iter()
+                .chain(&self.targeted)
+                .cloned()
+                .chain(globbed(&o.target_globs))
+                .collect();
             return DeleteScope::Only(close(seed, o.target_dependents));
         }
-        if !o.excludes.is_empty() {
-            let seed = o.excludes.iter().chain(&self.excluded).cloned().collect();
+        if !o.excludes.is_empty() || !o.exclude_globs.is_empty() {
+            let seed = o
+                .excludes
+                .iter()
+                .chain(&self.excluded)
+                .cloned()
+                .chain(globbed(&o.exclude_globs))
+                .collect();
             return DeleteScope::AllBut(close(seed, o.exclude_dependents));
         }
         DeleteScope::All
@@ -96,5 +196,34 @@ impl DeleteScope {
             Self::Only(set) => set.contains(urn),
             Self::AllBut(set) => !set.contains(urn),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::UrnGlob;
+    use crate::model::Urn;
+
+    #[test]
+    fn globs_match_as_pulumis() {
+        let urn = |s: &str| Urn::parse(s).unwrap();
+        let bucket = urn("urn:pulumi:dev::shop::aws:s3/bucket:Bucket::site");
+        let child = urn("urn:pulumi:dev::shop::my:index:Comp$aws:s3/bucket:Bucket::logs");
+        for (pattern, want_bucket, want_child) in [
+            ("**site**", true, false),
+            ("**", true, true),
+            ("urn:pulumi:dev::shop::aws:s3/bucket:Bucket::*", true, false),
+            ("urn:pulumi:dev::shop::*::site", false, false),
+            ("urn:pulumi:dev::shop::**::site", true, false),
+            ("urn:pulumi:dev::shop::**Bucket::*", true, true),
+            ("urn:pulumi:*::other::**", false, false),
+            ("urn:pulumi:*::shop::**", true, true),
+            ("urn:pulumi:*:**", true, true),
+        ] {
+            let g = UrnGlob::parse(pattern).unwrap();
+            assert_eq!(g.matches(&bucket), want_bucket, "{pattern} on the bucket");
+            assert_eq!(g.matches(&child), want_child, "{pattern} on the child");
+        }
+        assert!(UrnGlob::parse("urn:pulumi:dev::shop::a:b:C::x").is_none());
     }
 }
