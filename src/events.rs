@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
 
+use crate::model::state::Category;
 use crate::model::StepKind;
 use crate::model::Urn;
 
@@ -20,6 +21,10 @@ pub enum EngineEvent {
         kind: StepKind,
         /// The resource.
         urn: Urn,
+        /// The entry's category (`resource`, `data-source`, `action`).
+        category: Category,
+        /// Whether the entry is composite (a component).
+        composite: bool,
         /// What it changes: the changed and replace-causing input keys
         /// (updates and replaces), and with `--diff` the changed values,
         /// secrets masked (`plan::diff`).
@@ -32,6 +37,10 @@ pub enum EngineEvent {
         kind: StepKind,
         /// The resource.
         urn: Urn,
+        /// The entry's category (`resource`, `data-source`, `action`).
+        category: Category,
+        /// Whether the entry is composite (a component).
+        composite: bool,
         /// How long it took.
         #[serde(rename = "durationMs")]
         duration_ms: f64,

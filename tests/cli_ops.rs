@@ -308,7 +308,11 @@ fn flags_not_supported_yet_exit_2_and_change_nothing() {
         ),
         (
             &["up", "--program", &v1, "--target", "not-a-urn"],
-            "--target:",
+            "--target not-a-urn: no declaration",
+        ),
+        (
+            &["up", "--program", &v1, "--target", "not[a-urn"],
+            "--target: `not[a-urn` is not an address",
         ),
         (
             &["up", "--program", &v1, "--plan", "missing.json"],

@@ -121,6 +121,24 @@ fn service_secrets_round_trip_through_import_and_export() {
             ciphertexts(&back, &mut b);
             assert_eq!(!a.is_empty(), encrypted, "{name}");
             assert_eq!(a, b, "{name}");
+            // The export is the file as it was, plus keel's category keys
+            // on every resource (Pulumi ignores them).
+            let mut back = back;
+            for r in back["deployment"]["resources"]
+                .as_array_mut()
+                .into_iter()
+                .flatten()
+            {
+                let r = r.as_object_mut().unwrap();
+                assert!(
+                    r.remove("keelCategory").is_some_and(|c| c.is_string()),
+                    "{name}"
+                );
+                assert!(
+                    r.remove("keelComposite").is_some_and(|c| c.is_boolean()),
+                    "{name}"
+                );
+            }
             assert_eq!(back["deployment"], original["deployment"], "{name}");
             // Decrypting them is refused, naming the provider.
             if !encrypted {

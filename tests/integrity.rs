@@ -87,6 +87,49 @@ fn each_rule_has_its_error() {
         |r| matches!(r, Err(e @ IntegrityError::ComponentWithId { .. }) if e.rule() == "component-id"),
     );
 
+    // keel's category keys must agree with Pulumi's fields.
+    use keel::model::state::Category;
+    for (what, category, external, composite) in [
+        (
+            "a resource marked external",
+            Some(Category::Resource),
+            true,
+            None,
+        ),
+        (
+            "a data source not external",
+            Some(Category::DataSource),
+            false,
+            None,
+        ),
+        (
+            "an action not external",
+            Some(Category::Action),
+            false,
+            None,
+        ),
+        (
+            "a custom resource marked composite",
+            None,
+            false,
+            Some(true),
+        ),
+    ] {
+        let mut b = bucket("b");
+        b.keel_category = category;
+        b.external = external;
+        b.keel_composite = composite;
+        check(
+            what,
+            vec![provider(), b],
+            |r| matches!(r, Err(e @ IntegrityError::CategoryMismatch { urn, .. }) if e.rule() == "category" && urn.ends_with("::b")),
+        );
+    }
+    let mut action = bucket("a");
+    action.mark_action();
+    action.keel_composite = Some(false);
+    check("an action", vec![provider(), action], Result::is_ok);
+
     let mut bad_ref = bucket("b");
     bad_ref.provider = "not-a-reference".into();
     check("bad provider ref", vec![provider(), bad_ref], |r| {

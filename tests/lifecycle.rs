@@ -537,6 +537,7 @@ async fn read_resources_are_never_created_or_deleted() {
             additional_secret_outputs: vec![],
             version: None,
             plugin_download_url: None,
+            ..Default::default()
         })
         .await?;
         Ok(())

@@ -457,6 +457,7 @@ async fn run(v: &Value) -> Run {
                             additional_secret_outputs: Vec::new(),
                             version: None,
                             plugin_download_url: None,
+                            ..ReadGoal::default()
                         })
                         .await?;
                     } else {

@@ -432,12 +432,14 @@ fn parse_rate(s: &str) -> Result<f64, String> {
 /// their prior state; providers and the stack are always included.
 #[derive(Debug, Clone, Args)]
 pub struct FilterArgs {
-    /// Operate on this resource only (repeatable; a URN, or a glob as
-    /// Pulumi's: `**` any text, `*` any text without `:`).
-    #[arg(long, value_name = "URN")]
+    /// Operate on this resource only (repeatable; a URN, a glob as
+    /// Pulumi's: `**` any text, `*` any text without `:`, or a program
+    /// file's declaration address: `server["a"]`, `group["east"]/server`,
+    /// `group/server`).
+    #[arg(long, value_name = "URN|ADDRESS")]
     pub target: Vec<String>,
-    /// Leave this resource out (repeatable; a URN or a glob).
-    #[arg(long, value_name = "URN")]
+    /// Leave this resource out (repeatable; a URN, a glob or an address).
+    #[arg(long, value_name = "URN|ADDRESS")]
     pub exclude: Vec<String>,
     /// Include the dependents of targets.
     #[arg(long)]

@@ -192,15 +192,34 @@ fn update_options(f: &FilterArgs, replace: &[String]) -> Result<UpdateOptions, C
             .filter_map(|p| crate::plan::UrnGlob::parse(p))
             .collect()
     };
+    // A value starting with `urn:` is a URN; any other is a program
+    // file's declaration address (concrete, base or declaration).
     let literal = |list: &[String]| -> Vec<String> {
-        list.iter().filter(|p| !p.contains('*')).cloned().collect()
+        list.iter()
+            .filter(|p| !p.contains('*') && p.starts_with("urn:"))
+            .cloned()
+            .collect()
     };
+    let addresses =
+        |flag: &'static str, list: &[String]| -> Result<Vec<crate::model::Address>, CliError> {
+            list.iter()
+                .filter(|p| !p.contains('*') && !p.starts_with("urn:"))
+                .map(|p| {
+                    crate::model::Address::parse(p).map_err(|e| CliError::BadFlag {
+                        flag,
+                        message: format!("{e} (or give a URN, or a glob with `*`)"),
+                    })
+                })
+                .collect()
+        };
     Ok(UpdateOptions {
         targets: urns("--target", &literal(&f.target))?,
         target_globs: globs(&f.target),
+        target_addresses: addresses("--target", &f.target)?,
         target_dependents: f.target_dependents,
         excludes: urns("--exclude", &literal(&f.exclude))?,
         exclude_globs: globs(&f.exclude),
+        exclude_addresses: addresses("--exclude", &f.exclude)?,
         exclude_dependents: f.exclude_dependents,
         replaces: urns("--replace", replace)?,
         ..UpdateOptions::default()
@@ -969,9 +988,39 @@ fn check_project(
 fn check_names(
     options: &UpdateOptions,
     program_urns: Option<&BTreeSet<String>>,
+    file: Option<&ProgramFile>,
     stack: &str,
     prior: &Deployment,
 ) -> Result<(), CliError> {
+    // An address names a declaration of the program file (its keys are
+    // known only as the program runs) or an entry of the stack.
+    let declared: BTreeSet<crate::model::Address> = file
+        .map(|f| {
+            f.resources
+                .keys()
+                .map(|n| f.declaration_address(n))
+                .collect()
+        })
+        .unwrap_or_default();
+    let addressed = |a: &crate::model::Address| {
+        declared.contains(&a.declaration())
+            || prior
+                .resources
+                .iter()
+                .any(|r| crate::model::Address::parse(&r.keel_address).is_ok_and(|e| a.matches(&e)))
+    };
+    for (flag, list) in [
+        ("--target", &options.target_addresses),
+        ("--exclude", &options.exclude_addresses),
+    ] {
+        if let Some(a) = list.iter().find(|a| !addressed(a)) {
+            return Err(CliError::NoSuchAddress {
+                flag,
+                address: a.to_string(),
+                stack: stack.to_owned(),
+            });
+        }
+    }
     let known = |u: &Urn| {
         prior.resources.iter().any(|r| r.urn == *u)
             || program_urns.is_none_or(|p| p.contains(u.as_str()))
@@ -1046,7 +1095,13 @@ fn up(backend: &Path, a: UpArgs, rec: &Recorder) -> Result<(), CliError> {
     if !Store::new(backend).exists(&stack)? {
         // A new stack: unknown names are refused before anything is made.
         let urns = source.file().map(|f| f.expected_urns(&stack));
-        check_names(&options, urns.as_ref(), &stack, &Deployment::default())?;
+        check_names(
+            &options,
+            urns.as_ref(),
+            source.file(),
+            &stack,
+            &Deployment::default(),
+        )?;
     }
     let rt = runtime()?;
     rt.block_on(async move {
@@ -1061,7 +1116,13 @@ fn up(backend: &Path, a: UpArgs, rec: &Recorder) -> Result<(), CliError> {
         source.check_secrets(&stack, &open)?;
         check_project(&stack, &source, &a.program, &open.deployment)?;
         let program_urns = source.file().map(|f| f.expected_urns(&stack));
-        check_names(&options, program_urns.as_ref(), &stack, &open.deployment)?;
+        check_names(
+            &options,
+            program_urns.as_ref(),
+            source.file(),
+            &stack,
+            &open.deployment,
+        )?;
         let mut sim_warnings = sim_fail_warnings(&a.sim, program_urns.as_ref(), &open.deployment);
         let choice = serving::choose(
             &stack,
@@ -1157,7 +1218,13 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         source.apply_config(&config)?;
         check_project(&stack, &source, &a.program, &loaded.deployment)?;
         let program_urns = source.file().map(|f| f.expected_urns(&stack));
-        check_names(&options, program_urns.as_ref(), &stack, &loaded.deployment)?;
+        check_names(
+            &options,
+            program_urns.as_ref(),
+            source.file(),
+            &stack,
+            &loaded.deployment,
+        )?;
         let mut sim_warnings = sim_fail_warnings(&a.sim, program_urns.as_ref(), &loaded.deployment);
         let choice = serving::choose(
             &stack,
@@ -1320,7 +1387,7 @@ fn operation(backend: &Path, a: OpArgs, op: Op, rec: &Recorder) -> Result<(), Cl
         }
         // Only the stack's resources can be named: the program's are not run.
         let none = BTreeSet::new();
-        check_names(&options, Some(&none), &stack, &open.deployment)?;
+        check_names(&options, Some(&none), None, &stack, &open.deployment)?;
         let mut sim_warnings = sim_fail_warnings(&a.sim, Some(&none), &open.deployment);
         // The stack's config is not read here: the flag, else the record.
         let choice = serving::choose(
@@ -1438,7 +1505,9 @@ fn export(
     for w in &loaded.warnings {
         eprintln!("warning: {w}");
     }
-    let mut bytes = CheckpointFile::export(loaded.deployment).to_vec_pretty();
+    let mut deployment = loaded.deployment;
+    deployment.stamp_categories();
+    let mut bytes = CheckpointFile::export(deployment).to_vec_pretty();
     bytes.push(b'\n');
     match file {
         Some(path) => {
@@ -1542,7 +1611,14 @@ fn import(backend: &Path, stack: &str, file: &Path) -> Result<(), CliError> {
     }
     // Verified: now take the lock (which also folds the journal into the
     // base) and replace the base, leaving an empty journal.
-    let open = Store::new(backend).open(stack, "keel stack import")?;
+    // A stack an older keel wrote is not read (its format is refused):
+    // the import replaces it whole under its lock, the journal emptied.
+    let store = Store::new(backend);
+    let open = match store.open(stack, "keel stack import") {
+        Ok(open) => Some(open),
+        Err(BackendError::OlderFormat { .. }) => None,
+        Err(e) => return Err(e.into()),
+    };
     let crypter = match passphrase {
         Some(p) if plaintext => {
             crate::secrets::Crypter::for_stack(&deployment.secrets_providers, Some(&p))
@@ -1550,8 +1626,12 @@ fn import(backend: &Path, stack: &str, file: &Path) -> Result<(), CliError> {
         }
         _ => crate::secrets::Crypter::default(),
     };
-    open.replace_base(&deployment, &crypter)?;
-    drop(open);
+    match open {
+        Some(open) => open.replace_base(&deployment, &crypter)?,
+        None => store
+            .lock(stack, "keel stack import")?
+            .write_state(&deployment, 0, &crypter)?,
+    }
     eprintln!(
         "imported {} resources into stack `{stack}`",
         deployment.resources.len()

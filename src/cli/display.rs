@@ -226,7 +226,9 @@ impl Display {
             return;
         }
         match e {
-            EngineEvent::StepStarted { kind, urn, diff } => {
+            EngineEvent::StepStarted {
+                kind, urn, diff, ..
+            } => {
                 if let (true, Some(d)) = (self.diffs, diff) {
                     self.pending.insert((*kind, urn.clone()), d.clone());
                 }
@@ -245,6 +247,7 @@ impl Display {
                 urn,
                 duration_ms,
                 error,
+                ..
             } => {
                 self.done.insert(urn.clone());
                 let shown = clean(urn.as_str());

@@ -259,6 +259,17 @@ pub enum CliError {
         /// The stack.
         stack: String,
     },
+    /// A `--target` or `--exclude` address names no declaration of the
+    /// program file and no entry of the stack.
+    #[error("{flag} {address}: no declaration of the program file and no entry of stack `{stack}` has this address; an address is a keel program file's declaration names joined by `/`, with keys (`group[\"east\"]/server[\"a\"]`, `group/server`); otherwise give a URN or a glob")]
+    NoSuchAddress {
+        /// The flag.
+        flag: &'static str,
+        /// The address given.
+        address: String,
+        /// The stack.
+        stack: String,
+    },
     /// An integrity check failed.
     #[error("integrity check failed for {what}: {message}")]
     Verify {
@@ -371,6 +382,7 @@ impl CliError {
             | Self::ExportIntoBackend { .. }
             | Self::ProjectMismatch { .. }
             | Self::NoSuchResource { .. }
+            | Self::NoSuchAddress { .. }
             | Self::Secrets { .. }
             | Self::Config(_) => 2,
             Self::Verify { .. }

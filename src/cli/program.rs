@@ -40,6 +40,7 @@ use serde_json::{Map, Value};
 
 use super::decode::{decode, Decode, Duplicate, Seed};
 use super::template::{parse_string, Field, Reference, Template, FN_SECRET};
+use crate::model::address::Key;
 use crate::model::property::Secret;
 use crate::model::state::{CustomTimeouts, Seconds};
 use crate::model::urn::STACK_TYPE;
@@ -54,7 +55,25 @@ const TOP_KEYS: &[&str] = &["name", "config", "resources", "outputs", "schemas"]
 /// The keys of one type's schema under `schemas`.
 const SCHEMA_KEYS: &[&str] = &["version", "renames", "outputs"];
 /// The keys of a resource.
-const RESOURCE_KEYS: &[&str] = &["type", "component", "properties", "options"];
+const RESOURCE_KEYS: &[&str] = &[
+    "type",
+    "component",
+    "read",
+    "action",
+    "id",
+    "properties",
+    "options",
+    "forEach",
+    "count",
+];
+/// The options a read or an action takes.
+const READ_OPTION_KEYS: &[&str] = &[
+    "parent",
+    "dependsOn",
+    "provider",
+    "version",
+    "additionalSecretOutputs",
+];
 /// The keys of a resource's options.
 const OPTION_KEYS: &[&str] = &[
     "parent",
@@ -204,6 +223,37 @@ pub struct ResourceSpec {
     pub properties: BTreeMap<String, Template>,
     /// Its options.
     pub options: OptionsSpec,
+    /// What kind of entry it declares.
+    pub entry: EntryKind,
+    /// `forEach` or `count`: the declaration expands once per key.
+    pub iterate: Option<Iteration>,
+}
+
+/// What a declaration of `resources` declares (its category).
+#[derive(Debug, Clone, PartialEq)]
+pub enum EntryKind {
+    /// `type:`: a managed resource, or a component (`component: true`).
+    Resource,
+    /// `read: TYPE`: a data source, read by `id` or, without one, looked
+    /// up by its `properties` (the package's `get<Type>` function); re-read
+    /// each operation.
+    Read {
+        /// `id`: the physical ID to read.
+        id: Option<Template>,
+    },
+    /// `action: FUNCTION`: a side effect, the function run with the
+    /// `properties` as its arguments whenever they changed.
+    Action,
+}
+
+/// How a declaration expands.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Iteration {
+    /// `forEach`: a map (key -> value), a list of strings (each its own
+    /// key) or a list of objects with a string `key`.
+    ForEach(Template),
+    /// `count`: a non-negative integer; the keys are `0..count`.
+    Count(Template),
 }
 
 /// A resource's options, with resources named as in the file.
@@ -346,6 +396,39 @@ impl ResourceSpec {
             for r in t.resources() {
                 out.push((r, format!("properties.{k}")));
             }
+        }
+        if let EntryKind::Read { id: Some(t) } = &self.entry {
+            for r in t.resources() {
+                out.push((r, "id".into()));
+            }
+        }
+        match &self.iterate {
+            Some(Iteration::ForEach(t)) => {
+                out.extend(t.resources().into_iter().map(|r| (r, "forEach".into())))
+            }
+            Some(Iteration::Count(t)) => {
+                out.extend(t.resources().into_iter().map(|r| (r, "count".into())))
+            }
+            None => {}
+        }
+        out
+    }
+
+    /// Every template of the declaration, with its key: properties, a
+    /// read's `id`, `forEach`/`count`.
+    pub fn templates(&self) -> Vec<(String, &Template)> {
+        let mut out: Vec<(String, &Template)> = self
+            .properties
+            .iter()
+            .map(|(k, t)| (format!("properties.{k}"), t))
+            .collect();
+        if let EntryKind::Read { id: Some(t) } = &self.entry {
+            out.push(("id".into(), t));
+        }
+        match &self.iterate {
+            Some(Iteration::ForEach(t)) => out.push(("forEach".into(), t)),
+            Some(Iteration::Count(t)) => out.push(("count".into(), t)),
+            None => {}
         }
         out
     }
@@ -558,6 +641,10 @@ impl ProgramFile {
         let mut urns: HashMap<&str, Urn> = HashMap::new();
         for name in self.order() {
             let r = &self.resources[name];
+            // Expansions are known only once the program runs.
+            if self.expands(name) {
+                continue;
+            }
             let parent = r.options.parent.as_deref().and_then(|p| urns.get(p));
             if let Ok(u) = Urn::derive(stack, &self.name, parent, &r.ty, name) {
                 out.insert(u.as_str().to_owned());
@@ -577,6 +664,64 @@ impl ProgramFile {
             }
         }
         out
+    }
+
+    /// The declaration address of the entry `name`: the names of the
+    /// components it is declared inside (`options.parent`), outermost
+    /// first, then its own (`group/server`).
+    pub fn declaration_address(&self, name: &str) -> crate::model::Address {
+        let mut names = vec![name];
+        let mut cur = self
+            .resources
+            .get(name)
+            .and_then(|r| r.options.parent.as_deref());
+        while let Some(p) = cur {
+            if names.contains(&p) || names.len() > self.resources.len() {
+                break;
+            }
+            names.push(p);
+            cur = self
+                .resources
+                .get(p)
+                .and_then(|r| r.options.parent.as_deref());
+        }
+        crate::model::Address(
+            names
+                .into_iter()
+                .rev()
+                .map(|n| crate::model::address::Segment {
+                    name: n.to_owned(),
+                    key: None,
+                })
+                .collect(),
+        )
+    }
+
+    /// Whether the entry `name` expands: it, or a component it is declared
+    /// inside (`options.parent`, transitively), has `forEach` or `count`.
+    pub fn expands(&self, name: &str) -> bool {
+        self.resources
+            .get(name)
+            .is_some_and(|r| r.iterate.is_some())
+            || self.iterated_ancestor(name).is_some()
+    }
+
+    /// The nearest component `name` is declared inside that has `forEach`
+    /// or `count` (not `name` itself).
+    pub fn iterated_ancestor(&self, name: &str) -> Option<&str> {
+        let mut seen = BTreeSet::new();
+        let mut cur = self.resources.get(name)?.options.parent.as_deref();
+        while let Some(p) = cur {
+            if !seen.insert(p) {
+                return None;
+            }
+            let spec = self.resources.get(p)?;
+            if spec.iterate.is_some() {
+                return Some(p);
+            }
+            cur = spec.options.parent.as_deref();
+        }
+        None
     }
 
     /// True when some resource declares state migrations.
@@ -658,17 +803,101 @@ fn describe(v: &Value) -> &'static str {
     }
 }
 
+/// The expansions of an iterated declaration: each key with its value
+/// (`${each.key}`, `${each.value}`), in order, from the evaluated
+/// `forEach` (a map; a list of distinct strings; a list of objects with
+/// distinct string `key`s) or `count` (a non-negative integer: `0..count`,
+/// each value its index). Secrets around the collection are seen through
+/// for its shape (the values stay secret).
+///
+/// # Errors
+/// A message saying what is wrong with the value.
+pub fn expansion_keys(
+    for_each: Option<&PropertyValue>,
+    count: Option<&PropertyValue>,
+) -> Result<Vec<(Key, PropertyValue)>, String> {
+    fn plain(v: &PropertyValue) -> &PropertyValue {
+        match v {
+            PropertyValue::Secret(Secret::Plaintext(p)) => plain(p.value()),
+            PropertyValue::Output(o) => o.value.as_deref().map_or(v, plain),
+            other => other,
+        }
+    }
+    let check = |k: &str| match crate::model::address::key_problem(k) {
+        Some(p) => Err(format!("the key `{k}` cannot name an expansion: {p}")),
+        None => Ok(()),
+    };
+    let mut out: Vec<(Key, PropertyValue)> = Vec::new();
+    if let Some(n) = count {
+        let n = match plain(n) {
+            PropertyValue::Number(n) => n.as_u64(),
+            _ => None,
+        }
+        .ok_or_else(|| {
+            format!(
+                "`count` must be a non-negative integer, found {}",
+                super::template::kind_of(n)
+            )
+        })?;
+        if n > 10_000 {
+            return Err(format!(
+                "`count` is {n}; at most 10000 expansions per declaration"
+            ));
+        }
+        return Ok((0..n)
+            .map(|i| (Key::Index(i), PropertyValue::Number(i.into())))
+            .collect());
+    }
+    let Some(v) = for_each else {
+        return Ok(out);
+    };
+    match plain(v) {
+        PropertyValue::Object(m) => {
+            for (k, v) in m {
+                check(k)?;
+                out.push((Key::Name(k.clone()), v.clone()));
+            }
+        }
+        PropertyValue::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                let key = match plain(item) {
+                    PropertyValue::String(s) => s.clone(),
+                    PropertyValue::Object(o) => match o.get("key").map(plain) {
+                        Some(PropertyValue::String(s)) => s.clone(),
+                        _ => return Err(format!("`forEach[{i}]` is an object without a string `key`: a list's items are strings, or objects with a `key`")),
+                    },
+                    other => return Err(format!("`forEach[{i}]` is {}: a list's items are strings, or objects with a string `key` (use `count` for numbered copies)", super::template::kind_of(other))),
+                };
+                check(&key)?;
+                if out.iter().any(|(k, _)| *k == Key::Name(key.clone())) {
+                    return Err(format!("`forEach` has the key `{key}` twice: keys name expansions and must be distinct"));
+                }
+                out.push((Key::Name(key), item.clone()));
+            }
+        }
+        other => {
+            return Err(format!(
+                "`forEach` must be a map or a list, found {}",
+                super::template::kind_of(other)
+            ))
+        }
+    }
+    Ok(out)
+}
+
 /// A resource name: used in URNs and in `${name.field}` references.
 fn name_problem(name: &str) -> Option<&'static str> {
     if name.is_empty() {
         Some("a resource name must not be empty")
     } else if name == "config" {
         Some("`config` is reserved for `${config.key}` references")
+    } else if name == "each" {
+        Some("`each` is reserved for `${each.key}` and `${each.value}` references")
     } else if name
         .chars()
-        .any(|c| c.is_whitespace() || matches!(c, '.' | '$' | '{' | '}'))
+        .any(|c| c.is_whitespace() || matches!(c, '.' | '$' | '{' | '}' | '[' | ']' | '"' | '/'))
     {
-        Some("a resource name must not contain whitespace, `.`, `$`, `{` or `}`")
+        Some("a resource name must not contain whitespace or any of `.${}[]\"/`")
     } else {
         None
     }
@@ -1058,17 +1287,42 @@ impl Checker {
             return None;
         };
         self.known_keys("", m, RESOURCE_KEYS);
-        let ty = match m.get("type") {
-            Some(v) => self.type_token("type", v),
-            None => {
-                self.issue("type", "missing: every resource needs a type token");
-                None
+        let given: Vec<&str> = ["type", "read", "action"]
+            .into_iter()
+            .filter(|k| m.contains_key(*k))
+            .collect();
+        let (ty, entry) = match given.as_slice() {
+            ["type"] => (self.type_token("type", &m["type"]), EntryKind::Resource),
+            ["read"] => {
+                let id = m.get("id").and_then(|v| self.template("id", v));
+                (self.type_token("read", &m["read"]), EntryKind::Read { id })
+            }
+            ["action"] => (self.type_token("action", &m["action"]), EntryKind::Action),
+            [] => {
+                self.issue(
+                    "type",
+                    "missing: every entry needs a type token (`type:`), or is a read (`read: TYPE`) or an action (`action: FUNCTION`)",
+                );
+                (None, EntryKind::Resource)
+            }
+            _ => {
+                self.issue(
+                    given[1],
+                    format!("an entry has exactly one of `type`, `read` and `action`; this one has `{}`", given.join("`, `")),
+                );
+                (None, EntryKind::Resource)
             }
         };
         let component = match m.get("component") {
             Some(v) => self.boolean("component", v).unwrap_or(false),
             None => false,
         };
+        if m.contains_key("id") && !matches!(entry, EntryKind::Read { .. }) {
+            self.issue("id", "only a read (`read: TYPE`) takes an `id`");
+        }
+        if component && entry != EntryKind::Resource {
+            self.issue("component", "a read or an action cannot be a component");
+        }
         if let Some(t) = &ty {
             if t.is_stack() {
                 self.issue(
@@ -1076,8 +1330,11 @@ impl Checker {
                     format!("`{STACK_TYPE}` is the implicit stack resource; declare other types"),
                 );
             }
-            if t.is_provider() && component {
-                self.issue("component", "a provider resource cannot be a component");
+            if t.is_provider() && (component || entry != EntryKind::Resource) {
+                self.issue(
+                    given.first().copied().unwrap_or("type"),
+                    "a provider resource cannot be a component, a read or an action",
+                );
             }
         }
         let mut properties = BTreeMap::new();
@@ -1094,9 +1351,40 @@ impl Checker {
                 }
             }
         }
+        if matches!(entry, EntryKind::Read { id: None })
+            && !m.contains_key("id")
+            && properties.is_empty()
+        {
+            self.issue(
+                "read",
+                "a read needs the `id` to read, or `properties` to look it up by",
+            );
+        }
         let options = match m.get("options").and_then(|v| self.mapping("options", v)) {
-            Some(o) => self.options(o),
+            Some(o) => {
+                if entry != EntryKind::Resource {
+                    for k in o.keys().filter(|k| !READ_OPTION_KEYS.contains(&k.as_str())) {
+                        self.issue(
+                            join("options", k),
+                            format!(
+                                "not an option of a read or an action (they take: {})",
+                                READ_OPTION_KEYS.join(", ")
+                            ),
+                        );
+                    }
+                }
+                self.options(o)
+            }
             None => OptionsSpec::default(),
+        };
+        let iterate = match (m.get("forEach"), m.get("count")) {
+            (Some(_), Some(_)) => {
+                self.issue("count", "an entry has `forEach` or `count`, not both");
+                None
+            }
+            (Some(v), None) => self.iteration("forEach", v).map(Iteration::ForEach),
+            (None, Some(v)) => self.iteration("count", v).map(Iteration::Count),
+            (None, None) => None,
         };
         Some(ResourceSpec {
             name: name.to_owned(),
@@ -1104,7 +1392,28 @@ impl Checker {
             component,
             properties,
             options,
+            entry,
+            iterate,
         })
+    }
+
+    /// `forEach` or `count`: a template; a literal one is checked now
+    /// ([`expansion_keys`]).
+    fn iteration(&mut self, key: &str, v: &Value) -> Option<Template> {
+        let t = self.template(key, v)?;
+        if let Some(value) = t.constant() {
+            let value = &value;
+            let result = if key == "count" {
+                expansion_keys(None, Some(value))
+            } else {
+                expansion_keys(Some(value), None)
+            };
+            if let Err(e) = result {
+                self.issue(key, e);
+                return None;
+            }
+        }
+        Some(t)
     }
 
     fn options(&mut self, m: &Map<String, Value>) -> OptionsSpec {
@@ -1444,7 +1753,7 @@ impl Checker {
     /// Checks that need the whole file: references, option targets and
     /// cycles.
     fn cross_check(&mut self, file: &ProgramFile) {
-        let check_refs = |c: &mut Self, key: &str, t: &Template| {
+        let check_refs = |c: &mut Self, key: &str, t: &Template, from: Option<&ResourceSpec>| {
             for r in t.references() {
                 match r {
                     Reference::Config(k)
@@ -1458,22 +1767,40 @@ impl Checker {
                         )
                     }
                     Reference::Config(_) => {}
-                    Reference::Resource { name, field } => match file.resources.get(name) {
+                    Reference::Each(_) => {
+                        if !from.is_some_and(|f| file.expands(&f.name)) {
+                            c.issue(
+                                key,
+                                format!("`{r}` is only for an entry with `forEach` or `count` (or declared inside one)"),
+                            );
+                        }
+                    }
+                    Reference::Resource { name, key: k, field } => match file.resources.get(name) {
                         None => c.issue(key, format!("`{r}` refers to unknown resource `{name}`")),
                         Some(target) if target.component && *field == Field::Id => c.issue(
                             key,
                             format!("`{r}`: `{name}` is a component, which has no ID (use `${{{name}.urn}}`)"),
                         ),
-                        Some(_) => {}
+                        Some(target) => {
+                            if let Some(outer) = file.iterated_ancestor(name) {
+                                c.issue(
+                                    key,
+                                    format!("`{r}`: `{name}` is declared inside the iterated `{outer}`, whose expansions each have their own; references to it are not supported yet"),
+                                );
+                            } else {
+                                c.expansion_reference(key, r, target, k.as_ref());
+                            }
+                        }
                     },
                 }
             }
         };
         for (name, r) in &file.resources {
             self.resource = Some(name.clone());
-            for (k, t) in &r.properties {
-                check_refs(self, &join("properties", k), t);
+            for (k, t) in r.templates() {
+                check_refs(self, &k, t, Some(r));
             }
+            self.iteration_links(file, r);
             for (dep, key) in r.dependencies() {
                 if key.starts_with("properties.") {
                     continue;
@@ -1531,9 +1858,91 @@ impl Checker {
             self.resource = None;
         }
         for (k, t) in &file.outputs {
-            check_refs(self, &join("outputs", k), t);
+            check_refs(self, &join("outputs", k), t, None);
         }
         self.cycles(file);
+    }
+
+    /// A reference to `target`, with or without an expansion key: it has
+    /// one exactly when `target` is iterated, and a literal `forEach` or
+    /// `count` must have that key.
+    fn expansion_reference(
+        &mut self,
+        key: &str,
+        r: &Reference,
+        target: &ResourceSpec,
+        k: Option<&Key>,
+    ) {
+        let name = &target.name;
+        match (&target.iterate, k) {
+            (None, None) => {}
+            (None, Some(_)) => self.issue(
+                key,
+                format!("`{r}`: `{name}` has no `forEach` or `count`; refer to it as `${{{name}.<field>}}`"),
+            ),
+            (Some(_), None) => self.issue(
+                key,
+                format!("`{r}`: `{name}` has `forEach` or `count`; name one expansion, as `${{{name}[\"key\"].<field>}}` or `${{{name}[0].<field>}}`"),
+            ),
+            (Some(it), Some(k)) => {
+                let literal = match it {
+                    Iteration::ForEach(t) => t.constant().map(|v| expansion_keys(Some(&v), None)),
+                    Iteration::Count(t) => t.constant().map(|v| expansion_keys(None, Some(&v))),
+                };
+                if let Some(Ok(keys)) = literal {
+                    if !keys.iter().any(|(have, _)| have == k) {
+                        let list: Vec<String> = keys.iter().map(|(k, _)| k.to_string()).collect();
+                        self.issue(
+                            key,
+                            format!("`{r}`: `{name}` has no expansion {k} (it has: {})", if list.is_empty() { "none".to_owned() } else { list.join(", ") }),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Options that name an iterated entry, or one declared inside one:
+    /// `parent` expands the child per parent expansion and `dependsOn`
+    /// waits for every expansion; the rest need one resource.
+    fn iteration_links(&mut self, file: &ProgramFile, r: &ResourceSpec) {
+        let o = &r.options;
+        let single = [
+            ("options.deletedWith", o.deleted_with.as_deref()),
+            (
+                "options.provider",
+                match &o.provider {
+                    Some(ProviderSpec::Resource(p)) => Some(p.as_str()),
+                    _ => None,
+                },
+            ),
+        ];
+        for (key, target) in single {
+            let Some(t) = target else { continue };
+            if file.expands(t) {
+                self.issue(
+                    key,
+                    format!("`{t}` has `forEach` or `count` (or is declared inside an entry that has): name one resource here"),
+                );
+            }
+        }
+        if let Some(p) = o.parent.as_deref().and_then(|p| file.resources.get(p)) {
+            if p.entry != EntryKind::Resource {
+                self.issue(
+                    "options.parent",
+                    format!(
+                        "`{}` is a read or an action, which cannot be a parent",
+                        p.name
+                    ),
+                );
+            }
+        }
+        if r.iterate.is_some() && !r.options.state_migrations.is_empty() {
+            self.issue(
+                "options.stateMigrations",
+                "an entry with `forEach` or `count` cannot declare state migrations yet: declare them on a component it is inside",
+            );
+        }
     }
 
     /// Reports each reference cycle once, with its path.
@@ -1601,6 +2010,48 @@ impl Checker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn expansion_keys_of_maps_keyed_lists_and_counts() {
+        let v = |j: serde_json::Value| -> PropertyValue { serde_json::from_value(j).unwrap() };
+        let keys = |r: Result<Vec<(Key, PropertyValue)>, String>| -> Vec<String> {
+            r.unwrap().into_iter().map(|(k, _)| k.to_string()).collect()
+        };
+        let map = v(serde_json::json!({"b": 1, "a": 2}));
+        assert_eq!(
+            keys(expansion_keys(Some(&map), None)),
+            [r#"["a"]"#, r#"["b"]"#]
+        );
+        let list = v(serde_json::json!(["y", "x"]));
+        assert_eq!(
+            keys(expansion_keys(Some(&list), None)),
+            [r#"["y"]"#, r#"["x"]"#]
+        );
+        let objects = v(serde_json::json!([{"key": "k1", "n": 1}, {"key": "k2"}]));
+        let found = expansion_keys(Some(&objects), None).unwrap();
+        assert_eq!(found[0].0, Key::Name("k1".into()));
+        assert_eq!(found[0].1, v(serde_json::json!({"key": "k1", "n": 1})));
+        assert_eq!(
+            keys(expansion_keys(None, Some(&v(serde_json::json!(2))))),
+            ["[0]", "[1]"]
+        );
+        for (for_each, count) in [
+            (Some(serde_json::json!(["a", "a"])), None),
+            (Some(serde_json::json!([1])), None),
+            (Some(serde_json::json!([{"n": 1}])), None),
+            (Some(serde_json::json!("text")), None),
+            (Some(serde_json::json!(["a/b"])), None),
+            (None, Some(serde_json::json!(-1))),
+            (None, Some(serde_json::json!(1.5))),
+            (None, Some(serde_json::json!(10_001))),
+        ] {
+            let (f, c) = (for_each.map(v), count.map(v));
+            assert!(
+                expansion_keys(f.as_ref(), c.as_ref()).is_err(),
+                "{f:?} {c:?}"
+            );
+        }
+    }
 
     fn parse(text: &str) -> Result<ProgramFile, ProgramFileError> {
         ProgramFile::parse(Path::new("p.yaml"), text.as_bytes())

@@ -23,16 +23,19 @@ use std::time::Duration;
 use futures::future::{join_all, BoxFuture, FutureExt, Shared};
 
 use super::program::{
-    AliasEntry, AliasParentSpec, OptionsSpec, ProgramFile, ProviderSpec, ResourceSpec,
-    StateMigration,
+    expansion_keys, AliasEntry, AliasParentSpec, EntryKind, Iteration, OptionsSpec, ProgramFile,
+    ProviderSpec, ResourceSpec, StateMigration,
 };
-use super::template::Env;
+use super::template::{instance_name, Env};
 use crate::actors::{Context, Program, ProgramFuture};
 use crate::migrate::helpers;
+use crate::model::address::{Address, Key};
 use crate::model::urn::UNKNOWN_ID;
-use crate::model::{PropertyMap, ProviderRef, Urn};
+use crate::model::{PropertyMap, PropertyValue, ProviderRef, Urn};
 use crate::source::command::CommandCallback;
-use crate::source::goal::{Alias, AliasParent, AliasSpec, Goal, Registered, ResourceOptions};
+use crate::source::goal::{
+    Alias, AliasParent, AliasSpec, Goal, ReadGoal, Registered, ResourceOptions,
+};
 use crate::source::migration::{MigrationCallback, StateMigrations, DEFAULT_TIMEOUT};
 use crate::source::ProgramError;
 
@@ -64,7 +67,6 @@ pub struct RunError(pub Vec<ResourceFailure>);
 
 /// A shared future of a program's node: its value, or why it failed.
 pub(crate) type SlotOf<T> = Shared<BoxFuture<'static, Result<T, ResourceFailure>>>;
-type Slot = SlotOf<Registered>;
 
 /// A program file as a [`Program`].
 #[derive(Debug, Clone)]
@@ -153,6 +155,50 @@ pub(crate) async fn resolve<T: Clone>(
     Ok(out)
 }
 
+/// One registered expansion of a declaration (a declaration that does not
+/// expand has one).
+#[derive(Debug, Clone)]
+pub(crate) struct Instance {
+    /// Its concrete declaration address.
+    address: Address,
+    /// The key and value `${each...}` gives inside it: its own, or those
+    /// of the iterated component it is declared inside.
+    each: Option<Each>,
+    /// Its registration.
+    reg: Registered,
+}
+
+/// The key and value `${each...}` gives inside an expansion.
+type Each = Arc<(PropertyValue, PropertyValue)>;
+
+/// The expansions of each declaration, by name.
+type Resolved = HashMap<String, Arc<Vec<Instance>>>;
+type Slot = SlotOf<Arc<Vec<Instance>>>;
+
+/// The registrations references resolve against, by the name a template
+/// uses: `name` for a declaration that does not expand, `name["key"]` /
+/// `name[0]` for each expansion of an iterated one. (References to
+/// entries declared inside an iterated component are refused when the
+/// file is checked.)
+fn by_reference_name(file: &ProgramFile, resolved: &Resolved) -> HashMap<String, Registered> {
+    let mut out = HashMap::new();
+    for (name, instances) in resolved {
+        let iterated = file
+            .resources
+            .get(name)
+            .is_some_and(|r| r.iterate.is_some());
+        for i in instances.iter() {
+            let key = if iterated {
+                i.address.0.last().and_then(|s| s.key.as_ref())
+            } else {
+                None
+            };
+            out.insert(instance_name(name, key), i.reg.clone());
+        }
+    }
+    out
+}
+
 async fn run(file: Arc<ProgramFile>, ctx: Context) -> Result<(), RunError> {
     let mut slots: HashMap<String, Slot> = HashMap::new();
     let mut order = Vec::new();
@@ -164,16 +210,13 @@ async fn run(file: Arc<ProgramFile>, ctx: Context) -> Result<(), RunError> {
             .filter_map(|d| slots.get(d).map(|s| (d.to_owned(), s.clone())))
             .collect();
         let (file, ctx, name_owned) = (file.clone(), ctx.clone(), name.to_owned());
-        let fut: BoxFuture<'static, Result<Registered, ResourceFailure>> = Box::pin(async move {
-            let resolved = resolve(&name_owned, deps).await?;
-            let spec = &file.resources[&name_owned];
-            let failed = |message: String| ResourceFailure::Failed {
-                resource: name_owned.clone(),
-                message,
-            };
-            let goal = goal(&file, spec, &resolved, ctx.is_preview()).map_err(&failed)?;
-            ctx.register(goal).await.map_err(|e| failed(e.to_string()))
-        });
+        let fut: BoxFuture<'static, Result<Arc<Vec<Instance>>, ResourceFailure>> =
+            Box::pin(async move {
+                let resolved: Resolved = resolve(&name_owned, deps).await?;
+                declare(&file, &ctx, &name_owned, &resolved)
+                    .await
+                    .map(Arc::new)
+            });
         slots.insert(name.to_owned(), fut.shared());
         order.push(name.to_owned());
     }
@@ -191,11 +234,13 @@ async fn run(file: Arc<ProgramFile>, ctx: Context) -> Result<(), RunError> {
     let outputs = {
         let (file, ctx) = (file.clone(), ctx.clone());
         async move {
-            let resolved = resolve("(outputs)", out_deps).await.map_err(|_| None)?;
+            let resolved: Resolved = resolve("(outputs)", out_deps).await.map_err(|_| None)?;
+            let regs = by_reference_name(&file, &resolved);
             let env = Env {
                 config: &file.config,
-                resources: &resolved,
+                resources: &regs,
                 preview: ctx.is_preview(),
+                each: None,
             };
             let mut map = PropertyMap::new();
             for (k, t) in &file.outputs {
@@ -247,30 +292,155 @@ async fn run(file: Arc<ProgramFile>, ctx: Context) -> Result<(), RunError> {
     }
 }
 
-/// The registration of one resource, with its references resolved.
-fn goal(
+/// Registers every expansion of the declaration `name`: one per expansion
+/// of the component it is declared inside (or one), times one per key of
+/// its own `forEach`/`count` (or one). An expansion's URN name is its
+/// concrete address when that has a key (`server["a"]`,
+/// `group["east"]/disk`), else the declaration's name; keys, not
+/// positions, name expansions, so reordering a map or keyed list changes
+/// no URN.
+async fn declare(
     file: &ProgramFile,
+    ctx: &Context,
+    name: &str,
+    resolved: &Resolved,
+) -> Result<Vec<Instance>, ResourceFailure> {
+    let spec = &file.resources[name];
+    let failed = |message: String| ResourceFailure::Failed {
+        resource: name.to_owned(),
+        message,
+    };
+    let regs = by_reference_name(file, resolved);
+    let parents: Vec<Option<&Instance>> = match spec.options.parent.as_deref() {
+        Some(p) => resolved
+            .get(p)
+            .ok_or_else(|| failed(format!("parent `{p}` was not registered")))?
+            .iter()
+            .map(Some)
+            .collect(),
+        None => vec![None],
+    };
+    let mut planned = Vec::new();
+    for parent in parents {
+        let base = parent.map(|i| i.address.clone()).unwrap_or_default();
+        let inherited = parent.and_then(|i| i.each.clone());
+        let expansions: Vec<(Option<Key>, Option<Each>)> = match &spec.iterate {
+            None => vec![(None, inherited)],
+            Some(it) => {
+                let env = Env {
+                    config: &file.config,
+                    resources: &regs,
+                    preview: ctx.is_preview(),
+                    each: inherited.as_deref(),
+                };
+                let (key, t) = match it {
+                    Iteration::ForEach(t) => ("forEach", t),
+                    Iteration::Count(t) => ("count", t),
+                };
+                let value = t
+                    .eval(&env)
+                    .map_err(|e| failed(format!("key `{key}`: {e}")))?;
+                if value.contains_unknowns() {
+                    // A preview cannot know the keys of an output yet.
+                    Vec::new()
+                } else {
+                    let keys = match it {
+                        Iteration::ForEach(_) => expansion_keys(Some(&value), None),
+                        Iteration::Count(_) => expansion_keys(None, Some(&value)),
+                    }
+                    .map_err(|e| failed(format!("key `{key}`: {e}")))?;
+                    keys.into_iter()
+                        .map(|(k, v)| {
+                            let kv = match &k {
+                                Key::Name(s) => PropertyValue::String(s.clone()),
+                                Key::Index(i) => PropertyValue::Number((*i).into()),
+                            };
+                            (Some(k), Some(Arc::new((kv, v))))
+                        })
+                        .collect()
+                }
+            }
+        };
+        for (key, each) in expansions {
+            let address = base.child(&spec.name, key);
+            planned.push((address, each, parent.map(|p| p.reg.urn.clone())));
+        }
+    }
+    let registrations = planned.into_iter().map(|(address, each, parent)| {
+        let regs = &regs;
+        let failed = &failed;
+        async move {
+            let env = Env {
+                config: &file.config,
+                resources: regs,
+                preview: ctx.is_preview(),
+                each: each.as_deref(),
+            };
+            let urn_name = if address.is_iterated() {
+                address.to_string()
+            } else {
+                spec.name.clone()
+            };
+            let shape = Shape {
+                urn_name,
+                address: address.to_string(),
+                parent,
+            };
+            let reg = match &spec.entry {
+                EntryKind::Resource => {
+                    let goal = goal(file, spec, &env, resolved, &shape).map_err(failed)?;
+                    ctx.register(goal).await
+                }
+                EntryKind::Read { .. } | EntryKind::Action => {
+                    let read = read_goal(spec, &env, resolved, &shape).map_err(failed)?;
+                    ctx.read(read).await
+                }
+            }
+            .map_err(|e| failed(e.to_string()))?;
+            Ok(Instance { address, each, reg })
+        }
+    });
+    join_all(registrations).await.into_iter().collect()
+}
+
+/// Where one expansion goes: its URN name, concrete address and parent.
+struct Shape {
+    urn_name: String,
+    address: String,
+    parent: Option<Urn>,
+}
+
+/// The URNs of a declaration's expansions (`dependsOn`, `deletedWith`,
+/// providers and alias parents name declarations).
+fn urns_of(resolved: &Resolved, name: &str) -> Result<Vec<Urn>, String> {
+    resolved
+        .get(name)
+        .map(|i| i.iter().map(|i| i.reg.urn.clone()).collect())
+        .ok_or_else(|| format!("`{name}` was not registered"))
+}
+
+/// The one URN of a declaration that does not expand.
+fn urn_of(resolved: &Resolved, name: &str) -> Result<Urn, String> {
+    let mut urns = urns_of(resolved, name)?;
+    match urns.len() {
+        1 => Ok(urns.remove(0)),
+        n => Err(format!(
+            "`{name}` has {n} expansions where one resource is needed"
+        )),
+    }
+}
+
+/// Evaluates the properties of an expansion, with the URNs each refers to.
+fn inputs(
     spec: &ResourceSpec,
-    resolved: &HashMap<String, Registered>,
-    preview: bool,
-) -> Result<Goal, String> {
-    let env = Env {
-        config: &file.config,
-        resources: resolved,
-        preview,
-    };
-    let urn = |name: &str| -> Result<Urn, String> {
-        resolved
-            .get(name)
-            .map(|r| r.urn.clone())
-            .ok_or_else(|| format!("`{name}` was not registered"))
-    };
+    env: &Env<'_>,
+    resolved: &Resolved,
+) -> Result<(PropertyMap, std::collections::BTreeMap<String, Vec<Urn>>), String> {
     let mut inputs = PropertyMap::new();
     let mut property_dependencies = std::collections::BTreeMap::new();
-    let mut depends_on: Vec<Urn> = Vec::new();
     for (k, t) in &spec.properties {
         let v = t
-            .eval(&env)
+            .eval(env)
             .map_err(|e| format!("key `properties.{k}`: {e}"))?;
         // A reference can put a deep output inside a literal structure.
         v.check_depth(&format!("properties.{k}"))
@@ -278,25 +448,26 @@ fn goal(
         inputs.insert(k.clone(), v);
         let refs = t.resources();
         if !refs.is_empty() {
-            let urns = refs.into_iter().map(urn).collect::<Result<Vec<_>, _>>()?;
+            let mut urns = Vec::new();
+            for r in refs {
+                urns.extend(urns_of(resolved, r)?);
+            }
             property_dependencies.insert(k.clone(), urns);
         }
     }
-    let o = &spec.options;
-    for d in &o.depends_on {
-        depends_on.push(urn(d)?);
-    }
-    for u in property_dependencies.values().flatten() {
-        if !depends_on.contains(u) {
-            depends_on.push(u.clone());
-        }
-    }
-    let provider = match &o.provider {
+    Ok((inputs, property_dependencies))
+}
+
+/// The reference to a provider resource of the file (`options.provider`).
+fn provider_ref(o: &OptionsSpec, resolved: &Resolved) -> Result<Option<String>, String> {
+    Ok(match &o.provider {
         None => None,
         Some(ProviderSpec::Reference(r)) => Some(r.to_string()),
         Some(ProviderSpec::Resource(name)) => {
             let reg = resolved
                 .get(name)
+                .and_then(|i| i.first())
+                .map(|i| &i.reg)
                 .ok_or_else(|| format!("provider `{name}` was not registered"))?;
             let id = if reg.id.is_empty() {
                 UNKNOWN_ID
@@ -307,7 +478,81 @@ fn goal(
                 .map_err(|e| format!("key `options.provider`: {e}"))?;
             Some(r.to_string())
         }
+    })
+}
+
+/// An expansion's dependencies: every expansion of what `dependsOn`
+/// names, then what its properties refer to.
+fn depends_on(
+    o: &OptionsSpec,
+    resolved: &Resolved,
+    property_dependencies: &std::collections::BTreeMap<String, Vec<Urn>>,
+) -> Result<Vec<Urn>, String> {
+    let mut out: Vec<Urn> = Vec::new();
+    for d in &o.depends_on {
+        out.extend(urns_of(resolved, d)?);
+    }
+    for u in property_dependencies.values().flatten() {
+        if !out.contains(u) {
+            out.push(u.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// The request of a read or an action expansion.
+fn read_goal(
+    spec: &ResourceSpec,
+    env: &Env<'_>,
+    resolved: &Resolved,
+    shape: &Shape,
+) -> Result<ReadGoal, String> {
+    let (inputs, property_dependencies) = inputs(spec, env, resolved)?;
+    let o = &spec.options;
+    let depends_on = depends_on(o, resolved, &property_dependencies)?;
+    let id = match &spec.entry {
+        EntryKind::Read { id: Some(t) } => {
+            match t.eval(env).map_err(|e| format!("key `id`: {e}"))? {
+                PropertyValue::String(s) if !s.is_empty() => s,
+                PropertyValue::Computed => UNKNOWN_ID.to_owned(),
+                other => {
+                    return Err(format!(
+                        "key `id`: the ID to read must be a non-empty string, found {}",
+                        super::template::kind_of(&other)
+                    ))
+                }
+            }
+        }
+        _ => String::new(),
     };
+    Ok(ReadGoal {
+        ty: spec.ty.clone(),
+        name: shape.urn_name.clone(),
+        id,
+        inputs,
+        parent: shape.parent.clone(),
+        provider: provider_ref(o, resolved)?,
+        depends_on,
+        additional_secret_outputs: o.additional_secret_outputs.clone(),
+        version: o.version.clone(),
+        plugin_download_url: None,
+        address: shape.address.clone(),
+        action: spec.entry == EntryKind::Action,
+    })
+}
+
+/// The registration of one expansion, with its references resolved.
+fn goal(
+    file: &ProgramFile,
+    spec: &ResourceSpec,
+    env: &Env<'_>,
+    resolved: &Resolved,
+    shape: &Shape,
+) -> Result<Goal, String> {
+    let (inputs, property_dependencies) = inputs(spec, env, resolved)?;
+    let o = &spec.options;
+    let depends_on = depends_on(o, resolved, &property_dependencies)?;
+    let provider = provider_ref(o, resolved)?;
     let mut aliases = Vec::with_capacity(o.aliases.len());
     for a in &o.aliases {
         aliases.push(match a {
@@ -325,7 +570,9 @@ fn goal(
                     None => None,
                     Some(AliasParentSpec::NoParent) => Some(AliasParent::NoParent),
                     Some(AliasParentSpec::Urn(u)) => Some(AliasParent::Urn(u.clone())),
-                    Some(AliasParentSpec::Resource(n)) => Some(AliasParent::Urn(urn(n)?)),
+                    Some(AliasParentSpec::Resource(n)) => {
+                        Some(AliasParent::Urn(urn_of(resolved, n)?))
+                    }
                 },
                 stack: stack.clone(),
                 project: project.clone(),
@@ -334,18 +581,22 @@ fn goal(
     }
     Ok(Goal {
         ty: spec.ty.clone(),
-        name: spec.name.clone(),
+        name: shape.urn_name.clone(),
         custom: !spec.component,
         inputs,
         options: ResourceOptions {
-            parent: o.parent.as_deref().map(urn).transpose()?,
+            parent: shape.parent.clone(),
             depends_on,
             property_dependencies,
             provider,
             version: o.version.clone(),
             protect: o.protect,
             retain_on_delete: o.retain_on_delete,
-            deleted_with: o.deleted_with.as_deref().map(urn).transpose()?,
+            deleted_with: o
+                .deleted_with
+                .as_deref()
+                .map(|d| urn_of(resolved, d))
+                .transpose()?,
             delete_before_replace: o.delete_before_replace,
             aliases,
             custom_timeouts: o.custom_timeouts.clone(),
@@ -354,6 +605,7 @@ fn goal(
             additional_secret_outputs: o.additional_secret_outputs.clone(),
             state_migrations: state_migrations(file, o),
             import: o.import.clone(),
+            address: shape.address.clone(),
             ..ResourceOptions::default()
         },
     })

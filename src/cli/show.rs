@@ -48,8 +48,11 @@ fn label(r: &State) -> String {
     if r.pending_replacement {
         flags.push("pending replacement");
     }
-    if r.external {
-        flags.push("external");
+    match r.category() {
+        crate::model::state::Category::Action => flags.push("action"),
+        crate::model::state::Category::DataSource => flags.push("data source"),
+        crate::model::state::Category::Resource if r.external => flags.push("external"),
+        crate::model::state::Category::Resource => {}
     }
     if r.retain_on_delete {
         flags.push("retained on delete");
@@ -75,16 +78,76 @@ impl Tree<'_> {
         self.lines
             .push(format!("{lead}{branch}{}", label(&self.d.resources[i])));
         let kids = self.children.get(&i).cloned().unwrap_or_default();
-        let n = kids.len();
-        for (j, k) in kids.into_iter().enumerate() {
+        self.walk_all(&grouped(self.d, &kids), &format!("{lead}{child_lead}"));
+    }
+
+    fn walk_all(&mut self, nodes: &[Node], lead: &str) {
+        let n = nodes.len();
+        for (j, node) in nodes.iter().enumerate() {
             let (b, p) = if j + 1 == n {
                 ("└─ ", "   ")
             } else {
                 ("├─ ", "│  ")
             };
-            self.walk(k, &format!("{lead}{child_lead}"), b, p);
+            match node {
+                Node::One(k) => self.walk(*k, lead, b, p),
+                Node::Declaration(decl, members) => {
+                    // Expansions by key, whatever order they were written in.
+                    let mut members = members.clone();
+                    members.sort_by_cached_key(|&m| {
+                        crate::model::Address::parse(&self.d.resources[m].keel_address).ok()
+                    });
+                    self.lines.push(format!(
+                        "{lead}{b}{}  [declaration, {} expansion{}]",
+                        clean(decl),
+                        members.len(),
+                        if members.len() == 1 { "" } else { "s" }
+                    ));
+                    let inner: Vec<Node> = members.into_iter().map(Node::One).collect();
+                    self.walk_all(&inner, &format!("{lead}{p}"));
+                }
+            }
         }
     }
+}
+
+/// A child in the tree: one entry, or the expansions of one iterated
+/// declaration grouped under its declaration address.
+enum Node {
+    One(usize),
+    Declaration(String, Vec<usize>),
+}
+
+/// The declaration address an entry is grouped by: that of an expansion of
+/// an iterated declaration (its own last segment has a key).
+fn declaration_of(r: &State) -> Option<String> {
+    let a = crate::model::Address::parse(&r.keel_address).ok()?;
+    a.0.last()?.key.as_ref()?;
+    Some(a.declaration().to_string())
+}
+
+/// Children in state order, the expansions of each iterated declaration
+/// gathered where the first of them is.
+fn grouped(d: &Deployment, kids: &[usize]) -> Vec<Node> {
+    let mut out: Vec<Node> = Vec::new();
+    let mut at: HashMap<String, usize> = HashMap::new();
+    for &k in kids {
+        match declaration_of(&d.resources[k]) {
+            Some(decl) => match at.get(&decl) {
+                Some(&pos) => {
+                    if let Node::Declaration(_, members) = &mut out[pos] {
+                        members.push(k);
+                    }
+                }
+                None => {
+                    at.insert(decl.clone(), out.len());
+                    out.push(Node::Declaration(decl, vec![k]));
+                }
+            },
+            None => out.push(Node::One(k)),
+        }
+    }
+    out
 }
 
 /// The tree as text lines.
@@ -103,8 +166,10 @@ pub fn tree_lines(d: &Deployment) -> Vec<String> {
 }
 
 /// The tree as JSON: an array of root nodes, each
-/// `{"urn", "type", "name", "id", "custom", "protect", "delete", "outputs",
-/// "children"}` with secrets masked.
+/// `{"urn", "type", "name", "id", "custom", "category", "composite",
+/// "address", "declaration", "protect", "delete", "outputs", "children"}`
+/// with secrets masked (`address` and `declaration` are `null` for entries
+/// no program file declared).
 pub fn tree_json(d: &Deployment) -> Value {
     let (roots, children) = forest(d);
     fn node(
@@ -127,12 +192,17 @@ pub fn tree_json(d: &Deployment) -> Value {
             .iter()
             .map(|(k, v)| (k.clone(), v.to_json()))
             .collect();
+        let address = crate::model::Address::parse(&r.keel_address).ok();
         Some(json!({
             "urn": r.urn.as_str(),
             "type": r.ty.as_str(),
             "name": r.urn.name(),
             "id": r.id,
             "custom": r.custom,
+            "category": r.category().as_str(),
+            "composite": r.composite(),
+            "address": address.as_ref().map(ToString::to_string),
+            "declaration": address.as_ref().map(|a| a.declaration().to_string()),
             "protect": r.protect,
             "delete": r.delete,
             "outputs": outputs,

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 
+use crate::model::address::{Address, Key};
 use crate::model::property::Secret;
 use crate::model::{PropertyMap, PropertyValue};
 use crate::source::goal::Registered;
@@ -39,24 +40,45 @@ pub enum Field {
 pub enum Reference {
     /// `${config.key}`.
     Config(String),
-    /// `${res...}`.
+    /// `${res...}`, or `${res["key"]...}` / `${res[0]...}` for one
+    /// expansion of an iterated declaration.
     Resource {
         /// The resource's name in the file.
         name: String,
+        /// The expansion's key (iterated declarations).
+        key: Option<Key>,
         /// What is selected.
         field: Field,
     },
+    /// `${each.key}` or `${each.value...}`: the expansion being declared
+    /// (its own, or its iterated parent's).
+    Each(EachField),
+}
+
+/// What an `${each...}` reference selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EachField {
+    /// `${each.key}`: the key (a string, or a `count` index).
+    Key,
+    /// `${each.value}` and a path into it.
+    Value(Vec<String>),
 }
 
 impl fmt::Display for Reference {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Self::Config(k) => write!(f, "${{config.{k}}}"),
-            Self::Resource { name, field } => match field {
-                Field::Id => write!(f, "${{{name}.id}}"),
-                Field::Urn => write!(f, "${{{name}.urn}}"),
-                Field::Output(path) => write!(f, "${{{name}.{}}}", path.join(".")),
-            },
+            Self::Resource { name, key, field } => {
+                let key = key.as_ref().map(ToString::to_string).unwrap_or_default();
+                match field {
+                    Field::Id => write!(f, "${{{name}{key}.id}}"),
+                    Field::Urn => write!(f, "${{{name}{key}.urn}}"),
+                    Field::Output(path) => write!(f, "${{{name}{key}.{}}}", path.join(".")),
+                }
+            }
+            Self::Each(EachField::Key) => f.write_str("${each.key}"),
+            Self::Each(EachField::Value(path)) if path.is_empty() => f.write_str("${each.value}"),
+            Self::Each(EachField::Value(path)) => write!(f, "${{each.value.{}}}", path.join(".")),
         }
     }
 }
@@ -103,6 +125,12 @@ pub enum SyntaxError {
     /// An empty path segment (`${a..b}`).
     #[error("reference `${{{0}}}` has an empty path segment")]
     EmptySegment(String),
+    /// A malformed expansion key (`${a[x].id}`).
+    #[error("reference `${{{0}}}`: an expansion is named `name[\"key\"]` or `name[0]`, then `.id`, `.urn` or `.<output>`")]
+    BadKey(String),
+    /// `${each}` or `${each.other}`.
+    #[error("reference `${{{0}}}`: use `${{each.key}}` or `${{each.value}}` (with a path)")]
+    BadEach(String),
 }
 
 /// Parses the references of a string.
@@ -145,12 +173,12 @@ fn parse_reference(inner: &str, whole: &str) -> Result<Reference, SyntaxError> {
     if inner.is_empty() {
         return Err(SyntaxError::Empty(whole.to_owned()));
     }
-    let (head, rest) = match inner.split_once('.') {
-        Some((h, r)) => (h, Some(r)),
-        None => (inner, None),
-    };
+    // The head ends at the first `.` or `[` (a key may hold dots).
+    let split = inner.find(['.', '[']).unwrap_or(inner.len());
+    let head = &inner[..split];
+    let mut rest = &inner[split..];
     if head == "config" {
-        return match rest {
+        return match rest.strip_prefix('.') {
             Some(k) if !k.is_empty() => Ok(Reference::Config(k.to_owned())),
             _ => Err(SyntaxError::NoConfigKey),
         };
@@ -158,13 +186,43 @@ fn parse_reference(inner: &str, whole: &str) -> Result<Reference, SyntaxError> {
     if head.is_empty() {
         return Err(SyntaxError::EmptySegment(inner.to_owned()));
     }
-    let Some(rest) = rest else {
-        return Err(SyntaxError::NoField(inner.to_owned()));
+    let mut key = None;
+    if rest.starts_with('[') {
+        let close = rest
+            .find(']')
+            .ok_or_else(|| SyntaxError::BadKey(inner.to_owned()))?;
+        let text = &rest[..=close];
+        let parsed = Address::parse(&format!("k{text}"))
+            .ok()
+            .and_then(|a| a.0.into_iter().next())
+            .and_then(|s| s.key)
+            .ok_or_else(|| SyntaxError::BadKey(inner.to_owned()))?;
+        key = Some(parsed);
+        rest = &rest[close + 1..];
+    }
+    let path: Option<Vec<String>> = match rest {
+        "" => None,
+        r => match r.strip_prefix('.') {
+            Some(p) => Some(p.split('.').map(str::to_owned).collect()),
+            None => return Err(SyntaxError::BadKey(inner.to_owned())),
+        },
     };
-    let path: Vec<String> = rest.split('.').map(str::to_owned).collect();
-    if path.iter().any(String::is_empty) {
+    if path
+        .as_ref()
+        .is_some_and(|p| p.iter().any(String::is_empty))
+    {
         return Err(SyntaxError::EmptySegment(inner.to_owned()));
     }
+    if head == "each" && key.is_none() {
+        return match path.as_deref() {
+            Some([k]) if k == "key" => Ok(Reference::Each(EachField::Key)),
+            Some([v, p @ ..]) if v == "value" => Ok(Reference::Each(EachField::Value(p.to_vec()))),
+            _ => Err(SyntaxError::BadEach(inner.to_owned())),
+        };
+    }
+    let Some(path) = path else {
+        return Err(SyntaxError::NoField(inner.to_owned()));
+    };
     let field = match path.as_slice() {
         [one] if one == "id" => Field::Id,
         [one] if one == "urn" => Field::Urn,
@@ -172,6 +230,7 @@ fn parse_reference(inner: &str, whole: &str) -> Result<Reference, SyntaxError> {
     };
     Ok(Reference::Resource {
         name: head.to_owned(),
+        key,
         field,
     })
 }
@@ -197,13 +256,31 @@ impl Template {
         }
     }
 
+    /// The value of a template with no references (a literal, or arrays
+    /// and objects of them), known before the program runs.
+    pub fn constant(&self) -> Option<PropertyValue> {
+        Some(match self {
+            Self::Literal(v) => v.clone(),
+            Self::Interpolated(_) => return None,
+            Self::Array(items) => {
+                PropertyValue::Array(items.iter().map(Self::constant).collect::<Option<_>>()?)
+            }
+            Self::Object(map) => PropertyValue::Object(
+                map.iter()
+                    .map(|(k, t)| Some((k.clone(), t.constant()?)))
+                    .collect::<Option<_>>()?,
+            ),
+            Self::Secret(inner) => PropertyValue::Secret(Secret::plaintext(inner.constant()?)),
+        })
+    }
+
     /// The names of the resources the template refers to.
     pub fn resources(&self) -> BTreeSet<&str> {
         self.references()
             .into_iter()
             .filter_map(|r| match r {
                 Reference::Resource { name, .. } => Some(name.as_str()),
-                Reference::Config(_) => None,
+                Reference::Config(_) | Reference::Each(_) => None,
             })
             .collect()
     }
@@ -341,6 +418,17 @@ pub enum EvalError {
     /// The referenced resource was not registered (a bug in the runner).
     #[error("`{0}`: the resource was not registered")]
     Unresolved(String),
+    /// The referenced expansion does not exist (its key is not among the
+    /// declaration's `forEach` keys or `count`).
+    #[error("`{0}`: no such expansion (the key is not among its declaration's `forEach` keys, or past its `count`)")]
+    NoExpansion(String),
+}
+
+fn key_of(r: &Reference) -> Option<&Key> {
+    match r {
+        Reference::Resource { key, .. } => key.as_ref(),
+        _ => None,
+    }
 }
 
 /// What references resolve against.
@@ -352,9 +440,20 @@ pub struct Env<'a> {
     pub resources: &'a HashMap<String, Registered>,
     /// True in a preview: missing outputs and IDs are unknown, not errors.
     pub preview: bool,
+    /// The expansion being declared: its key and value (`${each...}`).
+    pub each: Option<&'a (PropertyValue, PropertyValue)>,
 }
 
-fn kind_of(v: &PropertyValue) -> &'static str {
+/// The name an expansion is found by in [`Env::resources`]: `name` for a
+/// declaration that is not iterated, `name["key"]` / `name[0]` for one.
+pub fn instance_name(name: &str, key: Option<&Key>) -> String {
+    match key {
+        Some(k) => format!("{name}{k}"),
+        None => name.to_owned(),
+    }
+}
+
+pub(crate) fn kind_of(v: &PropertyValue) -> &'static str {
     match v {
         PropertyValue::Null => "null",
         PropertyValue::Bool(_) => "a boolean",
@@ -380,12 +479,36 @@ impl Env<'_> {
                     .cloned()
                     .ok_or_else(|| EvalError::Unresolved(r.to_string()))
             }
-            Reference::Resource { name, field } => (name, field),
+            Reference::Each(field) => {
+                let Some((key, value)) = self.each else {
+                    return Err(EvalError::Unresolved(r.to_string()));
+                };
+                return match field {
+                    EachField::Key => Ok(key.clone()),
+                    EachField::Value(path) if path.is_empty() => Ok(value.clone()),
+                    EachField::Value(path) => {
+                        let mut wrapped = PropertyMap::new();
+                        wrapped.insert("value".to_owned(), value.clone());
+                        let mut full = vec!["value".to_owned()];
+                        full.extend(path.iter().cloned());
+                        self.walk(r, "each", &wrapped, &full)
+                    }
+                };
+            }
+            Reference::Resource { name, key, field } => (instance_name(name, key.as_ref()), field),
         };
-        let reg = self
-            .resources
-            .get(name)
-            .ok_or_else(|| EvalError::Unresolved(r.to_string()))?;
+        let name = &name;
+        let Some(reg) = self.resources.get(name) else {
+            // An expansion a preview cannot know yet (its keys come from
+            // an unknown output).
+            if self.preview && key_of(r).is_some() {
+                return Ok(PropertyValue::Computed);
+            }
+            return Err(match key_of(r) {
+                Some(_) => EvalError::NoExpansion(r.to_string()),
+                None => EvalError::Unresolved(r.to_string()),
+            });
+        };
         match field {
             Field::Urn => Ok(PropertyValue::String(reg.urn.as_str().to_owned())),
             Field::Id if reg.id.is_empty() || reg.id == crate::model::urn::UNKNOWN_ID => {
@@ -489,6 +612,7 @@ mod tests {
     fn res(name: &str, path: &[&str]) -> Part {
         Part::Ref(Reference::Resource {
             name: name.into(),
+            key: None,
             field: Field::Output(path.iter().map(|s| (*s).to_owned()).collect()),
         })
     }
@@ -510,9 +634,42 @@ mod tests {
             parse_string("${ b.id }").unwrap(),
             vec![Part::Ref(Reference::Resource {
                 name: "b".into(),
+                key: None,
                 field: Field::Id
             })]
         );
+        // Expansions: a key may hold dots; `each` refers to the expansion.
+        assert_eq!(
+            parse_string(r#"${s["a.b"].ip.v}"#).unwrap(),
+            vec![Part::Ref(Reference::Resource {
+                name: "s".into(),
+                key: Some(Key::Name("a.b".into())),
+                field: Field::Output(vec!["ip".into(), "v".into()]),
+            })]
+        );
+        assert_eq!(
+            parse_string("${s[3].id}").unwrap(),
+            vec![Part::Ref(Reference::Resource {
+                name: "s".into(),
+                key: Some(Key::Index(3)),
+                field: Field::Id,
+            })]
+        );
+        assert_eq!(
+            parse_string("${each.value.size}").unwrap(),
+            vec![Part::Ref(Reference::Each(EachField::Value(vec![
+                "size".into()
+            ])))]
+        );
+        for bad in [
+            "${s[x].id}",
+            r#"${s["a"]}"#,
+            r#"${s["a"]x}"#,
+            "${each}",
+            "${each.other}",
+        ] {
+            assert!(parse_string(bad).is_err(), "{bad}");
+        }
         assert_eq!(
             parse_string("a $${x} $ b").unwrap(),
             vec![Part::Text("a ${x} $ b".into())]
@@ -539,6 +696,7 @@ mod tests {
             config,
             resources,
             preview,
+            each: None,
         }
     }
 

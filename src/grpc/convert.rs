@@ -427,6 +427,7 @@ pub fn read_goal(req: pb::ReadResourceRequest) -> Result<ReadGoal> {
         version: (!req.version.is_empty()).then_some(req.version),
         plugin_download_url: (!req.plugin_download_url.is_empty())
             .then_some(req.plugin_download_url),
+        ..Default::default()
     })
 }
 

@@ -327,6 +327,7 @@ mod tests {
             additional_secret_outputs: Vec::new(),
             version: None,
             plugin_download_url: None,
+            ..Default::default()
         };
         r.normalize_read(&mut read);
         assert_eq!(json(&read.inputs), naming_b());

@@ -38,6 +38,18 @@ pub enum IntegrityError {
         /// The resource.
         urn: String,
     },
+    /// `keelCategory` or `keelComposite` contradicts the Pulumi fields.
+    #[error("resource {urn} says `{key}: {found}`, but its `custom`/`external` fields make it {expected}: fix or drop `{key}`")]
+    CategoryMismatch {
+        /// The resource.
+        urn: String,
+        /// The key (`keelCategory` or `keelComposite`).
+        key: &'static str,
+        /// The value found.
+        found: String,
+        /// What the Pulumi fields say.
+        expected: String,
+    },
     /// A component resource has an ID.
     #[error("component resource {urn} has an ID (`{id}`): only custom resources have IDs")]
     ComponentWithId {
@@ -136,13 +148,14 @@ pub type Result<T, E = IntegrityError> = std::result::Result<T, E>;
 
 impl IntegrityError {
     /// The stable id of the rule that was broken: `magic`, `identity`,
-    /// `component-id`, `provider`, `parent`, `dependency`, `unique-urn` or
-    /// `snippet`.
+    /// `component-id`, `category`, `provider`, `parent`, `dependency`,
+    /// `unique-urn` or `snippet`.
     pub fn rule(&self) -> &'static str {
         match self {
             Self::BadMagic { .. } => "magic",
             Self::MissingUrn { .. } | Self::MissingType { .. } => "identity",
             Self::ComponentWithId { .. } => "component-id",
+            Self::CategoryMismatch { .. } => "category",
             Self::BadProviderReference { .. }
             | Self::UnknownProvider { .. }
             | Self::ProviderAfterResource { .. } => "provider",
@@ -162,6 +175,46 @@ pub fn verify(d: &Deployment) -> Result<()> {
     verify_manifest(&d.manifest)?;
     verify_resources(&d.resources)?;
     verify_snippets(d)
+}
+
+/// `keelCategory` and `keelComposite`, when present, agree with `custom`
+/// and `external`: a data source or an action is an external custom
+/// entry, a resource is not external, and composite is `!custom`.
+fn check_category(s: &State) -> Result<()> {
+    use super::state::Category;
+    let mismatch = |key, found: String, expected: &str| IntegrityError::CategoryMismatch {
+        urn: s.urn.to_string(),
+        key,
+        found,
+        expected: expected.to_owned(),
+    };
+    if let Some(c) = s.keel_category {
+        let derived = if s.external {
+            "a data source or an action (external)"
+        } else {
+            "a resource (not external)"
+        };
+        let ok = match c {
+            Category::Resource => !s.external,
+            Category::DataSource => s.external,
+            Category::Action => s.external && s.custom,
+        };
+        if !ok {
+            return Err(mismatch("keelCategory", c.to_string(), derived));
+        }
+    }
+    if let Some(c) = s.keel_composite {
+        // Composite is `!custom`: a mismatch is `c == custom`.
+        if c == s.custom {
+            let derived = if s.custom {
+                "not composite (custom)"
+            } else {
+                "composite (a component)"
+            };
+            return Err(mismatch("keelComposite", c.to_string(), derived));
+        }
+    }
+    Ok(())
 }
 
 fn verify_manifest(m: &Manifest) -> Result<()> {
@@ -199,6 +252,7 @@ pub fn verify_resources(resources: &[State]) -> Result<()> {
                 id: s.id.clone(),
             });
         }
+        check_category(s)?;
         if !s.provider.is_empty() {
             check_provider(s, &providers, resources)?;
         }

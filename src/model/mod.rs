@@ -5,6 +5,7 @@
 //! Everything here is plain data and deterministic code: no I/O beyond
 //! `std::io::Read`/`Write` adapters, no async, no actors.
 
+pub mod address;
 pub mod ambient;
 pub mod checkpoint;
 pub mod integrity;
@@ -17,6 +18,7 @@ pub mod state;
 pub mod step;
 pub mod urn;
 
+pub use address::Address;
 pub use ambient::{Clock, IdSource, SharedClock, SharedIds};
 pub use checkpoint::{CheckpointError, CheckpointFile};
 pub use integrity::IntegrityError;

@@ -140,6 +140,20 @@ fn provider_package(ty: &str) -> Option<&str> {
 }
 
 impl Deployment {
+    /// Writes `keelCategory` and `keelComposite` on every entry (pending
+    /// operations' too), as `stack export` carries them: Pulumi ignores
+    /// both keys, and keel checks them on import.
+    pub fn stamp_categories(&mut self) {
+        let stamp = |s: &mut State| {
+            s.keel_category = Some(s.category());
+            s.keel_composite = Some(s.composite());
+        };
+        self.resources.iter_mut().for_each(stamp);
+        for p in &mut self.pending_operations {
+            stamp(&mut p.resource);
+        }
+    }
+
     /// The root stack resource (`pulumi:pulumi:Stack`, not pending
     /// deletion), whose outputs are the stack's outputs.
     pub fn stack_resource(&self) -> Option<&State> {

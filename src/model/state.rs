@@ -139,6 +139,58 @@ json_object! {
         /// The schema version of the type this state was written with
         /// (`architecture.md` §8); 0 is omitted.
         "schemaVersion" => schema_version: u64,
+        /// keel's entry category, written only where the Pulumi fields do
+        /// not already say it (an action); see [`State::category`].
+        "keelCategory" => keel_category: Option<Category>,
+        /// keel's composite flag as read from a `stack export`; always
+        /// `!custom` (see [`State::composite`]).
+        "keelComposite" => keel_composite: Option<bool>,
+        /// The entry's concrete declaration address in a keel program file
+        /// (`group["east"]/server["a"]`), when a program file declared it.
+        "keelAddress" => keel_address: String,
+    }
+}
+
+/// The category of a state entry (unobin's state model): what lifecycle
+/// it has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Category {
+    /// A managed resource (or a component, whose category is that of the
+    /// resources it groups): created, updated, refreshed and deleted
+    /// through its provider.
+    Resource,
+    /// An observation of something the stack does not manage (Pulumi's
+    /// read and external resources): re-read each operation that declares
+    /// it, never refreshed or deleted; dropping its declaration prunes the
+    /// entry.
+    DataSource,
+    /// A side effect run through the provider when its inputs change,
+    /// recorded once it completed: never refreshed or deleted; dropping
+    /// its declaration prunes the entry.
+    Action,
+}
+
+impl Category {
+    /// The name as written in JSON (`resource`, `data-source`, `action`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Resource => "resource",
+            Self::DataSource => "data-source",
+            Self::Action => "action",
+        }
+    }
+
+    /// True for the categories with a provider-side lifecycle (delete,
+    /// refresh): resources only.
+    pub fn has_lifecycle(self) -> bool {
+        self == Self::Resource
+    }
+}
+
+impl std::fmt::Display for Category {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -157,6 +209,30 @@ impl State {
                 }
             }
         }
+    }
+
+    /// The entry's category: `keelCategory` when keel recorded one (an
+    /// action), else derived from Pulumi's fields as for a stack Pulumi
+    /// wrote: an `external` entry is a data source, anything else a
+    /// resource (a component's category is that of what it groups).
+    pub fn category(&self) -> Category {
+        match self.keel_category {
+            Some(c) => c,
+            None if self.external => Category::DataSource,
+            None => Category::Resource,
+        }
+    }
+
+    /// Whether the entry is composite (a component), even with no children.
+    pub fn composite(&self) -> bool {
+        !self.custom
+    }
+
+    /// Marks the entry as an action: an external entry (so Pulumi, reading
+    /// keel's checkpoint, never deletes it either) with `keelCategory`.
+    pub fn mark_action(&mut self) {
+        self.external = true;
+        self.keel_category = Some(Category::Action);
     }
 
     /// A new state with the given identity, as keel builds it.

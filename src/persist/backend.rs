@@ -15,6 +15,7 @@
 //! by `keel stack select`), and keeps removed or renamed stacks' directories
 //! under `backups/` (moved there whole, never deleted).
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -33,6 +34,14 @@ pub const WATERMARK_KEY: &str = "keelJournalSeq";
 /// operation in flight wrote (non-zero only after a mid-operation
 /// compaction; replay keeps later writes after them).
 pub const SPLIT_KEY: &str = "keelJournalSplit";
+
+/// The key of the base checkpoint holding keel's state format.
+pub const FORMAT_KEY: &str = "keelFormat";
+/// The state format this keel writes and reads: 2 adds entry categories
+/// (`keelCategory`, actions) and declaration addresses (`keelAddress`) to
+/// the format keel wrote before it numbered its formats (1: a base with
+/// `keelJournalSeq` and no `keelFormat`).
+pub const STATE_FORMAT: u64 = 2;
 
 /// The file of the backend naming its selected stack.
 pub const SELECTED_FILE: &str = "selected-stack";
@@ -88,6 +97,27 @@ pub enum BackendError {
         path: PathBuf,
         /// Why.
         source: JournalError,
+    },
+    /// The base checkpoint was written by a keel with an older state
+    /// format: it is refused, never converted silently.
+    #[error("stack `{stack}`: {} was written by an older keel (state format {found}; this keel reads format {STATE_FORMAT}). keel does not convert state silently, and nothing was changed. To adopt the stack as it is, import its checkpoint (verified first): `keel stack import --stack {stack} --file {}`; an operation the older keel left unfinished must be finished with it first. Or recreate the stack", .path.display(), .path.display())]
+    OlderFormat {
+        /// The stack.
+        stack: String,
+        /// The base checkpoint.
+        path: PathBuf,
+        /// The format found.
+        found: u64,
+    },
+    /// The base checkpoint has a newer state format than this keel.
+    #[error("stack `{stack}`: {} has state format {found}, newer than this keel reads ({STATE_FORMAT}): use a newer keel. Nothing was changed", .path.display())]
+    NewerFormat {
+        /// The stack.
+        stack: String,
+        /// The base checkpoint.
+        path: PathBuf,
+        /// The format found.
+        found: u64,
     },
     /// The base checkpoint is gone while the files that follow it are
     /// there: keel never removes it, so the stack is not empty.
@@ -256,11 +286,33 @@ pub fn base_bytes(
         crypter.encrypt_deployment(&mut d)?;
     }
     let mut file = CheckpointFile::export(d);
+    file.extra.insert(FORMAT_KEY.into(), STATE_FORMAT.into());
     file.extra.insert(WATERMARK_KEY.into(), seq.into());
     if split > 0 {
         file.extra.insert(SPLIT_KEY.into(), split.into());
     }
     Ok(file.to_vec())
+}
+
+/// Refuses a base checkpoint keel wrote in another state format. A base
+/// with neither `keelFormat` nor `keelJournalSeq` was not written by keel
+/// (a Pulumi checkpoint put in place): it is read as Pulumi's format.
+fn check_format(
+    stack: &str,
+    path: &Path,
+    extra: &BTreeMap<String, serde_json::Value>,
+) -> Result<(), BackendError> {
+    let found = match (extra.get(FORMAT_KEY), extra.contains_key(WATERMARK_KEY)) {
+        (Some(v), _) => v.as_u64().unwrap_or(0),
+        (None, true) => 1,
+        (None, false) => return Ok(()),
+    };
+    let (stack, path) = (stack.to_owned(), path.to_owned());
+    match found.cmp(&STATE_FORMAT) {
+        std::cmp::Ordering::Equal => Ok(()),
+        std::cmp::Ordering::Less => Err(BackendError::OlderFormat { stack, path, found }),
+        std::cmp::Ordering::Greater => Err(BackendError::NewerFormat { stack, path, found }),
+    }
 }
 
 /// A stack's state as read from disk.
@@ -338,6 +390,7 @@ impl StoredStack<'_> {
                         source: Box::new(source),
                     }
                 })?;
+                check_format(stack, self.base_label, &file.extra)?;
                 let seq = file
                     .extra
                     .get(WATERMARK_KEY)

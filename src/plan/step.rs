@@ -50,6 +50,19 @@ impl Step {
             provider_diff: None,
         }
     }
+
+    /// The category and composite flag of the entry the step acts on (its
+    /// new state, else its prior one), for the step's events.
+    pub fn entry_kind(&self) -> (crate::model::state::Category, bool) {
+        match (&self.new, &self.old) {
+            (Some(n), _) => (n.category(), n.composite()),
+            (None, Some(o)) => {
+                let o = crate::model::step::lock(o);
+                (o.category(), o.composite())
+            }
+            (None, None) => (crate::model::state::Category::Resource, false),
+        }
+    }
 }
 
 /// Steps that run one after the other, for one registration (or one delete).

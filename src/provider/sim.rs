@@ -1588,13 +1588,19 @@ impl Provider for SimProvider {
         if let Some(answer) = super::sim_functions::conformance(token, args, decl) {
             return answer.map_err(fail);
         }
+        if super::sim_functions::is_action(token) {
+            if self.cloud.config.fail.contains(token) {
+                return Err(fail("injected failure (`--sim-fail`)".into()));
+            }
+            return Ok(super::sim_functions::action_result(token, args));
+        }
         let cloud = &*self.cloud;
         let Some(ty) = super::sim_functions::looked_up_type(token) else {
             if super::sim_functions::is_data_source(token) {
                 return super::sim_functions::lookup(token, args, &[]).map_err(fail);
             }
             return Err(fail(format!(
-                "the simulated cloud answers only data sources (`get...` and `list...` functions) and the language-conformance packages' functions; serve package `{package}` by its plugin (`--providers plugins`) to call this one"
+                "the simulated cloud answers only data sources (`get...` and `list...` functions), actions (`run...`) and the language-conformance packages' functions; serve package `{package}` by its plugin (`--providers plugins`) to call this one"
             )));
         };
         cloud.counters.reads.fetch_add(1, Ordering::SeqCst);

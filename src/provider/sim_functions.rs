@@ -24,8 +24,16 @@
 //!    derived from the token and the arguments, the same on every run.
 //!    When the cloud holds objects of the type but none matches, the
 //!    lookup fails, as a real data source's does. (A `list<Thing>`
-//!    function is always synthesised.) Any other function is refused: it
-//!    may act, or compute what only its provider knows.
+//!    function is always synthesised.)
+//! 3. **Actions** ([`is_action`], [`action_result`]): a function named
+//!    `run` or `run<Thing>` (`command:local:run`) is a side effect, which
+//!    program files call as `action:` entries. The simulated cloud runs
+//!    nothing: it acknowledges the run with the arguments echoed and a
+//!    `runId` derived from the token and arguments, and fails it when
+//!    `--sim-fail` names the token.
+//!
+//! Any other function is refused: it may act, or compute what only its
+//! provider knows.
 //!
 //! A function may return a single value rather than an object (Pulumi's
 //! `returnType` that is not an object type); [`returns_scalar`] names
@@ -314,6 +322,36 @@ pub(crate) fn is_data_source(token: &str) -> bool {
     })
 }
 
+/// True for an action function: its name is `run` or `run<Thing>`.
+pub(crate) fn is_action(token: &str) -> bool {
+    parts(token).is_some_and(|(_, _, name)| {
+        name.strip_prefix("run")
+            .is_some_and(|rest| rest.chars().next().is_none_or(|c| c.is_ascii_uppercase()))
+    })
+}
+
+/// The simulated cloud's acknowledgement of an action's run: the
+/// arguments echoed, with `runId` (`run-{8 hex}` of the token and
+/// arguments).
+pub(crate) fn action_result(token: &str, args: &PropertyMap) -> PropertyMap {
+    let mut out = args.clone();
+    out.insert(
+        "runId".to_owned(),
+        string(format!("run-{:08x}", short_hash(token, args))),
+    );
+    out
+}
+
+/// A 32-bit hash of a token and its arguments.
+fn short_hash(token: &str, args: &PropertyMap) -> u32 {
+    let mut bytes = token.as_bytes().to_vec();
+    bytes.push(0);
+    bytes.extend(serde_json::to_vec(args).unwrap_or_default());
+    let h = fnv1a(&bytes);
+    // Fold the 64-bit hash into 32 bits; the truncation is intended.
+    ((h >> 32) ^ h) as u32
+}
+
 /// The resource type a data-source function reads, when its name is
 /// `get<Thing>`: `pkg:mod:Thing` (objects whose type is written
 /// `pkg:mod/thing:Thing` are of it too: [`without_module_suffix`]).
@@ -375,12 +413,7 @@ pub(crate) fn lookup(
 fn synthesised(token: &str, args: &PropertyMap) -> PropertyMap {
     let mut out = args.clone();
     if !out.contains_key("id") {
-        let mut bytes = token.as_bytes().to_vec();
-        bytes.push(0);
-        bytes.extend(serde_json::to_vec(args).unwrap_or_default());
-        let h = fnv1a(&bytes);
-        // Fold the 64-bit hash into 32 bits; the truncation is intended.
-        let folded = ((h >> 32) ^ h) as u32;
+        let folded = short_hash(token, args);
         let stem = parts(token)
             .map(|(_, _, n)| n.strip_prefix("get").unwrap_or(n).to_ascii_lowercase())
             .unwrap_or_default();
@@ -392,6 +425,26 @@ fn synthesised(token: &str, args: &PropertyMap) -> PropertyMap {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn actions_are_run_functions_acknowledged_with_a_stable_run_id() {
+        for (token, action) in [
+            ("command:local:run", true),
+            ("fleet:ops:runMigration", true),
+            ("fleet:ops/runMigration:runMigration", true),
+            ("fleet:ops:running", false),
+            ("fleet:ops:getRun", false),
+            ("fleet:ops:Run", false),
+        ] {
+            assert_eq!(is_action(token), action, "{token}");
+        }
+        let a = args(r#"{"command": "echo hi"}"#);
+        let first = action_result("command:local:run", &a);
+        assert_eq!(first.get("command"), a.get("command"));
+        assert_eq!(first, action_result("command:local:run", &a), "stable");
+        let other = action_result("command:local:run", &args(r#"{"command": "echo ho"}"#));
+        assert_ne!(first.get("runId"), other.get("runId"));
+    }
 
     fn args(json: &str) -> PropertyMap {
         serde_json::from_str(json).unwrap()

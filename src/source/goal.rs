@@ -98,6 +98,10 @@ pub struct ResourceOptions {
     /// Component state migrations (`stateMigrations`): callbacks that
     /// reshape the prior subtree before the registration is planned.
     pub state_migrations: super::migration::StateMigrations,
+    /// The concrete declaration address of a program file's entry
+    /// (`group["east"]/server["a"]`, [`crate::model::Address`]); empty
+    /// for programs that have none. Recorded as `keelAddress`.
+    pub address: String,
 }
 
 /// A `RegisterResource` request: the desired state of one resource.
@@ -156,7 +160,7 @@ impl Goal {
 }
 
 /// A `ReadResource` request: adopt an external object read from the cloud.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct ReadGoal {
     /// The type.
     pub ty: TypeToken,
@@ -178,6 +182,12 @@ pub struct ReadGoal {
     pub version: Option<String>,
     /// The provider plugin's download URL (picks the default provider).
     pub plugin_download_url: Option<String>,
+    /// The concrete declaration address (see [`ResourceOptions::address`]).
+    pub address: String,
+    /// An action rather than an observation: the type token names the
+    /// provider function that runs it, `inputs` are its arguments, and it
+    /// runs only when they differ from the last completed run's.
+    pub action: bool,
 }
 
 /// What the engine answers to a registration once its steps completed.

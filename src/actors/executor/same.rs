@@ -59,6 +59,7 @@ pub(crate) fn answer_same(
         return Err(chain);
     }
     let step = chain.steps.remove(0);
+    let (category, composite) = step.entry_kind();
     let diff = if shared.events.is_active() {
         crate::plan::diff::step_diff(&step, shared.config.detailed_diffs).map(Box::new)
     } else {
@@ -67,6 +68,8 @@ pub(crate) fn answer_same(
     shared.events.send(EngineEvent::StepStarted {
         kind: StepKind::Same,
         urn: step.urn.clone(),
+        category,
+        composite,
         diff,
     });
     let reg = step.new.map(|new| {
@@ -85,6 +88,8 @@ pub(crate) fn answer_same(
     shared.events.send(EngineEvent::StepFinished {
         kind: StepKind::Same,
         urn: step.urn,
+        category,
+        composite,
         duration_ms: 0.0,
         error: None,
     });

@@ -8,6 +8,7 @@ use super::shared::{ExecShared, Status};
 use crate::actors::program::RegisterError;
 use crate::events::{EngineEvent, StepFailure};
 use crate::model::snapshot::OperationType;
+use crate::model::state::Category;
 use crate::model::step::{lock, share, StateRef, StepKind};
 use crate::model::{PropertyMap, ProviderRef, State, Urn};
 use crate::persist::{Change, Mutation, PersistError};
@@ -38,6 +39,7 @@ pub(super) async fn run_steps(
     let mut last = None;
     for step in steps {
         let (kind, urn) = (step.kind, step.urn.clone());
+        let (category, composite) = step.entry_kind();
         let diff = if shared.events.is_active() {
             crate::plan::diff::step_diff(&step, shared.config.detailed_diffs).map(Box::new)
         } else {
@@ -46,6 +48,8 @@ pub(super) async fn run_steps(
         shared.events.send(EngineEvent::StepStarted {
             kind,
             urn: urn.clone(),
+            category,
+            composite,
             diff,
         });
         let started = Instant::now();
@@ -60,6 +64,8 @@ pub(super) async fn run_steps(
                 shared.events.send(EngineEvent::StepFinished {
                     kind,
                     urn: urn.clone(),
+                    category,
+                    composite,
                     duration_ms,
                     error: None,
                 });
@@ -73,6 +79,8 @@ pub(super) async fn run_steps(
                 shared.events.send(EngineEvent::StepFinished {
                     kind,
                     urn: urn.clone(),
+                    category,
+                    composite,
                     duration_ms,
                     error: Some(message.clone()),
                 });
@@ -85,6 +93,81 @@ pub(super) async fn run_steps(
     }
     mark(Status::Done);
     last.ok_or(RegisterError::Stopped)
+}
+
+/// A read step answered by a provider function rather than `Read`:
+///
+/// - an **action**: its function, the entry's type token, is invoked with
+///   its inputs, and the answer recorded as its outputs once the run
+///   completed. A failed run records nothing (a prior completed run's
+///   entry stands). A preview does not run it: its result is unknown until
+///   an update does.
+/// - a **lookup** (a data source with no ID): the package's `get<Type>`
+///   function ([`lookup_function`]) is invoked with the entry's inputs; its
+///   answer is the observation, its `id` the entry's ID.
+async fn read_through_function(
+    shared: &ExecShared,
+    provider: std::sync::Arc<dyn crate::provider::Provider>,
+    new: State,
+    old_ref: Option<StateRef>,
+    preview: bool,
+) -> Result<Option<Registered>, StepError> {
+    if new.category() == Category::Action {
+        if preview {
+            return Ok(Some(registered(&new)));
+        }
+        let token = new.ty.as_str().to_owned();
+        return through_function(shared, provider, new, old_ref, &token, false).await;
+    }
+    let token = lookup_function(new.ty.as_str());
+    through_function(shared, provider, new, old_ref, &token, preview).await
+}
+
+/// Invokes `token` with the entry's inputs, in a `reading` pending
+/// operation, and writes the answer as the entry's outputs (a data
+/// source's lookup also takes its ID from the answer's `id`).
+async fn through_function(
+    shared: &ExecShared,
+    provider: std::sync::Arc<dyn crate::provider::Provider>,
+    mut new: State,
+    old_ref: Option<StateRef>,
+    token: &str,
+    preview: bool,
+) -> Result<Option<Registered>, StepError> {
+    let (outputs, op) = bracket(
+        shared,
+        OperationType::Reading,
+        &new,
+        provider.invoke(token, &new.inputs, preview),
+    )
+    .await?;
+    if new.category() != Category::Action {
+        let Some(crate::model::PropertyValue::String(id)) = outputs.get("id").cloned() else {
+            let _ = fail(shared, op).await;
+            return Err(StepError::Other(format!(
+                "looking up {} with `{token}`: the answer has no string `id`; read it by `id` instead",
+                new.urn
+            )));
+        };
+        new.id = id;
+    }
+    new.outputs = outputs;
+    new.mark_secret_outputs();
+    end_write(shared, op, old_ref, new, false, None, None, None).await
+}
+
+/// The lookup function of a type, as Pulumi's packages name them:
+/// `pkg:mod:Thing` -> `pkg:mod:getThing`, `pkg:mod/thing:Thing` ->
+/// `pkg:mod/getThing:getThing`.
+fn lookup_function(ty: &str) -> String {
+    let mut it = ty.splitn(3, ':');
+    let (Some(pkg), Some(module), Some(name)) = (it.next(), it.next(), it.next()) else {
+        return ty.to_owned();
+    };
+    match module.split_once('/') {
+        Some((m, _)) => format!("{pkg}:{m}/get{name}:get{name}"),
+        None => format!("{pkg}:{module}:get{name}"),
+    }
 }
 
 /// Why a step failed.
@@ -718,6 +801,9 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 .new
                 .ok_or_else(|| StepError::Other("read without a goal".into()))?;
             let provider = shared.provider_for(&new)?;
+            if new.category() == Category::Action || new.id.is_empty() {
+                return read_through_function(shared, provider, new, old_ref, preview).await;
+            }
             let (obj, op) = {
                 let req = request(&new, None, preview, 0.0);
                 bracket(shared, OperationType::Reading, &new, provider.read(req)).await?
@@ -758,6 +844,20 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 .persist(Mutation::Apply(Change::Refresh { old: old_ref, new }))
                 .await?;
             Ok(None)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lookup_functions_are_named_as_pulumis_packages_name_them() {
+        for (ty, function) in [
+            ("aws:ec2:Ami", "aws:ec2:getAmi"),
+            ("aws:ec2/vpc:Vpc", "aws:ec2/getVpc:getVpc"),
+            ("fleet:index:Image", "fleet:index:getImage"),
+        ] {
+            assert_eq!(super::lookup_function(ty), function);
         }
     }
 }

@@ -815,6 +815,7 @@ impl<'a> Env<'a> {
             additional_secret_outputs: Vec::new(),
             version: None,
             plugin_download_url: None,
+            ..Default::default()
         };
         let r = self.rt.ctx.read(goal).await.map_err(|e| e.to_string())?;
         refs.insert(stack.to_owned(), r.clone());
@@ -1196,6 +1197,7 @@ impl<'a> Env<'a> {
                 additional_secret_outputs: o.additional_secret_outputs.clone(),
                 version: o.version.clone(),
                 plugin_download_url: o.plugin_download_url.clone(),
+                ..Default::default()
             })
             .await
             .map_err(|e| e.to_string())?

@@ -628,6 +628,7 @@ impl Harness {
             additional_secret_outputs: Vec::new(),
             version: None,
             plugin_download_url: None,
+            ..Default::default()
         };
         for (k, v) in args {
             match (*k, *v) {

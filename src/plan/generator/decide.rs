@@ -115,6 +115,7 @@ impl Planner {
             .collect();
         new.protect = goal.options.protect;
         new.retain_on_delete = goal.options.retain_on_delete;
+        new.keel_address.clone_from(&goal.options.address);
         new.deleted_with = goal.options.deleted_with.clone().unwrap_or_default();
         new.custom_timeouts = goal.options.custom_timeouts.clone().unwrap_or_default();
         new.ignore_changes = goal.options.ignore_changes.clone();
@@ -176,7 +177,7 @@ impl Planner {
         let mut refs: Vec<Urn> = new.references().map(|(_, u)| u.clone()).collect();
         // A resource of a targeted provider is its dependent too.
         refs.extend(provider.as_ref().map(|r| r.urn().clone()));
-        let in_scope = self.in_scope(&urn, &goal.ty, refs.iter());
+        let in_scope = self.in_scope(&urn, &goal.ty, &goal.options.address, refs.iter());
         if in_scope {
             if let Some(d) = refs.iter().find(|d| self.skipped.contains(*d)) {
                 return Err(PlanError::UntargetedDependency {
@@ -844,9 +845,29 @@ impl Planner {
         let mut new = p.new;
         new.id = goal.id.clone();
         new.external = true;
+        new.keel_address.clone_from(&goal.address);
         new.additional_secret_outputs
             .clone_from(&goal.additional_secret_outputs);
-        let steps = vec![Step::new(StepKind::Read, p.urn, p.old, Some(new))];
+        let mut kind = StepKind::Read;
+        if goal.action {
+            new.mark_action();
+            // An action runs again only when its inputs changed since the
+            // last completed run (or it was something else before): else
+            // the recorded run stands, with its outputs.
+            if let Some(o) = &p.old {
+                let o = lock(o);
+                if o.category() == crate::model::state::Category::Action
+                    && o.ty == new.ty
+                    && o.inputs == new.inputs
+                    && !o.taint
+                {
+                    new.id.clone_from(&o.id);
+                    new.outputs = o.outputs.clone();
+                    kind = StepKind::Same;
+                }
+            }
+        }
+        let steps = vec![Step::new(kind, p.urn, p.old, Some(new))];
         Ok((p.default_provider.map(|b| *b), Chain { steps, waits_for }))
     }
 }

@@ -128,13 +128,19 @@ impl Planner {
         }
     }
 
-    /// Refresh steps: one per prior custom resource (not providers).
+    /// Refresh steps: one per prior custom resource (not providers). Data
+    /// sources and actions have no refresh lifecycle (unobin's model): an
+    /// observation is re-read by the operations that declare it, and a
+    /// completed action's record stays as it ran.
     pub(crate) fn refreshes(&mut self) -> Vec<Step> {
         self.olds
             .iter()
             .filter_map(|s| {
                 let st = lock(s);
-                (st.custom && !st.ty.is_provider() && !st.pending_replacement)
+                (st.custom
+                    && st.category().has_lifecycle()
+                    && !st.ty.is_provider()
+                    && !st.pending_replacement)
                     .then(|| Step::new(StepKind::Refresh, st.urn.clone(), Some(s.clone()), None))
             })
             .collect()

@@ -274,6 +274,12 @@ pub struct UpdateOptions {
     pub excludes: Vec<Urn>,
     /// `--exclude` globs.
     pub exclude_globs: Vec<UrnGlob>,
+    /// `--target` declaration addresses (concrete, base or declaration):
+    /// the entries they name ([`crate::model::Address::matches`]) are
+    /// targets too.
+    pub target_addresses: Vec<crate::model::Address>,
+    /// `--exclude` declaration addresses.
+    pub exclude_addresses: Vec<crate::model::Address>,
     /// `--exclude-dependents`: nor what depends on them.
     pub exclude_dependents: bool,
     /// `--replace`: force these resources to be replaced.
@@ -298,12 +304,24 @@ pub struct UpdateOptions {
 impl UpdateOptions {
     /// True when the update is restricted to part of the stack.
     pub fn is_targeted(&self) -> bool {
-        !self.targets.is_empty()
-            || !self.target_globs.is_empty()
-            || !self.excludes.is_empty()
-            || !self.exclude_globs.is_empty()
+        self.has_targets()
+            || self.has_excludes()
             || !self.replaces.is_empty()
             || !self.target_snippets.is_empty()
+    }
+
+    /// True when `--target` named something (a URN, glob or address).
+    pub fn has_targets(&self) -> bool {
+        !self.targets.is_empty()
+            || !self.target_globs.is_empty()
+            || !self.target_addresses.is_empty()
+    }
+
+    /// True when `--exclude` named something (a URN, glob or address).
+    pub fn has_excludes(&self) -> bool {
+        !self.excludes.is_empty()
+            || !self.exclude_globs.is_empty()
+            || !self.exclude_addresses.is_empty()
     }
 }
 

@@ -93,26 +93,29 @@ impl Planner {
         &mut self,
         urn: &Urn,
         ty: &TypeToken,
+        address: &str,
         refs: impl Iterator<Item = &'a Urn>,
     ) -> bool {
         if ty.is_provider() || ty.is_stack() {
             return true;
         }
         let o = &self.opts.update;
-        if !o.targets.is_empty() || !o.target_globs.is_empty() {
+        if o.has_targets() {
             let refs: Vec<&Urn> = refs.collect();
             let hit = o.targets.contains(urn)
                 || o.target_globs.iter().any(|g| g.matches(urn))
+                || addressed(&o.target_addresses, address)
                 || (o.target_dependents && refs.iter().any(|d| self.targeted.contains(*d)));
             if hit {
                 self.targeted.insert(urn.clone());
             }
             return hit;
         }
-        if !o.excludes.is_empty() || !o.exclude_globs.is_empty() {
+        if o.has_excludes() {
             let refs: Vec<&Urn> = refs.collect();
             let out = o.excludes.contains(urn)
                 || o.exclude_globs.iter().any(|g| g.matches(urn))
+                || addressed(&o.exclude_addresses, address)
                 || (o.exclude_dependents && refs.iter().any(|d| self.excluded.contains(*d)));
             if out {
                 self.excluded.insert(urn.clone());
@@ -143,39 +146,52 @@ impl Planner {
             }
             set
         };
-        // The prior states a glob names.
-        let globbed = |globs: &[UrnGlob]| -> Vec<Urn> {
-            if globs.is_empty() {
+        // The prior states a glob or an address names.
+        let globbed = |globs: &[UrnGlob], addresses: &[crate::model::Address]| -> Vec<Urn> {
+            if globs.is_empty() && addresses.is_empty() {
                 return Vec::new();
             }
             self.olds
                 .iter()
-                .map(|s| lock(s).urn.clone())
-                .filter(|u| globs.iter().any(|g| g.matches(u)))
+                .filter_map(|s| {
+                    let s = lock(s);
+                    (globs.iter().any(|g| g.matches(&s.urn))
+                        || addressed(addresses, &s.keel_address))
+                    .then(|| s.urn.clone())
+                })
                 .collect()
         };
-        if !o.targets.is_empty() || !o.target_globs.is_empty() {
+        if o.has_targets() {
             let seed = o
                 .targets
                 .iter()
                 .chain(&self.targeted)
                 .cloned()
-                .chain(globbed(&o.target_globs))
+                .chain(globbed(&o.target_globs, &o.target_addresses))
                 .collect();
             return DeleteScope::Only(close(seed, o.target_dependents));
         }
-        if !o.excludes.is_empty() || !o.exclude_globs.is_empty() {
+        if o.has_excludes() {
             let seed = o
                 .excludes
                 .iter()
                 .chain(&self.excluded)
                 .cloned()
-                .chain(globbed(&o.exclude_globs))
+                .chain(globbed(&o.exclude_globs, &o.exclude_addresses))
                 .collect();
             return DeleteScope::AllBut(close(seed, o.exclude_dependents));
         }
         DeleteScope::All
     }
+}
+
+/// Whether an entry with the concrete `address` (empty: none) is named by
+/// one of `patterns`.
+fn addressed(patterns: &[crate::model::Address], address: &str) -> bool {
+    if patterns.is_empty() || address.is_empty() {
+        return false;
+    }
+    crate::model::Address::parse(address).is_ok_and(|a| patterns.iter().any(|p| p.matches(&a)))
 }
 
 /// The prior states an operation may delete.
