@@ -414,6 +414,15 @@ fn targets_accept_concrete_base_and_declaration_addresses() {
             .collect();
         assert_eq!(updated, want, "--target {target}");
     }
+    // An address naming no declaration, or a key its config-driven
+    // `forEach` does not have, is refused before anything runs.
+    for bad in [r#"group["north"]/server"#, "disk[2]", "server"] {
+        let (_, err) = k.expect(2, &["up", "--program", &changed, "--target", bad]);
+        assert!(
+            err.contains("names no declaration or expansion"),
+            "{bad}: {err}"
+        );
+    }
     // A malformed address is bad usage, and nothing runs.
     let (_, err) = k.expect(2, &["up", "--program", &changed, "--target", "server[x]"]);
     assert!(err.contains("not an address"), "{err}");

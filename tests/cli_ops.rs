@@ -308,7 +308,7 @@ fn flags_not_supported_yet_exit_2_and_change_nothing() {
         ),
         (
             &["up", "--program", &v1, "--target", "not-a-urn"],
-            "--target not-a-urn: no declaration",
+            "--target not-a-urn: names no declaration",
         ),
         (
             &["up", "--program", &v1, "--target", "not[a-urn"],

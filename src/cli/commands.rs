@@ -992,18 +992,11 @@ fn check_names(
     stack: &str,
     prior: &Deployment,
 ) -> Result<(), CliError> {
-    // An address names a declaration of the program file (its keys are
-    // known only as the program runs) or an entry of the stack.
-    let declared: BTreeSet<crate::model::Address> = file
-        .map(|f| {
-            f.resources
-                .keys()
-                .map(|n| f.declaration_address(n))
-                .collect()
-        })
-        .unwrap_or_default();
+    // An address names an expansion the program file may declare (keys
+    // are checked where they are known before it runs: literal or config
+    // `forEach`/`count`) or an entry of the stack.
     let addressed = |a: &crate::model::Address| {
-        declared.contains(&a.declaration())
+        file.is_some_and(|f| f.may_address(a))
             || prior
                 .resources
                 .iter()

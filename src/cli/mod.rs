@@ -261,7 +261,7 @@ pub enum CliError {
     },
     /// A `--target` or `--exclude` address names no declaration of the
     /// program file and no entry of the stack.
-    #[error("{flag} {address}: no declaration of the program file and no entry of stack `{stack}` has this address; an address is a keel program file's declaration names joined by `/`, with keys (`group[\"east\"]/server[\"a\"]`, `group/server`); otherwise give a URN or a glob")]
+    #[error("{flag} {address}: names no declaration or expansion of the program file (keys are checked where `forEach` or `count` is a literal or config) and no entry of stack `{stack}`; an address is a keel program file's declaration names joined by `/`, with keys (`group[\"east\"]/server[\"a\"]`, `group/server`); otherwise give a URN or a glob")]
     NoSuchAddress {
         /// The flag.
         flag: &'static str,

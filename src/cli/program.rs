@@ -697,6 +697,55 @@ impl ProgramFile {
         )
     }
 
+    /// The keys of the declaration `name` when they are known before the
+    /// program runs: its `forEach`/`count` refers to no resource (a
+    /// literal, or config). `None` when they come from an output, when it
+    /// is not iterated, or when its value is invalid (reported elsewhere).
+    pub fn static_keys(&self, name: &str) -> Option<Vec<Key>> {
+        let (t, count) = match &self.resources.get(name)?.iterate {
+            Some(Iteration::ForEach(t)) => (t, false),
+            Some(Iteration::Count(t)) => (t, true),
+            None => return None,
+        };
+        if t.references()
+            .iter()
+            .any(|r| !matches!(r, super::template::Reference::Config(_)))
+        {
+            return None;
+        }
+        let resources = HashMap::new();
+        let env = super::template::Env {
+            config: &self.config,
+            resources: &resources,
+            preview: false,
+            each: None,
+        };
+        let v = t.eval(&env).ok()?;
+        let keys = if count {
+            expansion_keys(None, Some(&v))
+        } else {
+            expansion_keys(Some(&v), None)
+        };
+        Some(keys.ok()?.into_iter().map(|(k, _)| k).collect())
+    }
+
+    /// Whether `address` can name an expansion of this program: its
+    /// declaration exists, and every key it gives is one of its
+    /// declaration's keys where those are known before the program runs.
+    pub fn may_address(&self, address: &crate::model::Address) -> bool {
+        let declared = self
+            .resources
+            .keys()
+            .any(|n| self.declaration_address(n) == address.declaration());
+        declared
+            && address.0.iter().all(|seg| match &seg.key {
+                None => true,
+                Some(k) => self
+                    .static_keys(&seg.name)
+                    .is_none_or(|keys| keys.contains(k)),
+            })
+    }
+
     /// Whether the entry `name` expands: it, or a component it is declared
     /// inside (`options.parent`, transitively), has `forEach` or `count`.
     pub fn expands(&self, name: &str) -> bool {
