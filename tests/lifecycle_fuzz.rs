@@ -7,8 +7,9 @@
 //! orders, deletes, renames and re-parents through aliases, component
 //! migrations that rename, move or fold several resources into a
 //! sub-component, retype, and split a resource's `tier` setting out into a
-//! facet resource of its own with an external `command:` migration) and
-//! runs one command: `up`
+//! facet resource of its own with an external `command:` migration; top-level
+//! `forEach` fan-outs whose keys are added, removed and reordered, and
+//! actions whose inputs change) and runs one command: `up`
 //! (with either persister, any parallelism, injected provider failures,
 //! `--continue-on-error`, `--target`, `--exclude`, or SIGKILL at a random
 //! moment), `preview`, `refresh` or `destroy` (whole or targeted). After
@@ -21,7 +22,7 @@
 //! - a facet's object in the cloud has its host;
 //! - a clean, untargeted `up` that exited 0 left exactly the program's
 //!   resources, each with one cloud object (or, for a facet resource a
-//!   split made, carried by its host), and nothing else.
+//!   split made, carried by its host; an action has none), and nothing else.
 //!
 //! An episode ends with `refresh` and a clean `up`, which must converge to
 //! exactly the program, and a preview that plans only `same` steps.
@@ -153,10 +154,29 @@ struct Res {
     host: Option<String>,
 }
 
+/// A top-level entry outside the mutations of [`Res`]: a custom resource
+/// expanded by `forEach`, or an action.
+#[derive(Debug, Clone)]
+enum Extra {
+    /// `forEach: keys`, each expansion's `zone` its key.
+    Fanout {
+        ty: String,
+        keys: Vec<String>,
+        size: u64,
+    },
+    /// `action: fz:ops:runJob` with `size` as its argument.
+    Action { size: u64 },
+}
+
+/// The function the fuzzer's actions run (the simulated cloud answers
+/// `run<Thing>`).
+const ACTION_FN: &str = "fz:ops:runJob";
+
 /// The program as the fuzzer means it.
 #[derive(Debug, Clone, Default)]
 struct Model {
     res: BTreeMap<String, Res>,
+    extras: BTreeMap<String, Extra>,
     next: u64,
     secrets: bool,
     /// Every secret plaintext ever used.
@@ -282,16 +302,50 @@ impl Model {
             }
             resources.insert(k.clone(), body);
         }
+        for (k, e) in &self.extras {
+            let body = match e {
+                Extra::Fanout { ty, keys, size } => json!({
+                    "type": ty,
+                    "forEach": keys,
+                    "properties": { "size": size, "zone": "${each.key}" },
+                }),
+                Extra::Action { size } => json!({
+                    "action": ACTION_FN,
+                    "properties": { "size": size },
+                }),
+            };
+            resources.insert(k.clone(), body);
+        }
         json!({ "name": PROJECT, "resources": resources })
     }
 
     /// What a clean `up` must leave: the URN of every program resource and
     /// whether it is custom.
     fn expected(&self) -> BTreeMap<String, bool> {
-        self.res
+        let mut out: BTreeMap<String, bool> = self
+            .res
             .iter()
             .map(|(k, r)| (self.urn(k), !r.component))
-            .collect()
+            .collect();
+        for (k, e) in &self.extras {
+            match e {
+                Extra::Fanout { ty, keys, .. } => {
+                    for key in keys {
+                        out.insert(
+                            format!("urn:pulumi:{STACK}::{PROJECT}::{ty}::{k}[\"{key}\"]"),
+                            true,
+                        );
+                    }
+                }
+                Extra::Action { .. } => {
+                    out.insert(
+                        format!("urn:pulumi:{STACK}::{PROJECT}::{ACTION_FN}::{k}"),
+                        true,
+                    );
+                }
+            }
+        }
+        out
     }
 
     /// Forgets aliases and migrations once a clean `up` applied them.
@@ -321,6 +375,9 @@ impl Model {
 
 /// One mutation of the program; returns what it did, for the transcript.
 fn mutate(m: &mut Model, rng: &mut Rng) -> String {
+    if rng.chance(10) {
+        return mutate_extra(m, rng);
+    }
     let customs = m.keys(|r| !r.component);
     let components = m.keys(|r| r.component);
     let choice = if m.res.len() < 3 { 0 } else { rng.below(100) };
@@ -469,6 +526,65 @@ fn mutate(m: &mut Model, rng: &mut Rng) -> String {
             format!("re-parent {k} under {to:?} (alias)")
         }
         _ => migrate(m, rng),
+    }
+}
+
+/// A fan-out or an action: added, its keys added, removed or reordered,
+/// its inputs changed (an action then runs again), or removed.
+fn mutate_extra(m: &mut Model, rng: &mut Rng) -> String {
+    const KEYS: [&str; 4] = ["a", "b", "c", "d"];
+    let existing: Vec<String> = m.extras.keys().cloned().collect();
+    let Some(k) = rng.pick(&existing).filter(|_| !rng.chance(30)) else {
+        if rng.chance(50) {
+            let key = m.fresh("f");
+            let keys: Vec<String> = KEYS
+                .iter()
+                .filter(|_| rng.chance(50))
+                .map(|s| (*s).to_owned())
+                .collect();
+            let ty = rng.pick(&CUSTOM_TYPES).unwrap().to_owned();
+            let what = format!("add fan-out {key} over {keys:?}");
+            m.extras.insert(key, Extra::Fanout { ty, keys, size: 0 });
+            return what;
+        }
+        let key = m.fresh("x");
+        m.extras.insert(key.clone(), Extra::Action { size: 0 });
+        return format!("add action {key}");
+    };
+    if rng.chance(15) {
+        m.extras.remove(&k);
+        return format!("remove {k}");
+    }
+    match m.extras.get_mut(&k).unwrap() {
+        Extra::Action { size } => {
+            *size += 1;
+            format!("change action {k}'s input (it runs again)")
+        }
+        Extra::Fanout { keys, size, .. } => match rng.below(4) {
+            0 => {
+                let add = rng.pick(&KEYS).unwrap().to_owned();
+                if keys.contains(&add) {
+                    return "nothing".into();
+                }
+                keys.push(add.clone());
+                format!("fan-out {k}: add key {add}")
+            }
+            1 => {
+                let Some(gone) = rng.pick(keys) else {
+                    return "nothing".into();
+                };
+                keys.retain(|x| *x != gone);
+                format!("fan-out {k}: remove key {gone}")
+            }
+            2 => {
+                keys.reverse();
+                format!("fan-out {k}: reorder to {keys:?}")
+            }
+            _ => {
+                *size += 1;
+                format!("fan-out {k}: update every expansion")
+            }
+        },
     }
 }
 
@@ -920,7 +1036,7 @@ impl Fuzz {
                     &format!("{urn} is in the state but not in the program"),
                 );
             }
-            if r["custom"] == true && !w.has(&r["type"], &r["id"]) {
+            if r["custom"] == true && r["external"] != true && !w.has(&r["type"], &r["id"]) {
                 if !w.carried(r) {
                     self.fail(step, &format!("{urn} has no cloud object"));
                 }
@@ -937,7 +1053,9 @@ impl Fuzz {
                 _ => {}
             }
         }
-        let customs = expected.values().filter(|c| **c).count();
+        // Actions (external entries) have no cloud object.
+        let actions = resources.iter().filter(|r| r["external"] == true).count();
+        let customs = expected.values().filter(|c| **c).count() - actions;
         if w.cloud.len() + carried != customs {
             self.fail(
                 step,
