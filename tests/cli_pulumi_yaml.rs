@@ -863,16 +863,49 @@ fn a_compiler_writes_the_template() {
         "name: compiled\nruntime:\n  name: yaml\n  options:\n    compiler: sh ./gen.sh --flavour 'two words'\n",
         None,
     );
-    // The compiler sees its arguments and the stack, and prints the template.
+    // The compiler sees its arguments, the stack and the stack's config
+    // (`PULUMI_CONFIG`, as JSON), and prints the template.
     std::fs::write(
         Path::new(&dir).join("gen.sh"),
-        "printf 'resources:\\n  made:\\n    type: sim:Made\\n    properties:\\n      arg: \"%s\"\\n      stack: %s\\n' \"$2\" \"$PULUMI_STACK\"\n",
+        "printf 'resources:\\n  made:\\n    type: sim:Made\\n    properties:\\n      arg: \"%s\"\\n      stack: %s\\n      config: %s\\n' \"$2\" \"$PULUMI_STACK\" \"$PULUMI_CONFIG\"\n",
     )
     .expect("gen.sh");
+    k.ok(&["config", "set", "--program", &dir, "size", "3"]);
     k.ok(&["up", "--program", &dir, "--yes"]);
     let made = resource(&k.export(), "made").clone();
     assert_eq!(made["inputs"]["arg"], "two words");
     assert_eq!(made["inputs"]["stack"], "dev");
+    assert_eq!(
+        made["inputs"]["config"],
+        serde_json::json!({"compiled:size": "3"})
+    );
+
+    // A secure value reaches the compiler decrypted, and never shows in
+    // what keel prints of a failing one.
+    let mut k = k;
+    k.passphrase = Some("pw".into());
+    k.ok(&[
+        "config",
+        "set",
+        "--program",
+        &dir,
+        "--secret",
+        "token",
+        "hunter2-xyz",
+    ]);
+    std::fs::write(
+        Path::new(&dir).join("gen.sh"),
+        "echo \"$PULUMI_CONFIG\" >&2\nexit 4\n",
+    )
+    .expect("gen.sh");
+    let (out, err) = k.expect(2, &["up", "--program", &dir, "--yes"]);
+    assert!(err.contains(r#""compiled:token":"[secret]""#), "{err}");
+    assert!(
+        !err.contains("hunter2-xyz") && !out.contains("hunter2-xyz"),
+        "{err}"
+    );
+    k.ok(&["config", "rm", "--program", &dir, "token"]);
+    k.passphrase = None;
 
     // A failing compiler, or one not installed, is exit 2 before anything
     // runs, quoting what it said.

@@ -617,7 +617,20 @@ impl ProgramSource {
                 .unwrap_or_else(|| super::config::project_name(path));
             let config = StackConfig::load(&dir, stack, &project)?;
             let keys = config.keys().into_iter().collect();
-            let p = super::pyaml::load(&layout, stack, &keys)?;
+            // A compiler is given the stack's config (`PULUMI_CONFIG`) as far
+            // as it resolves now (secure values need the stack's key, which
+            // `apply_config` has: it compiles again when that differs).
+            let early = match &layout.compiler {
+                None => Vec::new(),
+                Some(_) if config.has_secure() => super::config::resolve_for_operation(
+                    &config,
+                    &crate::secrets::Crypter::default(),
+                    stack,
+                )
+                .unwrap_or_default(),
+                Some(_) => config.resolve(None).unwrap_or_default(),
+            };
+            let p = super::pyaml::load(&layout, stack, &keys, &early)?;
             return Ok((Self::Yaml(p), config));
         }
         if path.is_dir() {
@@ -642,7 +655,12 @@ impl ProgramSource {
     fn apply_config(&mut self, config: &[crate::config::Resolved]) -> Result<(), CliError> {
         match self {
             Self::File(f) => f.apply_stack_config(config),
-            Self::Yaml(y) => y.apply_config(config)?,
+            Self::Yaml(y) => {
+                if let Some(made) = y.recompiled(config)? {
+                    *y = made;
+                }
+                y.apply_config(config)?;
+            }
             Self::Python(p) => {
                 let with = p.clone().with_config(config);
                 *p = with;

@@ -194,10 +194,18 @@ pub fn load(
     layout: &Layout,
     stack: &str,
     stack_config: &BTreeSet<String>,
+    config: &[crate::config::Resolved],
 ) -> Result<PyamlProgram, PyamlError> {
+    let compiled_with = layout.compiler.as_ref().map(|_| config_json(config));
     let (file, bytes, json) = match &layout.compiler {
         Some(command) => {
-            let bytes = compile(layout, command, stack)?;
+            let secrets: Vec<&str> = config
+                .iter()
+                .filter(|r| r.secret && !r.text.is_empty())
+                .map(|r| r.text.as_str())
+                .collect();
+            let given = compiled_with.as_deref().unwrap_or("{}");
+            let bytes = compile(layout, command, stack, given, &secrets)?;
             let first = command.split_whitespace().next().unwrap_or(command);
             (
                 PathBuf::from(format!("<stdout of compiler {first}>")),
@@ -245,22 +253,61 @@ pub fn load(
         Some(mut prog) if issues.is_empty() => {
             prog.warnings = warnings;
             prog.packages = package_decls(&layout.dir)?;
+            prog.compiled = compiled_with.map(|c| Box::new((layout.clone(), stack.to_owned(), c)));
             Ok(prog)
         }
         _ => Err(PyamlError::Invalid(issues)),
     }
 }
 
+/// `PULUMI_CONFIG` as Pulumi's language hosts set it: a JSON object of
+/// `namespace:name` to the value as text (secure values decrypted).
+pub(crate) fn config_json(config: &[crate::config::Resolved]) -> String {
+    let map: serde_json::Map<String, serde_json::Value> = config
+        .iter()
+        .map(|r| (r.key.clone(), serde_json::Value::String(r.text.clone())))
+        .collect();
+    serde_json::Value::Object(map).to_string()
+}
+
+impl PyamlProgram {
+    /// The program made again by its compiler when the stack's resolved
+    /// config differs from what it was made with (`None` when it was not
+    /// compiled, or the config is the same). Its problems are reported as
+    /// at load, before anything runs.
+    ///
+    /// # Errors
+    /// As [`load`].
+    pub fn recompiled(
+        &self,
+        config: &[crate::config::Resolved],
+    ) -> Result<Option<PyamlProgram>, PyamlError> {
+        match self.compiled.as_deref() {
+            Some((layout, stack, with)) if *with != config_json(config) => {
+                load(layout, stack, &self.stack_keys, config).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+}
+
 /// Runs the project's compiler (`runtime.options.compiler`, split as a
 /// shell would, not run by one) in the program directory, as Pulumi YAML
-/// does, with `PULUMI_STACK`, `PULUMI_PROJECT`, `PULUMI_ORGANIZATION` and
-/// `PULUMI_ROOT_DIRECTORY` set (not `PULUMI_CONFIG`: keel does not give the
-/// compiler the stack's config yet); its standard output is the template.
+/// does, with `PULUMI_STACK`, `PULUMI_PROJECT`, `PULUMI_ORGANIZATION`,
+/// `PULUMI_CONFIG` (`config`, [`config_json`]) and `PULUMI_ROOT_DIRECTORY`
+/// set; its standard output is the template. `secrets` (the plaintexts of
+/// secure values in `config`) are masked in what its failure quotes.
 ///
 /// # Errors
 /// [`PyamlError::Compiler`]: the command cannot be split or started, or
 /// it fails (its standard error is quoted).
-fn compile(layout: &Layout, command: &str, stack: &str) -> Result<Vec<u8>, PyamlError> {
+fn compile(
+    layout: &Layout,
+    command: &str,
+    stack: &str,
+    config: &str,
+    secrets: &[&str],
+) -> Result<Vec<u8>, PyamlError> {
     let fail = |message: String| PyamlError::Compiler {
         command: command.to_owned(),
         message,
@@ -275,6 +322,7 @@ fn compile(layout: &Layout, command: &str, stack: &str) -> Result<Vec<u8>, Pyaml
         .env("PULUMI_STACK", stack)
         .env("PULUMI_PROJECT", layout.project.as_deref().unwrap_or_default())
         .env("PULUMI_ORGANIZATION", "organization")
+        .env("PULUMI_CONFIG", config)
         .env("PULUMI_ROOT_DIRECTORY", root)
         .stdin(std::process::Stdio::null())
         .output()
@@ -286,10 +334,15 @@ fn compile(layout: &Layout, command: &str, stack: &str) -> Result<Vec<u8>, Pyaml
             _ => fail(format!("it could not be started: {e}")),
         })?;
     if !out.status.success() {
+        // The compiler was given the decrypted config: what it says never
+        // shows a secret's plaintext.
+        let mut said = String::from_utf8_lossy(&out.stderr).trim_end().to_owned();
+        for s in secrets {
+            said = said.replace(s, "[secret]");
+        }
         return Err(fail(format!(
-            "it failed ({}); its standard error:\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim_end()
+            "it failed ({}); its standard error:\n{said}",
+            out.status
         )));
     }
     Ok(out.stdout)

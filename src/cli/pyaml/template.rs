@@ -346,6 +346,10 @@ pub struct PyamlProgram {
     pub(crate) stack_keys: BTreeSet<String>,
     /// The stack's config values once applied (`ns:key`).
     pub(crate) stack: BTreeMap<String, PropertyValue>,
+    /// For a template a compiler made: what it was made from (the layout,
+    /// the stack, and the `PULUMI_CONFIG` the compiler was given), so that
+    /// the stack's resolved config can make it again when that differs.
+    pub(crate) compiled: Option<Box<(super::Layout, String, String)>>,
 }
 
 const TOP: &[&str] = &[
@@ -555,6 +559,7 @@ impl Loader {
             values: BTreeMap::new(),
             stack_keys: stack_keys.clone(),
             stack: BTreeMap::new(),
+            compiled: None,
         };
         let entries = self.record(&[], top, TOP, &mut |this, k, _| match k {
             "components" => this.parser.error(
