@@ -416,12 +416,12 @@ pub trait Provider: Send + Sync + 'static {
     }
 
     /// True when the function `token` returns a single value rather than
-    /// an object (a schema `returnType` that is not an object type): the
-    /// provider answers with an object of one property, and a language
+    /// an object (a schema function whose `outputs` is not an object type):
+    /// the provider answers with an object of one property, and a language
     /// host that is not asked for a property unwraps it, as Pulumi's SDKs
-    /// do. False by default (plugins: keel does not read function
-    /// schemas yet).
-    fn returns_scalar(&self, token: &str) -> bool {
+    /// do. False by default; a plugin reads its schema (`GetSchema`) the
+    /// first time it is asked.
+    async fn returns_scalar(&self, token: &str) -> bool {
         let _ = token;
         false
     }

@@ -1624,7 +1624,7 @@ impl Provider for SimProvider {
         super::sim_functions::lookup(token, args, &candidates).map_err(fail)
     }
 
-    fn returns_scalar(&self, token: &str) -> bool {
+    async fn returns_scalar(&self, token: &str) -> bool {
         super::sim_functions::returns_scalar(token)
     }
 

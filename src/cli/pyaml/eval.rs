@@ -902,7 +902,7 @@ impl<'a> Env<'a> {
                 .map_err(|e| format!("invoke of {token}: {e}"))?;
             // A function returning a single value answers with an object of
             // one property; without `return`, the value itself is meant.
-            if i.ret.is_none() && provider.returns_scalar(&token) && result.len() == 1 {
+            if i.ret.is_none() && result.len() == 1 && provider.returns_scalar(&token).await {
                 let v = result.into_values().next().unwrap_or_default();
                 return Ok(wrap(v, is_secret));
             }

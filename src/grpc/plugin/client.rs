@@ -563,6 +563,27 @@ fn seconds(t: Option<std::time::Duration>) -> f64 {
     t.map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// The functions of a package schema (JSON) that return a single value:
+/// those whose `outputs` is a type that is not an object with
+/// `properties` (Pulumi's `ReturnTypeSpec` with a `TypeSpec`). An
+/// unreadable schema has none.
+pub(crate) fn scalar_functions(schema: &str) -> BTreeSet<String> {
+    let Ok(doc) = serde_json::from_str::<serde_json::Value>(schema) else {
+        return BTreeSet::new();
+    };
+    doc.get("functions")
+        .and_then(serde_json::Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter(|(_, f)| {
+            f.get("outputs")
+                .and_then(serde_json::Value::as_object)
+                .is_some_and(|o| !o.is_empty() && !o.contains_key("properties"))
+        })
+        .map(|(token, _)| token.clone())
+        .collect()
+}
+
 /// A Pulumi resource-provider plugin as a keel [`Provider`].
 ///
 /// Cheap calls share one tonic channel (a clone per call); the negotiated
@@ -575,6 +596,9 @@ pub struct PluginProvider {
     client: ResourceProviderClient<Channel>,
     protocol: Mutex<Protocol>,
     configured: Mutex<Configured>,
+    /// The functions whose schema returns a single value, read from
+    /// `GetSchema` the first time a caller asks ([`scalar_functions`]).
+    scalars: tokio::sync::OnceCell<BTreeSet<String>>,
 }
 
 impl PluginProvider {
@@ -600,6 +624,7 @@ impl PluginProvider {
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             protocol: Mutex::new(Protocol::default()),
             configured: Mutex::new(Configured::No),
+            scalars: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -1282,6 +1307,23 @@ impl Provider for PluginProvider {
         Ok(())
     }
 
+    async fn returns_scalar(&self, token: &str) -> bool {
+        let scalars = self
+            .scalars
+            .get_or_init(|| async {
+                // A plugin without a schema: none (objects as they come).
+                let Ok(text) = self.get_schema().await else {
+                    return BTreeSet::new();
+                };
+                // Schemas run to tens of megabytes: parsed off the runtime.
+                tokio::task::spawn_blocking(move || scalar_functions(&text))
+                    .await
+                    .unwrap_or_default()
+            })
+            .await;
+        scalars.contains(token)
+    }
+
     async fn invoke(&self, token: &str, args: &PropertyMap, preview: bool) -> Result<PropertyMap> {
         let call_failed = |message: String| ProviderError::Call {
             operation: "invoke",
@@ -1876,6 +1918,8 @@ mod tests {
         #[derive(Clone, Default)]
         pub(super) struct Fake {
             pub handshake: bool,
+            /// `GetSchema`'s answer (unimplemented when `None`).
+            pub schema: Option<String>,
             pub seen: Arc<Mutex<Seen>>,
         }
 
@@ -1903,7 +1947,13 @@ mod tests {
                 &self,
                 _r: Request<pb::GetSchemaRequest>,
             ) -> std::result::Result<Response<pb::GetSchemaResponse>, Status> {
-                unimplemented()
+                self.seen.locked().calls.push("GetSchema");
+                match &self.schema {
+                    Some(schema) => Ok(Response::new(pb::GetSchemaResponse {
+                        schema: schema.clone(),
+                    })),
+                    None => unimplemented(),
+                }
             }
             async fn check_config(
                 &self,
@@ -2259,6 +2309,49 @@ mod tests {
             e.to_string().contains("plugin pulumi-resource-fake v1.2.3"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn scalar_functions_are_those_whose_outputs_are_not_objects() {
+        let schema = r#"{"name": "p", "functions": {
+            "p:index:number": {"outputs": {"type": "number"}},
+            "p:index:list": {"outputs": {"type": "array", "items": {"type": "boolean"}}},
+            "p:index:object": {"outputs": {"type": "object", "properties": {"a": {"type": "string"}}}},
+            "p:index:nothing": {"outputs": {}},
+            "p:index:none": {}
+        }}"#;
+        let found: Vec<String> = scalar_functions(schema).into_iter().collect();
+        assert_eq!(found, ["p:index:list", "p:index:number"]);
+        assert!(scalar_functions("not json").is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_plugin_is_asked_for_its_schema_once_to_know_scalar_functions() {
+        let f = fake::Fake {
+            schema: Some(
+                r#"{"functions": {"fake:index:count": {"outputs": {"type": "integer"}}}}"#.into(),
+            ),
+            ..fake::Fake::default()
+        };
+        let seen = f.seen.clone();
+        let p = PluginProvider::connect("fake", fake::serve(f).await, None, None)
+            .await
+            .unwrap();
+        assert!(Provider::returns_scalar(&p, "fake:index:count").await);
+        assert!(!Provider::returns_scalar(&p, "fake:index:get").await);
+        let asked = seen
+            .locked()
+            .calls
+            .iter()
+            .filter(|c| **c == "GetSchema")
+            .count();
+        assert_eq!(asked, 1, "the schema is read once");
+        // A plugin without GetSchema has no scalar functions.
+        let bare =
+            PluginProvider::connect("fake", fake::serve(fake::Fake::default()).await, None, None)
+                .await
+                .unwrap();
+        assert!(!Provider::returns_scalar(&bare, "fake:index:count").await);
     }
 
     #[tokio::test]

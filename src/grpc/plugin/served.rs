@@ -307,9 +307,9 @@ impl Provider for PluginServed {
         Provider::invoke(p, token, args, preview).await
     }
 
-    fn returns_scalar(&self, token: &str) -> bool {
+    async fn returns_scalar(&self, token: &str) -> bool {
         match self.running.get() {
-            Some(Ok(r)) => r.provider.returns_scalar(token),
+            Some(Ok(r)) => r.provider.returns_scalar(token).await,
             _ => false,
         }
     }
