@@ -400,3 +400,73 @@ resources:
         "{provider}"
     );
 }
+
+/// A Pulumi YAML program writes tokens as the language allows
+/// (`localfile:notes:Note`, `localfile:notes:readNote`); keel resolves them
+/// against the plugin's schema (`localfile:notes/note:Note`), as Pulumi YAML
+/// does, and unwraps a function whose schema returns a single value.
+#[test]
+fn yaml_tokens_resolve_against_the_plugins_schema() {
+    let mut k = Keel::new();
+    k.env
+        .push(("PULUMI_PYTHON_CMD".into(), python().to_owned()));
+    let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/plugins/localfile");
+    let note = k.path().join("n.txt");
+    k.write(
+        "Pulumi.yaml",
+        &format!(
+            "name: notes
+runtime: yaml
+plugins:
+  providers:
+    - name: localfile
+      path: {}
+resources:
+  note:
+    type: localfile:notes:Note
+    properties: {{ path: \"{}\", content: hello }}
+outputs:
+  text:
+    fn::invoke:
+      function: localfile:notes:readNote
+      arguments: {{ path: \"${{note.path}}\" }}
+",
+            plugin.display(),
+            note.display()
+        ),
+    );
+    let dir = k.path().display().to_string();
+    k.ok(&["up", "--yes", "--providers", "plugins", "--program", &dir]);
+    assert_eq!(
+        std::fs::read_to_string(&note).ok().as_deref(),
+        Some("hello")
+    );
+    let urns: Vec<String> = k.resources().into_keys().collect();
+    assert!(
+        urns.iter()
+            .any(|u| u == "urn:pulumi:dev::notes::localfile:notes/note:Note::note"),
+        "{urns:#?}"
+    );
+    let out = k.ok(&["stack", "output", "text"]);
+    assert_eq!(out.trim(), "hello");
+    // The next update finds the same resource: nothing changes.
+    let again = k.ok(&[
+        "up",
+        "--yes",
+        "--providers",
+        "plugins",
+        "--program",
+        &dir,
+        "--json",
+    ]);
+    all_same(&again);
+    k.ok(&[
+        "destroy",
+        "--yes",
+        "--providers",
+        "plugins",
+        "--program",
+        &dir,
+    ]);
+    assert!(!note.exists());
+}

@@ -23,6 +23,21 @@ use async_trait::async_trait;
 
 use crate::model::{PropertyMap, TypeToken, Urn};
 
+/// A type or function token with its module's `/suffix` dropped
+/// (`aws:s3/bucket:Bucket` is `aws:s3:Bucket`): how Pulumi YAML programs
+/// and the simulated cloud's lookups may write it.
+#[cfg(any(feature = "sim", feature = "grpc"))]
+pub(crate) fn without_module_suffix(token: &str) -> String {
+    let mut it = token.splitn(3, ':');
+    match (it.next(), it.next(), it.next()) {
+        (Some(pkg), Some(module), Some(name)) => {
+            let module = module.split('/').next().unwrap_or(module);
+            format!("{pkg}:{module}:{name}")
+        }
+        _ => token.to_owned(),
+    }
+}
+
 pub use registry::ProviderRegistry;
 pub use remote::{CallRequest, CallResult, ConstructRequest, ConstructResult, RemoteContext};
 pub use schema::{SchemaInfo, SchemaState, SchemaUpgradeError};
@@ -424,6 +439,16 @@ pub trait Provider: Send + Sync + 'static {
     async fn returns_scalar(&self, token: &str) -> bool {
         let _ = token;
         false
+    }
+
+    /// The provider schema's spelling of a resource type or function token
+    /// written without its module's `/suffix` (`aws:s3:Bucket` for
+    /// `aws:s3/bucket:Bucket`), as Pulumi YAML resolves tokens against the
+    /// schema; `None` when the schema has the token as it is, has no such
+    /// token, or the provider has no schema (the default).
+    async fn schema_token(&self, token: &str) -> Option<String> {
+        let _ = token;
+        None
     }
 
     /// Constructs a remote component (`Construct`): the provider registers

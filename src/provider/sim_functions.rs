@@ -298,15 +298,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     })
 }
 
-/// A type token with its module's `/suffix` dropped
-/// (`aws:s3/bucket:Bucket` is `aws:s3:Bucket`), as [`looked_up_type`]
-/// names types.
-pub(crate) fn without_module_suffix(ty: &str) -> String {
-    match parts(ty) {
-        Some((pkg, module, name)) => format!("{pkg}:{module}:{name}"),
-        None => ty.to_owned(),
-    }
-}
+pub(crate) use super::without_module_suffix;
 
 /// True for a data-source function: its name is `get<Thing>` or
 /// `list<Thing>` (`listStorageAccountKeys`), which read and change

@@ -896,6 +896,11 @@ impl<'a> Env<'a> {
                 .provider(query)
                 .await
                 .map_err(|e| e.to_string())?;
+            // `aws:ec2:getAmi` is `aws:ec2/getAmi:getAmi` in the schema.
+            let token = provider
+                .schema_token(&token)
+                .await
+                .unwrap_or_else(|| token.clone());
             let result = provider
                 .invoke(&token, &args, self.preview())
                 .await
@@ -916,6 +921,36 @@ impl<'a> Env<'a> {
             None => PropertyValue::Object(result),
         };
         Ok(wrap(v, is_secret))
+    }
+
+    /// The provider schema's spelling of a custom resource's type, as
+    /// Pulumi YAML resolves types against the schema (`aws:s3:Bucket` is
+    /// `aws:s3/bucket:Bucket`); the type as written when it already names
+    /// its module's suffix, when the provider has no schema or no other
+    /// spelling (the simulated cloud), or when the provider cannot be had
+    /// (the registration then reports why).
+    async fn schema_type(
+        &self,
+        ty: &str,
+        explicit: Option<String>,
+        version: Option<String>,
+        download_url: Option<String>,
+    ) -> String {
+        let package = package_of(ty);
+        let suffixed = ty.split(':').nth(1).is_some_and(|m| m.contains('/'));
+        if suffixed || package == "pulumi" {
+            return ty.to_owned();
+        }
+        let query = ProviderQuery {
+            package: package.to_owned(),
+            version,
+            download_url,
+            explicit,
+        };
+        match self.rt.ctx.provider(query).await {
+            Ok((_, p)) => p.schema_token(ty).await.unwrap_or_else(|| ty.to_owned()),
+            Err(_) => ty.to_owned(),
+        }
     }
 
     /// The reference of the `defaultProvider: true` provider of `pkg`, once
@@ -1157,7 +1192,18 @@ impl<'a> Env<'a> {
                 depends_on.push(u.clone());
             }
         }
-        let ty = TypeToken::parse(&r.ty).map_err(|e| e.to_string())?;
+        let ty = if custom && !r.is_provider() {
+            self.schema_type(
+                &r.ty,
+                provider.clone(),
+                o.version.clone(),
+                o.plugin_download_url.clone(),
+            )
+            .await
+        } else {
+            r.ty.clone()
+        };
+        let ty = TypeToken::parse(&ty).map_err(|e| e.to_string())?;
         if !self.rt.can_store_secrets
             && (inputs.values().any(PropertyValue::contains_secrets)
                 || !o.additional_secret_outputs.is_empty())

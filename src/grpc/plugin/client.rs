@@ -563,25 +563,57 @@ fn seconds(t: Option<std::time::Duration>) -> f64 {
     t.map_or(0.0, |d| d.as_secs_f64())
 }
 
-/// The functions of a package schema (JSON) that return a single value:
-/// those whose `outputs` is a type that is not an object with
-/// `properties` (Pulumi's `ReturnTypeSpec` with a `TypeSpec`). An
-/// unreadable schema has none.
-pub(crate) fn scalar_functions(schema: &str) -> BTreeSet<String> {
-    let Ok(doc) = serde_json::from_str::<serde_json::Value>(schema) else {
-        return BTreeSet::new();
-    };
-    doc.get("functions")
-        .and_then(serde_json::Value::as_object)
-        .into_iter()
-        .flatten()
-        .filter(|(_, f)| {
-            f.get("outputs")
+/// What keel reads of a package schema (JSON).
+#[derive(Debug, Default)]
+pub(crate) struct SchemaIndex {
+    /// The functions that return a single value: those whose `outputs` is
+    /// a type that is not an object with `properties` (Pulumi's
+    /// `ReturnTypeSpec` with a `TypeSpec`).
+    scalar_functions: BTreeSet<String>,
+    /// Resource and function tokens by their spelling without the module's
+    /// `/suffix` (`aws:s3:Bucket` -> `aws:s3/bucket:Bucket`), where that
+    /// differs and names one token.
+    canonical: HashMap<String, String>,
+}
+
+impl SchemaIndex {
+    /// Reads `schema`; an unreadable schema has nothing.
+    pub(crate) fn of(schema: &str) -> Self {
+        let Ok(doc) = serde_json::from_str::<serde_json::Value>(schema) else {
+            return Self::default();
+        };
+        let section = |name: &str| {
+            doc.get(name)
                 .and_then(serde_json::Value::as_object)
-                .is_some_and(|o| !o.is_empty() && !o.contains_key("properties"))
-        })
-        .map(|(token, _)| token.clone())
-        .collect()
+                .into_iter()
+                .flatten()
+        };
+        let scalar_functions = section("functions")
+            .filter(|(_, f)| {
+                f.get("outputs")
+                    .and_then(serde_json::Value::as_object)
+                    .is_some_and(|o| !o.is_empty() && !o.contains_key("properties"))
+            })
+            .map(|(token, _)| token.clone())
+            .collect();
+        let mut canonical: HashMap<String, Option<String>> = HashMap::new();
+        for (token, _) in section("resources").chain(section("functions")) {
+            let short = crate::provider::without_module_suffix(token);
+            if short != *token {
+                canonical
+                    .entry(short)
+                    .and_modify(|t| *t = None)
+                    .or_insert_with(|| Some(token.clone()));
+            }
+        }
+        Self {
+            scalar_functions,
+            canonical: canonical
+                .into_iter()
+                .filter_map(|(k, v)| v.map(|v| (k, v)))
+                .collect(),
+        }
+    }
 }
 
 /// A Pulumi resource-provider plugin as a keel [`Provider`].
@@ -596,9 +628,9 @@ pub struct PluginProvider {
     client: ResourceProviderClient<Channel>,
     protocol: Mutex<Protocol>,
     configured: Mutex<Configured>,
-    /// The functions whose schema returns a single value, read from
-    /// `GetSchema` the first time a caller asks ([`scalar_functions`]).
-    scalars: tokio::sync::OnceCell<BTreeSet<String>>,
+    /// What keel reads of the plugin's schema, from `GetSchema` the first
+    /// time a caller asks ([`SchemaIndex::of`]).
+    schema: tokio::sync::OnceCell<SchemaIndex>,
 }
 
 impl PluginProvider {
@@ -624,7 +656,7 @@ impl PluginProvider {
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             protocol: Mutex::new(Protocol::default()),
             configured: Mutex::new(Configured::No),
-            scalars: tokio::sync::OnceCell::new(),
+            schema: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -721,6 +753,22 @@ impl PluginProvider {
     /// The protocol negotiated so far.
     pub fn protocol(&self) -> Protocol {
         *self.protocol.locked()
+    }
+
+    /// What keel reads of the plugin's schema, asked for once (a plugin
+    /// without `GetSchema` has an empty index).
+    async fn schema_index(&self) -> &SchemaIndex {
+        self.schema
+            .get_or_init(|| async {
+                let Ok(text) = self.get_schema().await else {
+                    return SchemaIndex::default();
+                };
+                // Schemas run to tens of megabytes: parsed off the runtime.
+                tokio::task::spawn_blocking(move || SchemaIndex::of(&text))
+                    .await
+                    .unwrap_or_default()
+            })
+            .await
     }
 
     /// The plugin's schema (`GetSchema`, version 0), as JSON text.
@@ -1308,20 +1356,11 @@ impl Provider for PluginProvider {
     }
 
     async fn returns_scalar(&self, token: &str) -> bool {
-        let scalars = self
-            .scalars
-            .get_or_init(|| async {
-                // A plugin without a schema: none (objects as they come).
-                let Ok(text) = self.get_schema().await else {
-                    return BTreeSet::new();
-                };
-                // Schemas run to tens of megabytes: parsed off the runtime.
-                tokio::task::spawn_blocking(move || scalar_functions(&text))
-                    .await
-                    .unwrap_or_default()
-            })
-            .await;
-        scalars.contains(token)
+        self.schema_index().await.scalar_functions.contains(token)
+    }
+
+    async fn schema_token(&self, token: &str) -> Option<String> {
+        self.schema_index().await.canonical.get(token).cloned()
     }
 
     async fn invoke(&self, token: &str, args: &PropertyMap, preview: bool) -> Result<PropertyMap> {
@@ -2312,17 +2351,30 @@ mod tests {
     }
 
     #[test]
-    fn scalar_functions_are_those_whose_outputs_are_not_objects() {
+    fn the_schema_index_knows_scalar_functions_and_canonical_tokens() {
         let schema = r#"{"name": "p", "functions": {
             "p:index:number": {"outputs": {"type": "number"}},
             "p:index:list": {"outputs": {"type": "array", "items": {"type": "boolean"}}},
             "p:index:object": {"outputs": {"type": "object", "properties": {"a": {"type": "string"}}}},
             "p:index:nothing": {"outputs": {}},
-            "p:index:none": {}
+            "p:index:none": {},
+            "p:ec2/getAmi:getAmi": {}
+        }, "resources": {
+            "p:s3/bucket:Bucket": {},
+            "p:index:Plain": {},
+            "p:x/one:Twin": {},
+            "p:x/two:Twin": {}
         }}"#;
-        let found: Vec<String> = scalar_functions(schema).into_iter().collect();
+        let index = SchemaIndex::of(schema);
+        let found: Vec<&String> = index.scalar_functions.iter().collect();
         assert_eq!(found, ["p:index:list", "p:index:number"]);
-        assert!(scalar_functions("not json").is_empty());
+        let canonical = |t: &str| index.canonical.get(t).map(String::as_str);
+        assert_eq!(canonical("p:s3:Bucket"), Some("p:s3/bucket:Bucket"));
+        assert_eq!(canonical("p:ec2:getAmi"), Some("p:ec2/getAmi:getAmi"));
+        assert_eq!(canonical("p:index:Plain"), None, "already canonical");
+        assert_eq!(canonical("p:x:Twin"), None, "ambiguous");
+        let empty = SchemaIndex::of("not json");
+        assert!(empty.scalar_functions.is_empty() && empty.canonical.is_empty());
     }
 
     #[tokio::test]
@@ -2339,6 +2391,7 @@ mod tests {
             .unwrap();
         assert!(Provider::returns_scalar(&p, "fake:index:count").await);
         assert!(!Provider::returns_scalar(&p, "fake:index:get").await);
+        assert_eq!(Provider::schema_token(&p, "fake:index:count").await, None);
         let asked = seen
             .locked()
             .calls

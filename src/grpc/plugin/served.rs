@@ -314,6 +314,13 @@ impl Provider for PluginServed {
         }
     }
 
+    async fn schema_token(&self, token: &str) -> Option<String> {
+        match self.running.get() {
+            Some(Ok(r)) => r.provider.schema_token(token).await,
+            _ => None,
+        }
+    }
+
     async fn construct(&self, req: ConstructRequest) -> Result<ConstructResult> {
         self.provider("construct", &self.default_urn)
             .await?

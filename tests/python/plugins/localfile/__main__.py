@@ -3,7 +3,11 @@ Pulumi Python SDK's provider server (`pulumi.provider.experimental`).
 
 Type `localfile:index:File`, inputs `path` and `content`; the ID is the
 path. Changing `path` replaces the file, changing `content` updates it in
-place. For crash tests, `LOCALFILE_HANG=create` (or `delete`) makes the
+place. Its schema also has `localfile:notes/note:Note` (the same, under a
+module-suffixed token, which a Pulumi YAML program may write
+`localfile:notes:Note`) and the function `localfile:notes/readNote:readNote`
+(`path` -> the file's text, a single value: `outputs` is a string type).
+Any other type or function is refused. For crash tests, `LOCALFILE_HANG=create` (or `delete`) makes the
 provider stop in the middle of that operation: a create has written the
 file, a delete has not removed it yet; it writes its process ID to
 `<path>.hang` and waits (five minutes, or until the engine sends `Cancel`,
@@ -14,6 +18,7 @@ before it writes anything.
 """
 
 import asyncio
+import json
 import os
 import sys
 
@@ -22,6 +27,23 @@ from pulumi.provider.experimental.property_value import PropertyValue
 from pulumi.provider.experimental.server import main
 
 TYPE = "localfile:index:File"
+NOTE = "localfile:notes/note:Note"
+READ_NOTE = "localfile:notes/readNote:readNote"
+FILE_SPEC = {
+    "inputProperties": {"path": {"type": "string"}, "content": {"type": "string"}},
+    "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+}
+SCHEMA = {
+    "name": "localfile",
+    "version": "0.1.0",
+    "resources": {TYPE: FILE_SPEC, NOTE: FILE_SPEC},
+    "functions": {
+        READ_NOTE: {
+            "inputs": {"properties": {"path": {"type": "string"}}, "required": ["path"]},
+            "outputs": {"type": "string"},
+        }
+    },
+}
 
 
 def text(props, key):
@@ -61,7 +83,18 @@ class Files(p.Provider):
                 f.write("cancel received")
         CANCELLED.set()
 
+    async def get_schema(self, request):
+        return p.GetSchemaResponse(schema=json.dumps(SCHEMA))
+
+    async def invoke(self, request):
+        if request.tok != READ_NOTE:
+            raise Exception(f"localfile has no function {request.tok}")
+        with open(text(request.args, "path"), encoding="utf-8") as f:
+            return p.InvokeResponse(return_value={"text": PropertyValue(f.read())})
+
     async def check(self, request):
+        if request.type not in (TYPE, NOTE):
+            raise Exception(f"localfile has no resource type {request.type}")
         failures = [
             p.CheckFailure(k, f"`{k}` must be a string")
             for k in ("path", "content")
