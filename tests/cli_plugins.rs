@@ -338,25 +338,33 @@ fn a_plugin_that_crashes_mid_create_fails_clearly_and_loses_nothing() {
     assert_eq!(std::fs::read_to_string(&other).ok().as_deref(), Some("x"));
 }
 
-#[test]
-fn env_var_mappings_rename_the_variables_a_providers_plugin_sees() {
+/// A Pulumi YAML project `files` (program in `Main.yaml`) whose `localfile`
+/// plugin is this repository's, run with the Pulumi SDK's Python.
+fn yaml_project() -> Keel {
     let mut k = Keel::new();
     k.env
         .push(("PULUMI_PYTHON_CMD".into(), python().to_owned()));
     let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/plugins/localfile");
+    k.write(
+        "Pulumi.yaml",
+        &format!(
+            "name: files\nruntime: yaml\nplugins:\n  providers:\n    - name: localfile\n      path: {}\n",
+            plugin.display()
+        ),
+    );
+    k
+}
+
+#[test]
+fn env_var_mappings_rename_the_variables_a_providers_plugin_sees() {
+    let k = yaml_project();
     let note = k.path().join("note.txt");
     // A Pulumi YAML project whose explicit provider maps KEEL_TEST_CRASH_AT
     // to the plugin's LOCALFILE_CRASH.
     k.write(
-        "Pulumi.yaml",
+        "Main.yaml",
         &format!(
-            r#"name: files
-runtime: yaml
-plugins:
-  providers:
-    - name: localfile
-      path: {}
-resources:
+            r#"resources:
   local:
     type: pulumi:providers:localfile
     options:
@@ -370,7 +378,6 @@ resources:
     options:
       provider: ${{local}}
 "#,
-            plugin.display(),
             note.display()
         ),
     );
@@ -407,21 +414,12 @@ resources:
 /// does, and unwraps a function whose schema returns a single value.
 #[test]
 fn yaml_tokens_resolve_against_the_plugins_schema() {
-    let mut k = Keel::new();
-    k.env
-        .push(("PULUMI_PYTHON_CMD".into(), python().to_owned()));
-    let plugin = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/plugins/localfile");
+    let k = yaml_project();
     let note = k.path().join("n.txt");
     k.write(
-        "Pulumi.yaml",
+        "Main.yaml",
         &format!(
-            "name: notes
-runtime: yaml
-plugins:
-  providers:
-    - name: localfile
-      path: {}
-resources:
+            "resources:
   note:
     type: localfile:notes:Note
     properties: {{ path: \"{}\", content: hello }}
@@ -431,7 +429,6 @@ outputs:
       function: localfile:notes:readNote
       arguments: {{ path: \"${{note.path}}\" }}
 ",
-            plugin.display(),
             note.display()
         ),
     );
@@ -444,7 +441,7 @@ outputs:
     let urns: Vec<String> = k.resources().into_keys().collect();
     assert!(
         urns.iter()
-            .any(|u| u == "urn:pulumi:dev::notes::localfile:notes/note:Note::note"),
+            .any(|u| u == "urn:pulumi:dev::files::localfile:notes/note:Note::note"),
         "{urns:#?}"
     );
     let out = k.ok(&["stack", "output", "text"]);
