@@ -438,25 +438,14 @@ outputs:
         std::fs::read_to_string(&note).ok().as_deref(),
         Some("hello")
     );
-    let urns: Vec<String> = k.resources().into_keys().collect();
-    assert!(
-        urns.iter()
-            .any(|u| u == "urn:pulumi:dev::files::localfile:notes/note:Note::note"),
-        "{urns:#?}"
-    );
     let out = k.ok(&["stack", "output", "text"]);
     assert_eq!(out.trim(), "hello");
     // The next update finds the same resource: nothing changes.
-    let again = k.ok(&[
-        "up",
-        "--yes",
-        "--providers",
-        "plugins",
-        "--program",
+    same_again(
+        &k,
         &dir,
-        "--json",
-    ]);
-    all_same(&again);
+        "urn:pulumi:dev::files::localfile:notes/note:Note::note",
+    );
     k.ok(&[
         "destroy",
         "--yes",
@@ -466,4 +455,59 @@ outputs:
         &dir,
     ]);
     assert!(!note.exists());
+}
+
+/// A package declaration (`sdks/notes.yaml`) makes package `notes` a
+/// parameterization of the `localfile` plugin: keel starts `localfile`,
+/// sends it `Parameterize` with the declared value, and its resources and
+/// schema are then the package's.
+#[test]
+fn a_parameterized_package_is_served_by_its_base_plugin() {
+    let k = yaml_project();
+    let note = k.path().join("p.txt");
+    // The value: the text the parameterized plugin puts before contents.
+    let value = "note: ";
+    let encoded = {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.encode(value)
+    };
+    std::fs::create_dir(k.path().join("sdks")).expect("sdks");
+    k.write(
+        "sdks/notes.yaml",
+        &format!(
+            "packageDeclarationVersion: 1\nname: localfile\nversion: 0.1.0\nparameterization:\n  name: notes\n  version: 1.0.0\n  value: {encoded}\n"
+        ),
+    );
+    k.write(
+        "Main.yaml",
+        &format!(
+            "resources:\n  memo:\n    type: notes:index:File\n    properties: {{ path: \"{}\", content: hello }}\n",
+            note.display()
+        ),
+    );
+    let dir = k.path().display().to_string();
+    k.ok(&["up", "--yes", "--providers", "plugins", "--program", &dir]);
+    assert_eq!(
+        std::fs::read_to_string(&note).ok().as_deref(),
+        Some("note: hello"),
+        "the plugin was parameterized with the declared value"
+    );
+    same_again(&k, &dir, "urn:pulumi:dev::files::notes:index:File::memo");
+}
+
+/// The stack has `urn`, and another `up` of the project in `dir` with
+/// plugins changes nothing.
+fn same_again(k: &Keel, dir: &str, urn: &str) {
+    let urns: Vec<String> = k.resources().into_keys().collect();
+    assert!(urns.iter().any(|u| u == urn), "{urn}: {urns:#?}");
+    let again = k.ok(&[
+        "up",
+        "--yes",
+        "--providers",
+        "plugins",
+        "--program",
+        dir,
+        "--json",
+    ]);
+    all_same(&again);
 }

@@ -378,6 +378,7 @@ async fn stack_providers(
         choice,
         served,
         &named_packages(deployment, None),
+        &[],
     )?;
     Ok((server, registry))
 }
@@ -389,7 +390,14 @@ fn registry(
     choice: &Choice,
     served: &ServedBy,
     named: &[(String, Option<String>)],
+    declared: &[crate::provider::package::PackageDecl],
 ) -> Result<ProviderRegistry, CliError> {
+    // Packages a declaration makes parameterizations of a base plugin.
+    let declared: BTreeMap<String, crate::provider::package::PackageDecl> = declared
+        .iter()
+        .filter(|d| d.parameterization.is_some())
+        .map(|d| (d.namespace().to_owned(), d.clone()))
+        .collect();
     let passphrase = crate::secrets::passphrase_from_env().ok().flatten();
     let python = PythonOptions::from_env(EventSink::default()).python;
     // Read (the project's `Pulumi.yaml` too) only when plugins are asked for.
@@ -400,7 +408,7 @@ fn registry(
     } else {
         DiscoveryEnv::default()
     };
-    preflight(&env, choice, named)?;
+    preflight(&env, choice, named, &declared)?;
     let served = served.clone();
     let choice = choice.clone();
     let factory = move |pkg: &str| -> std::sync::Arc<dyn crate::provider::Provider> {
@@ -413,11 +421,13 @@ fn registry(
             )
         } else if choice.of(pkg) == Providers::Plugins {
             served.plugin(pkg);
-            std::sync::Arc::new(
-                PluginServed::discovered(pkg, env.clone())
-                    .with_events(served.events.clone())
-                    .with_engine(served.engine.clone()),
-            )
+            let mut p = PluginServed::discovered(pkg, env.clone())
+                .with_events(served.events.clone())
+                .with_engine(served.engine.clone());
+            if let Some(d) = declared.get(pkg) {
+                p = p.with_declaration(d);
+            }
+            std::sync::Arc::new(p)
         } else {
             cloud.provider(pkg)
         }
@@ -440,13 +450,19 @@ fn preflight(
     env: &DiscoveryEnv,
     choice: &Choice,
     named: &[(String, Option<String>)],
+    declared: &BTreeMap<String, crate::provider::package::PackageDecl>,
 ) -> Result<(), CliError> {
     for (package, version) in named {
         if package == "pulumi" || package == DYNAMIC_PYTHON {
             continue;
         }
         if choice.of(package) == Providers::Plugins {
-            crate::grpc::plugin::discovery::find(env, package, version.as_deref())
+            // A parameterized package is served by its base plugin.
+            let (plugin, version) = match declared.get(package) {
+                Some(d) => (d.name.as_str(), d.version.as_deref()),
+                None => (package.as_str(), version.as_deref()),
+            };
+            crate::grpc::plugin::discovery::find(env, plugin, version)
                 .map_err(|source| CliError::NoPlugin { source })?;
         }
     }
@@ -693,6 +709,14 @@ impl ProgramSource {
             },
             Self::Python(p) => p.dir.clone(),
             Self::Yaml(y) => y.dir.clone(),
+        }
+    }
+
+    /// The package declarations of a Pulumi YAML project (`sdks/*.yaml`).
+    fn packages(&self) -> Vec<crate::provider::package::PackageDecl> {
+        match self {
+            Self::Yaml(y) => y.packages.clone(),
+            Self::File(_) | Self::Python(_) => Vec::new(),
         }
     }
 
@@ -1155,6 +1179,7 @@ fn up(backend: &Path, a: UpArgs, rec: &Recorder) -> Result<(), CliError> {
             &choice,
             &served,
             &named_packages(&open.deployment, source.file()),
+            &source.packages(),
         )?;
         let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
         let mut display = Display::new(
@@ -1287,13 +1312,22 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         // A preview writes nothing: secrets need no provider yet.
         let dir = source.dir();
         let named = named_packages(&loaded.deployment, source.file());
+        let declared = source.packages();
         let served = ServedBy::new(&config.events);
         let _plugin_engine = plugin_engine(&served, &choice, source.runs_sdk()).await?;
         let program = source.into_program(&config.events, a.parallel, true, &served.engine);
         let cancel = config.cancel.clone();
         let engine = Engine::new(
             config,
-            registry(backend, cloud, Some(dir), &choice, &served, &named)?,
+            registry(
+                backend,
+                cloud,
+                Some(dir),
+                &choice,
+                &served,
+                &named,
+                &declared,
+            )?,
         );
         let prior = if a.change.refresh {
             refreshed(&engine, loaded.deployment).await?

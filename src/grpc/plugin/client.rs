@@ -631,6 +631,9 @@ pub struct PluginProvider {
     /// What keel reads of the plugin's schema, from `GetSchema` the first
     /// time a caller asks ([`SchemaIndex::of`]).
     schema: tokio::sync::OnceCell<SchemaIndex>,
+    /// The package this plugin was parameterized into (`Parameterize`):
+    /// its name and version, asked for in `GetSchema`.
+    subpackage: Mutex<Option<(String, String)>>,
 }
 
 impl PluginProvider {
@@ -657,6 +660,7 @@ impl PluginProvider {
             protocol: Mutex::new(Protocol::default()),
             configured: Mutex::new(Configured::No),
             schema: tokio::sync::OnceCell::new(),
+            subpackage: Mutex::new(None),
         }
     }
 
@@ -771,14 +775,57 @@ impl PluginProvider {
             .await
     }
 
+    /// Turns the plugin into the package `name` (`Parameterize` with a
+    /// value, as a package declaration's `parameterization` gives it),
+    /// before it is configured; its schema is then the package's.
+    ///
+    /// # Errors
+    /// [`PluginError`] when the plugin refuses or does not implement it.
+    pub async fn parameterize(
+        &self,
+        name: &str,
+        version: &str,
+        value: &[u8],
+    ) -> std::result::Result<(), PluginError> {
+        let req = pb::ParameterizeRequest {
+            parameters: Some(pb::parameterize_request::Parameters::Value(
+                pb::parameterize_request::ParametersValue {
+                    name: name.to_owned(),
+                    version: version.to_owned(),
+                    value: value.to_vec(),
+                },
+            )),
+        };
+        let resp = self
+            .client
+            .clone()
+            .parameterize(req)
+            .await
+            .map_err(|s| self.plugin_error("Parameterize", &s))?
+            .into_inner();
+        let made = if resp.name.is_empty() {
+            (name.to_owned(), version.to_owned())
+        } else {
+            (resp.name, resp.version)
+        };
+        *self.subpackage.locked() = Some(made);
+        Ok(())
+    }
+
     /// The plugin's schema (`GetSchema`, version 0), as JSON text.
     ///
     /// # Errors
     /// [`PluginError`] when the plugin fails or does not implement it.
     pub async fn get_schema(&self) -> std::result::Result<String, PluginError> {
+        let (subpackage_name, subpackage_version) =
+            self.subpackage.locked().clone().unwrap_or_default();
         self.client
             .clone()
-            .get_schema(pb::GetSchemaRequest::default())
+            .get_schema(pb::GetSchemaRequest {
+                version: 0,
+                subpackage_name,
+                subpackage_version,
+            })
             .await
             .map(|r| r.into_inner().schema)
             .map_err(|s| self.plugin_error("GetSchema", &s))
@@ -1992,6 +2039,21 @@ mod tests {
                         schema: schema.clone(),
                     })),
                     None => unimplemented(),
+                }
+            }
+            async fn parameterize(
+                &self,
+                r: Request<pb::ParameterizeRequest>,
+            ) -> std::result::Result<Response<pb::ParameterizeResponse>, Status> {
+                self.seen.locked().calls.push("Parameterize");
+                match r.into_inner().parameters {
+                    Some(pb::parameterize_request::Parameters::Value(v)) => {
+                        Ok(Response::new(pb::ParameterizeResponse {
+                            name: v.name,
+                            version: v.version,
+                        }))
+                    }
+                    _ => Err(Status::invalid_argument("a value is needed")),
                 }
             }
             async fn check_config(

@@ -64,6 +64,10 @@ pub struct PluginServed {
     events: Option<EventSink>,
     /// The operation's Engine server, given to the plugin when it starts.
     engine: Option<crate::grpc::construct::EngineAddress>,
+    /// A package declaration that makes this package a parameterization
+    /// of a base plugin (its `parameterization`): the base plugin is
+    /// started and sent `Parameterize` before anything else.
+    declared: Option<Box<crate::provider::package::PackageDecl>>,
 }
 
 impl PluginServed {
@@ -113,7 +117,18 @@ impl PluginServed {
             default_urn,
             events: None,
             engine: None,
+            declared: None,
         }
+    }
+
+    /// The same provider, for a package `decl` declares as a
+    /// parameterization of its base plugin (a declaration without a
+    /// `parameterization`, or of another package, changes nothing).
+    pub fn with_declaration(mut self, decl: &crate::provider::package::PackageDecl) -> Self {
+        if decl.parameterization.is_some() && decl.namespace() == self.package {
+            self.declared = Some(Box::new(decl.clone()));
+        }
+        self
     }
 
     /// The same provider, its plugin's output lines also sent to `events`
@@ -152,10 +167,15 @@ impl PluginServed {
     }
 
     async fn start(&self) -> std::result::Result<Running, String> {
-        let version = self.version.locked().clone();
+        // A parameterized package is served by its base plugin, at the
+        // base's declared version.
+        let (plugin, version) = match &self.declared {
+            Some(d) => (d.name.clone(), d.version.clone()),
+            None => (self.package.clone(), self.version.locked().clone()),
+        };
         let mut launch = match &self.source {
             Source::Fixed(l) => (**l).clone(),
-            Source::Discover(env) => discovery::find(env, &self.package, version.as_deref())
+            Source::Discover(env) => discovery::find(env, &plugin, version.as_deref())
                 .map_err(|e| format!("cannot serve package `{}`: {e}", self.package))?,
         };
         // `envVarMappings`: the plugin sees OLD with NEW's value (as
@@ -210,6 +230,21 @@ impl PluginServed {
         )
         .await
         .map_err(|e| format!("cannot serve package `{}`: {e}", self.package))?;
+        if let Some(p) = self
+            .declared
+            .as_ref()
+            .and_then(|d| d.parameterization.as_ref())
+        {
+            provider
+                .parameterize(&p.name, &p.version, &p.value)
+                .await
+                .map_err(|e| {
+                    format!(
+                        "cannot serve package `{}` (a parameterization of plugin `{plugin}`): {e}",
+                        self.package
+                    )
+                })?;
+        }
         tracing::debug!(
             "started {} for package `{}`",
             launch.describe(),

@@ -7,7 +7,10 @@ place. Its schema also has `localfile:notes/note:Note` (the same, under a
 module-suffixed token, which a Pulumi YAML program may write
 `localfile:notes:Note`) and the function `localfile:notes/readNote:readNote`
 (`path` -> the file's text, a single value: `outputs` is a string type).
-Any other type or function is refused. For crash tests, `LOCALFILE_HANG=create` (or `delete`) makes the
+Any other type or function is refused. `Parameterize` with a value turns it
+into the package that value names: its type is then `<name>:index:File`,
+and the value (text) is written before every file's content (its state
+keeps the content as given). For crash tests, `LOCALFILE_HANG=create` (or `delete`) makes the
 provider stop in the middle of that operation: a create has written the
 file, a delete has not removed it yet; it writes its process ID to
 `<path>.hang` and waits (five minutes, or until the engine sends `Cancel`,
@@ -53,6 +56,15 @@ def text(props, key):
 
 CANCELLED = asyncio.Event()
 
+# Set by `Parameterize`: the package name and the text put before contents.
+PARAMETER = {"name": None, "prefix": ""}
+
+
+def types():
+    if PARAMETER["name"]:
+        return (f"{PARAMETER['name']}:index:File",)
+    return (TYPE, NOTE)
+
 
 def crash(op):
     if os.environ.get("LOCALFILE_CRASH") == op:
@@ -83,7 +95,17 @@ class Files(p.Provider):
                 f.write("cancel received")
         CANCELLED.set()
 
+    async def parameterize(self, request):
+        value = request.parameters
+        PARAMETER["name"] = value.name
+        PARAMETER["prefix"] = value.value.decode("utf-8")
+        return p.ParameterizeResponse(value.name, value.version)
+
     async def get_schema(self, request):
+        if PARAMETER["name"]:
+            name = PARAMETER["name"]
+            schema = {"name": name, "resources": {f"{name}:index:File": FILE_SPEC}}
+            return p.GetSchemaResponse(schema=json.dumps(schema))
         return p.GetSchemaResponse(schema=json.dumps(SCHEMA))
 
     async def invoke(self, request):
@@ -93,7 +115,7 @@ class Files(p.Provider):
             return p.InvokeResponse(return_value={"text": PropertyValue(f.read())})
 
     async def check(self, request):
-        if request.type not in (TYPE, NOTE):
+        if request.type not in types():
             raise Exception(f"localfile has no resource type {request.type}")
         failures = [
             p.CheckFailure(k, f"`{k}` must be a string")
@@ -128,7 +150,7 @@ class Files(p.Provider):
             return p.CreateResponse(resource_id="", properties=request.properties)
         crash("create")
         with open(path, "w", encoding="utf-8") as f:
-            f.write(content)
+            f.write(PARAMETER["prefix"] + content)
         await hang("create", path)
         return p.CreateResponse(resource_id=path, properties=state(path, content))
 
@@ -137,14 +159,14 @@ class Files(p.Provider):
         if not os.path.exists(path):
             return p.ReadResponse()
         with open(path, encoding="utf-8") as f:
-            content = f.read()
+            content = f.read().removeprefix(PARAMETER["prefix"])
         return p.ReadResponse(resource_id=path, properties=state(path, content), inputs=state(path, content))
 
     async def update(self, request):
         path, content = request.resource_id, text(request.news, "content")
         if not request.preview:
             with open(path, "w", encoding="utf-8") as f:
-                f.write(content)
+                f.write(PARAMETER["prefix"] + content)
         return p.UpdateResponse(properties=state(path, content))
 
     async def delete(self, request):
