@@ -140,6 +140,10 @@ pub struct EngineConfig {
     /// Pulumi's `aws:region`): default providers take their package's
     /// keys as inputs.
     pub package_config: std::collections::BTreeMap<String, crate::model::PropertyValue>,
+    /// The program's package declarations (`sdks/<name>.yaml`): a default
+    /// provider of a package one declares a replacement parameterization
+    /// of a base plugin is named and recorded as such.
+    pub packages: Vec<crate::provider::package::PackageDecl>,
     /// Where the IDs of new default providers come from (system: unique;
     /// tests inject a counting source for stable output).
     pub ids: SharedIds,
@@ -204,6 +208,7 @@ impl Default for EngineConfig {
             program_dir: None,
             detailed_diffs: false,
             package_config: std::collections::BTreeMap::new(),
+            packages: Vec::new(),
             ids: SharedIds::system(),
             clock: SharedClock::system(),
             cancel: Cancel::default(),
@@ -590,6 +595,7 @@ impl Engine {
                 preview,
                 update: self.config.update.clone(),
                 package_config: self.config.package_config.clone(),
+                packages: self.config.packages.clone(),
                 ids: self.config.ids.clone(),
                 pending_creates,
             },

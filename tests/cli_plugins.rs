@@ -493,6 +493,70 @@ fn a_parameterized_package_is_served_by_its_base_plugin() {
         "the plugin was parameterized with the declared value"
     );
     same_again(&k, &dir, "urn:pulumi:dev::files::notes:index:File::memo");
+    // The default provider is named and recorded as Pulumi records a
+    // parameterized one: the package's version in its name and `version`,
+    // the base plugin and the value in `__internal`.
+    let resources = k.resources();
+    let provider = &resources["urn:pulumi:dev::files::pulumi:providers:notes::default_1_0_0"];
+    assert_eq!(
+        provider["inputs"],
+        serde_json::json!({
+            "version": "1.0.0",
+            "__internal": {"name": "localfile", "version": "0.1.0", "parameterization": encoded},
+        }),
+        "{provider:#}"
+    );
+    assert!(
+        resources["urn:pulumi:dev::files::notes:index:File::memo"]["provider"]
+            .as_str()
+            .is_some_and(|p| p.contains("pulumi:providers:notes::default_1_0_0::")),
+        "{resources:#?}"
+    );
+    // Without the declaration (and without the program), `destroy` serves
+    // the package from what the state records: the same base plugin, given
+    // the same parameter, deletes the file.
+    std::fs::remove_dir_all(k.path().join("sdks")).expect("remove sdks");
+    k.ok(&["destroy", "--yes", "--providers", "plugins"]);
+    assert!(!note.exists(), "the parameterized plugin deleted the file");
+    assert!(k.resources().is_empty());
+}
+
+/// An extension parameterization is not sent to plugins: a project that
+/// declares one and serves its base by plugin is refused before anything
+/// runs, rather than served by the unparameterized base.
+#[test]
+fn an_extension_declaration_is_refused_before_anything_runs() {
+    let k = yaml_project();
+    let note = k.path().join("e.txt");
+    std::fs::create_dir(k.path().join("sdks")).expect("sdks");
+    k.write(
+        "sdks/ext.yaml",
+        "packageDeclarationVersion: 1\nname: localfile\nversion: 0.1.0\nextension:\n  name: extras\n  version: 1.0.0\n  value: eA==\n",
+    );
+    k.write(
+        "Main.yaml",
+        &format!(
+            "resources:\n  memo:\n    type: localfile:index:File\n    properties: {{ path: \"{}\", content: hello }}\n",
+            note.display()
+        ),
+    );
+    let dir = k.path().display().to_string();
+    let (_, err) = k.expect(
+        2,
+        &["up", "--yes", "--providers", "plugins", "--program", &dir],
+    );
+    assert!(
+        err.contains("extension parameterization") && err.contains("`localfile`"),
+        "{err}"
+    );
+    assert!(!note.exists(), "nothing ran");
+    let exported = k.export();
+    assert!(
+        exported["deployment"]["resources"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "nothing was recorded: {exported:#}"
+    );
 }
 
 /// The stack has `urn`, and another `up` of the project in `dir` with

@@ -378,7 +378,7 @@ async fn stack_providers(
         choice,
         served,
         &named_packages(deployment, None),
-        &[],
+        &declarations(deployment, Vec::new()),
     )?;
     Ok((server, registry))
 }
@@ -392,6 +392,18 @@ fn registry(
     named: &[(String, Option<String>)],
     declared: &[crate::provider::package::PackageDecl],
 ) -> Result<ProviderRegistry, CliError> {
+    // An extension is not sent to plugins (yet): refused before anything
+    // runs rather than served unparameterized.
+    if let Some((d, e)) = declared
+        .iter()
+        .filter_map(|d| d.extension.as_ref().map(|e| (d, e)))
+        .find(|(d, _)| choice.of(&d.name) == Providers::Plugins)
+    {
+        return Err(CliError::ExtensionPackage {
+            base: d.name.clone(),
+            name: e.name.clone(),
+        });
+    }
     // Packages a declaration makes parameterizations of a base plugin.
     let declared: BTreeMap<String, crate::provider::package::PackageDecl> = declared
         .iter()
@@ -492,6 +504,29 @@ fn named_packages(prior: &Deployment, file: Option<&ProgramFile>) -> Vec<(String
         }
     }
     out.into_iter().collect()
+}
+
+/// The package declarations an operation serves packages by: the
+/// program's (`program`), then, for each parameterized package the
+/// program does not declare, the one its provider resources in `prior`
+/// record (Pulumi's `__internal.parameterization`), so that `destroy`
+/// and `refresh` without the program start the same parameterized plugin.
+fn declarations(
+    prior: &Deployment,
+    mut program: Vec<crate::provider::package::PackageDecl>,
+) -> Vec<crate::provider::package::PackageDecl> {
+    for s in &prior.resources {
+        let Some(pkg) = s.ty.as_str().strip_prefix("pulumi:providers:") else {
+            continue;
+        };
+        if program.iter().any(|d| d.namespace() == pkg) {
+            continue;
+        }
+        if let Some(d) = crate::plan::providers::declaration_in(pkg, &s.inputs) {
+            program.push(d);
+        }
+    }
+    program
 }
 
 /// Opens the simulated cloud: the backend directory's `cloud.json`, or,
@@ -1179,7 +1214,7 @@ fn up(backend: &Path, a: UpArgs, rec: &Recorder) -> Result<(), CliError> {
             &choice,
             &served,
             &named_packages(&open.deployment, source.file()),
-            &source.packages(),
+            &declarations(&open.deployment, source.packages()),
         )?;
         let persister = open.persister(a.persist.persistence.into(), JournalOptions::default())?;
         let mut display = Display::new(
@@ -1203,6 +1238,7 @@ fn up(backend: &Path, a: UpArgs, rec: &Recorder) -> Result<(), CliError> {
         config.program_dir = Some(source.dir());
         config.detailed_diffs = a.diff;
         config.package_config = source.package_config();
+        config.packages = source.packages();
         config.cancel = rec.cancel();
         let can_store_secrets = open.crypter.manager().is_some();
         let program =
@@ -1309,10 +1345,11 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         config.program_dir = Some(source.dir());
         config.detailed_diffs = a.diff;
         config.package_config = source.package_config();
+        config.packages = source.packages();
         // A preview writes nothing: secrets need no provider yet.
         let dir = source.dir();
         let named = named_packages(&loaded.deployment, source.file());
-        let declared = source.packages();
+        let declared = declarations(&loaded.deployment, source.packages());
         let served = ServedBy::new(&config.events);
         let _plugin_engine = plugin_engine(&served, &choice, source.runs_sdk()).await?;
         let program = source.into_program(&config.events, a.parallel, true, &served.engine);

@@ -82,6 +82,15 @@ pub enum CliError {
         /// Where keel looked.
         source: Box<crate::grpc::plugin::discovery::DiscoveryError>,
     },
+    /// A package declared as an extension parameterization, to be served
+    /// by its plugin.
+    #[error("the project declares package `{base}` with an extension parameterization (`extension: {name}`), which keel does not send plugins yet; declare a replacement (`parameterization:`) or serve the package by the simulated cloud (`--providers sim`); nothing was run")]
+    ExtensionPackage {
+        /// The base plugin.
+        base: String,
+        /// The extension's name.
+        name: String,
+    },
     /// `cloud add` of an object the simulated cloud already has.
     #[error(
         "the simulated cloud already has an object of type {ty} with ID `{id}`; nothing was added"
@@ -383,6 +392,7 @@ impl CliError {
             | Self::ProjectMismatch { .. }
             | Self::NoSuchResource { .. }
             | Self::NoSuchAddress { .. }
+            | Self::ExtensionPackage { .. }
             | Self::Secrets { .. }
             | Self::Config(_) => 2,
             Self::Verify { .. }

@@ -13,6 +13,14 @@
 //! (`<pkg>:<key>` config values, as strings), plus `version` and an
 //! `__internal` object (holding `pluginDownloadURL`) when the request
 //! carries them, exactly as Pulumi records them in its checkpoints.
+//!
+//! A package a declaration makes a *replacement parameterization* of a
+//! base plugin (`sdks/<name>.yaml`) is named and recorded as Pulumi does:
+//! the name carries the package's version, `version` is the package's
+//! version, and `__internal` holds the base plugin's `name` and `version`
+//! and the base64 `parameterization` value, so that an operation without
+//! the program (`destroy`) can start and parameterize the same plugin
+//! from the state alone ([`declaration_in`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -27,6 +35,11 @@ pub(crate) const INTERNAL_KEY: &str = "__internal";
 pub(crate) const VERSION_KEY: &str = "version";
 /// The internal setting holding the plugin's download URL.
 pub(crate) const DOWNLOAD_URL_KEY: &str = "pluginDownloadURL";
+/// The internal setting holding a parameterized provider's base plugin.
+pub(crate) const NAME_KEY: &str = "name";
+/// The internal setting holding a parameterized provider's parameter
+/// value (base64).
+pub(crate) const PARAMETERIZATION_KEY: &str = "parameterization";
 
 /// A plugin version that is not a semantic version.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -125,12 +138,26 @@ impl fmt::Display for Version {
 }
 
 /// Which default provider a registration asks for: its package, plugin
-/// version and download URL.
+/// version and download URL, and the replacement parameterization its
+/// package is (if a declaration says so).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DefaultProviderRequest {
     package: String,
     version: Option<Version>,
     download_url: Option<String>,
+    replacement: Option<Replacement>,
+}
+
+/// A replacement parameterization of a base plugin: the package (named by
+/// the request) is served by plugin `base` given `value`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Replacement {
+    /// The base plugin.
+    base: String,
+    /// The package's own version.
+    version: Version,
+    /// The parameter value.
+    value: Vec<u8>,
 }
 
 impl DefaultProviderRequest {
@@ -156,7 +183,55 @@ impl DefaultProviderRequest {
             package: package.to_owned(),
             version,
             download_url,
+            replacement: None,
         })
+    }
+
+    /// The same request, for a package `decl` declares a replacement
+    /// parameterization of its base plugin: the base plugin's version and
+    /// download URL are the declaration's (as Pulumi's package reference
+    /// overrides the registration's). A declaration of another package,
+    /// or without a replacement, changes nothing.
+    ///
+    /// # Errors
+    /// [`VersionError`] when a declared version is not a semantic version.
+    pub(crate) fn declared(
+        mut self,
+        decl: &crate::provider::package::PackageDecl,
+    ) -> Result<Self, VersionError> {
+        let Some(p) = &decl.parameterization else {
+            return Ok(self);
+        };
+        if p.name != self.package {
+            return Ok(self);
+        }
+        self.version = decl
+            .version
+            .as_deref()
+            .filter(|v| !v.is_empty())
+            .map(Version::parse)
+            .transpose()?;
+        self.download_url = decl
+            .download_url
+            .as_deref()
+            .map(|u| u.trim_end_matches('/'))
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned);
+        self.replacement = Some(Replacement {
+            base: decl.name.clone(),
+            version: Version::parse(&p.version)?,
+            value: p.value.clone(),
+        });
+        Ok(self)
+    }
+
+    /// The package's version (Pulumi's `PackageVersion`): a replacement's
+    /// own, else the plugin's.
+    fn package_version(&self) -> Option<&Version> {
+        self.replacement
+            .as_ref()
+            .map(|r| &r.version)
+            .or(self.version.as_ref())
     }
 
     /// The package.
@@ -167,7 +242,7 @@ impl DefaultProviderRequest {
     /// A key telling requests apart (one default provider per key).
     pub(crate) fn key(&self) -> String {
         let mut k = self.package.clone();
-        if let Some(v) = &self.version {
+        if let Some(v) = self.package_version() {
             k.push('-');
             k.push_str(&v.to_string());
         }
@@ -182,7 +257,7 @@ impl DefaultProviderRequest {
     /// version's parts and the download URL, as Pulumi names it.
     pub(crate) fn name(&self) -> String {
         let mut name = String::from("default");
-        if let Some(v) = &self.version {
+        if let Some(v) = self.package_version() {
             name.push_str(&format!("_{}_{}_{}", v.major, v.minor, v.patch));
             for id in v.pre.iter().chain(&v.build) {
                 name.push('_');
@@ -209,14 +284,30 @@ impl DefaultProviderRequest {
                     .map(|rest| (rest.to_owned(), v.clone()))
             })
             .collect();
-        if self.version.is_some() || self.download_url.is_some() {
+        if self.version.is_some() || self.download_url.is_some() || self.replacement.is_some() {
             let mut internal = PropertyMap::new();
             if let Some(u) = &self.download_url {
                 internal.insert(DOWNLOAD_URL_KEY.into(), PropertyValue::String(u.clone()));
             }
+            if let Some(r) = &self.replacement {
+                // As Pulumi's `SetProviderParameterization`: the base
+                // plugin's name and version move into `__internal`, and
+                // `version` is the package's.
+                use base64::Engine as _;
+                internal.insert(NAME_KEY.into(), PropertyValue::String(r.base.clone()));
+                if let Some(v) = &self.version {
+                    internal.insert(VERSION_KEY.into(), PropertyValue::String(v.to_string()));
+                }
+                internal.insert(
+                    PARAMETERIZATION_KEY.into(),
+                    PropertyValue::String(
+                        base64::engine::general_purpose::STANDARD.encode(&r.value),
+                    ),
+                );
+            }
             inputs.insert(INTERNAL_KEY.into(), PropertyValue::Object(internal));
         }
-        if let Some(v) = &self.version {
+        if let Some(v) = self.package_version() {
             inputs.insert(VERSION_KEY.into(), PropertyValue::String(v.to_string()));
         }
         inputs
@@ -289,6 +380,47 @@ pub(crate) fn env_var_mappings(inputs: &PropertyMap) -> Vec<(String, String)> {
         },
         _ => Vec::new(),
     }
+}
+
+/// The declaration a provider resource of `package` records, if it is a
+/// replacement parameterization of a base plugin (its `__internal` has a
+/// `parameterization`, as Pulumi and keel record one): the base plugin's
+/// name (`__internal.name`, else `package`), version and download URL,
+/// and the parameterization (`package`, the `version` input, the decoded
+/// value). `None` for any other provider, or one whose record is not
+/// well formed (a value that is not base64, no `version`): such a provider
+/// is served as an ordinary one, as it was before.
+#[cfg(any(feature = "cli", test))]
+pub(crate) fn declaration_in(
+    package: &str,
+    inputs: &PropertyMap,
+) -> Option<crate::provider::package::PackageDecl> {
+    use base64::Engine as _;
+    let Some(PropertyValue::Object(internal)) = inputs.get(INTERNAL_KEY) else {
+        return None;
+    };
+    let value = internal.get(PARAMETERIZATION_KEY)?.as_str()?;
+    let value = base64::engine::general_purpose::STANDARD
+        .decode(value.as_bytes())
+        .ok()?;
+    let version = inputs.get(VERSION_KEY)?.as_str()?.to_owned();
+    let text = |k: &str| {
+        internal
+            .get(k)
+            .and_then(PropertyValue::as_str)
+            .map(str::to_owned)
+    };
+    Some(crate::provider::package::PackageDecl {
+        name: text(NAME_KEY).unwrap_or_else(|| package.to_owned()),
+        version: text(VERSION_KEY),
+        download_url: text(DOWNLOAD_URL_KEY),
+        parameterization: Some(crate::provider::package::Parameterization {
+            name: package.to_owned(),
+            version,
+            value,
+        }),
+        extension: None,
+    })
 }
 
 /// A provider's configuration as a provider is asked to compare it: its
@@ -407,5 +539,63 @@ mod tests {
         };
         assert_ne!(key(None), key(Some("1.0.0")));
         assert_eq!(key(Some("1.0.0")), key(Some("1.0.0")));
+    }
+
+    /// A replacement parameterization is named by the package's version
+    /// and recorded as Pulumi records it; reading the record back gives
+    /// the declaration again.
+    #[test]
+    fn parameterized_requests_round_trip_through_their_inputs() {
+        use crate::provider::package::{PackageDecl, Parameterization};
+        let decl = PackageDecl {
+            name: "terraform-provider".into(),
+            version: Some("0.8.0".into()),
+            download_url: None,
+            parameterization: Some(Parameterization {
+                name: "netlify".into(),
+                version: "2.1.0".into(),
+                value: b"registry/netlify".to_vec(),
+            }),
+            extension: None,
+        };
+        // The registration's own version gives way to the declaration's.
+        let r = DefaultProviderRequest::new("netlify", Some("9.9.9"), None)
+            .and_then(|r| r.declared(&decl))
+            .expect("request");
+        assert_eq!(r.name(), "default_2_1_0");
+        let inputs = r.inputs(&BTreeMap::new());
+        assert_eq!(inputs["version"], PropertyValue::from("2.1.0"));
+        assert_eq!(
+            inputs[INTERNAL_KEY],
+            PropertyValue::Object(PropertyMap::from([
+                (
+                    NAME_KEY.to_owned(),
+                    PropertyValue::from("terraform-provider")
+                ),
+                (VERSION_KEY.to_owned(), PropertyValue::from("0.8.0")),
+                (
+                    PARAMETERIZATION_KEY.to_owned(),
+                    PropertyValue::from("cmVnaXN0cnkvbmV0bGlmeQ==")
+                ),
+            ]))
+        );
+        assert_eq!(declaration_in("netlify", &inputs), Some(decl.clone()));
+        // Another package's declaration, or none, changes nothing.
+        let plain = DefaultProviderRequest::new("aws", Some("6.0.0"), None).expect("request");
+        assert_eq!(plain.clone().declared(&decl).expect("request"), plain);
+        assert_eq!(declaration_in("aws", &plain.inputs(&BTreeMap::new())), None);
+        // A record that is not well formed is an ordinary provider.
+        let mut broken = inputs.clone();
+        if let Some(PropertyValue::Object(internal)) = broken.get_mut(INTERNAL_KEY) {
+            internal.insert(PARAMETERIZATION_KEY.into(), PropertyValue::from("!!"));
+        }
+        assert_eq!(declaration_in("netlify", &broken), None);
+        // A declared version that is not a version is an error.
+        let mut bad = decl;
+        bad.version = Some("latest".into());
+        assert!(DefaultProviderRequest::new("netlify", None, None)
+            .expect("request")
+            .declared(&bad)
+            .is_err());
     }
 }

@@ -163,6 +163,16 @@ pub enum PlanError {
         /// Why.
         source: VersionError,
     },
+    /// A package declaration's version is not a version.
+    #[error(
+        "the declaration of package `{package}`: the version {source}; fix the package declaration (`sdks/<name>.yaml`)"
+    )]
+    BadDeclaredVersion {
+        /// The package.
+        package: String,
+        /// Why.
+        source: VersionError,
+    },
     /// Protected resources would be deleted.
     #[error("{} protected resource(s) would be deleted: {}; remove `protect` from them first (update the program with protect: false), then retry", .urns.len(), .urns.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "))]
     ProtectedDelete {
@@ -339,6 +349,10 @@ pub(crate) struct PlanOptions {
     /// Configuration of providers' packages (`<package>:<key>` -> value):
     /// default providers take their package's keys as inputs.
     pub package_config: BTreeMap<String, PropertyValue>,
+    /// The program's package declarations: a default provider of a
+    /// package one declares a replacement parameterization of a base
+    /// plugin is named and recorded as such.
+    pub packages: Vec<crate::provider::package::PackageDecl>,
     /// Where the IDs of new provider resources come from (the system's by
     /// default; [`SharedIds::counting`] in tests, for stable IDs).
     pub ids: SharedIds,

@@ -27,6 +27,25 @@ impl Planner {
         &mut self,
         request: &DefaultProviderRequest,
     ) -> Result<(ProviderRef, Option<Prepared>)> {
+        // A package the program declares a parameterization of a base
+        // plugin is requested as one.
+        let declared;
+        let request = match self.opts.packages.iter().find(|d| {
+            d.parameterization
+                .as_ref()
+                .is_some_and(|p| p.name == request.package())
+        }) {
+            Some(d) => {
+                declared = request.clone().declared(d).map_err(|source| {
+                    PlanError::BadDeclaredVersion {
+                        package: request.package().to_owned(),
+                        source,
+                    }
+                })?;
+                &declared
+            }
+            None => request,
+        };
         let key = request.key();
         if let Some(r) = self.default_providers.get(&key) {
             return Ok((r.clone(), None));
