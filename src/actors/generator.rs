@@ -953,7 +953,17 @@ async fn check_and_diff(
         return Ok(None);
     };
     let provider = registry.get(&reference);
-    let old = p.old.as_ref().map(|o| lock(o).clone());
+    // What Check and Diff read of the prior state, copied out of its lock
+    // (which is not held across the provider's awaits), and no more.
+    let old = p.old.as_ref().map(|o| {
+        let o = lock(o);
+        (
+            o.ty.clone(),
+            o.id.clone(),
+            o.inputs.clone(),
+            o.outputs.clone(),
+        )
+    });
     let checked = {
         let req = ResourceRequest {
             urn: &p.new.urn,
@@ -961,7 +971,7 @@ async fn check_and_diff(
             old_ty: None,
             id: "",
             inputs: &p.new.inputs,
-            old_inputs: old.as_ref().map(|o| &o.inputs),
+            old_inputs: old.as_ref().map(|(_, _, inputs, _)| inputs),
             old_outputs: None,
             ignore_changes: &p.new.ignore_changes,
             replace_on_changes: &p.new.replace_on_changes,
@@ -989,7 +999,9 @@ async fn check_and_diff(
         };
         p.replacement_inputs = Some(provider.check(req).await?);
     }
-    let Some(old) = old else { return Ok(None) };
+    let Some((old_ty, old_id, old_inputs, old_outputs)) = old else {
+        return Ok(None);
+    };
     if let ProviderChange::Config(config) = &p.provider_change {
         let answer = registry
             .get(&config.provider)
@@ -1014,11 +1026,11 @@ async fn check_and_diff(
     let req = ResourceRequest {
         urn: &p.new.urn,
         ty: &p.new.ty,
-        old_ty: (old.ty != p.new.ty).then_some(&old.ty),
-        id: &old.id,
+        old_ty: (old_ty != p.new.ty).then_some(&old_ty),
+        id: &old_id,
         inputs: &p.new.inputs,
-        old_inputs: Some(&old.inputs),
-        old_outputs: Some(&old.outputs),
+        old_inputs: Some(&old_inputs),
+        old_outputs: Some(&old_outputs),
         ignore_changes: &p.new.ignore_changes,
         replace_on_changes: &p.new.replace_on_changes,
         timeout: None,

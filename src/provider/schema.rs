@@ -82,14 +82,25 @@ pub async fn upgrade(
     resources: &mut [State],
 ) -> Result<Vec<usize>, SchemaUpgradeError> {
     let mut upgraded = Vec::new();
+    // Resolved once per provider reference (a stack has few; parsing and
+    // validating each state's reference again cost more than the check).
+    let mut providers: std::collections::HashMap<
+        &str,
+        Option<std::sync::Arc<dyn super::Provider>>,
+    > = std::collections::HashMap::new();
     for (i, s) in resources.iter().enumerate() {
         if !s.custom || s.ty.is_provider() {
             continue;
         }
-        let Ok(Some(reference)) = s.provider_ref() else {
+        let provider = providers.entry(s.provider.as_str()).or_insert_with(|| {
+            s.provider_ref()
+                .ok()
+                .flatten()
+                .map(|reference| registry.get(&reference))
+        });
+        let Some(provider) = provider.clone() else {
             continue;
         };
-        let provider = registry.get(&reference);
         let Some(info) = provider.schema(&s.ty) else {
             continue;
         };

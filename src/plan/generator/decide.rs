@@ -472,14 +472,19 @@ impl Planner {
         dbr_option: Option<bool>,
     ) -> Option<DependentWalk> {
         let i = p.old_index.filter(|_| p.in_scope)?;
-        let old = lock(&self.olds[i]).clone();
-        if old.pending_replacement || self.dbr_dependents.contains_key(&i) || old.protect {
-            return None;
-        }
-        let (kind, diff) = self.judge(p, &old, diff);
-        let dbr = dbr_option.unwrap_or_else(|| diff.is_some_and(|d| d.delete_before_replace));
-        (kind == DiffKind::Replace && dbr)
-            .then(|| DependentWalk::new(old.urn.clone(), self.prior_dependents(i)))
+        // Judged on the prior state in place (no copy: nothing here awaits,
+        // and `judge` locks no state), released before the walk reads
+        // the prior dependents.
+        let urn = {
+            let old = lock(&self.olds[i]);
+            if old.pending_replacement || self.dbr_dependents.contains_key(&i) || old.protect {
+                return None;
+            }
+            let (kind, diff) = self.judge(p, &old, diff);
+            let dbr = dbr_option.unwrap_or_else(|| diff.is_some_and(|d| d.delete_before_replace));
+            (kind == DiffKind::Replace && dbr).then(|| old.urn.clone())?
+        };
+        Some(DependentWalk::new(urn, self.prior_dependents(i)))
     }
 
     /// The steps of `p`, given what [`Self::judge`] said of it (`None`
