@@ -55,8 +55,11 @@ const FACET_SUFFIX: &str = "Settings";
 /// The split migration (`python3 split.py SPEC`): moves the `move` keys
 /// out of the custom resource named `host` into a new facet resource
 /// (`urn`, `type`, `parent`, `inputs` plus `host`: the host's ID) with the
-/// host's ID, provider and flags; prints null once the facet exists or
-/// when the host is not in the state. The prior states may record aliases
+/// host's ID, provider and flags; prints null once the facet exists, when
+/// the host is not in the state, or when the host no longer has the keys
+/// (split already: a facet destroyed since must not be brought back into
+/// the state by the migration that made it, as a real split migration
+/// checks what it moves). The prior states may record aliases
 /// of earlier renames, which a result may not carry: it drops them.
 const SPLIT_PY: &str = r#"import json, sys
 
@@ -71,6 +74,9 @@ if any(s["urn"] == spec["urn"] for s in states) or len(hosts) != 1:
     print("null")
     sys.exit(0)
 host = hosts[0]
+if not any(k in (host.get("inputs") or {}) for k in spec["move"]):
+    print("null")
+    sys.exit(0)
 for s in states:
     s.pop("aliases", None)
 for part in ("inputs", "outputs"):
