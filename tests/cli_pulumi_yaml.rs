@@ -717,28 +717,41 @@ fn functions_answer_from_the_simulated_cloud() {
 
 #[test]
 fn an_invalid_package_declaration_is_refused_before_anything_runs() {
-    let k = Keel::new();
-    std::fs::write(
-        k.path().join("Pulumi.yaml"),
-        "name: fns\nruntime: yaml\nresources:\n  a:\n    type: sim:A\n",
-    )
-    .expect("Pulumi.yaml");
-    std::fs::create_dir_all(k.path().join("sdks")).expect("sdks");
-    std::fs::write(
-        k.path().join("sdks/bad.yaml"),
+    // A declaration, and what the refusal says of it.
+    let check = |declaration: String, says: &str| {
+        let k = Keel::new();
+        std::fs::write(
+            k.path().join("Pulumi.yaml"),
+            "name: fns\nruntime: yaml\nresources:\n  a:\n    type: sim:A\n",
+        )
+        .expect("Pulumi.yaml");
+        std::fs::create_dir_all(k.path().join("sdks")).expect("sdks");
+        std::fs::write(k.path().join("sdks/bad.yaml"), &declaration).expect("package");
+        // Other YAML files are not declarations and are left alone.
+        std::fs::write(k.path().join("sdks/notes.yaml"), "just: notes\n").expect("notes");
+        let before = k.files();
+        let (_, err) = k.expect(2, &["up", "--yes"]);
+        assert!(
+            err.contains("sdks/bad.yaml: invalid package declaration"),
+            "{err}"
+        );
+        assert!(err.contains(says), "{declaration}: {err}");
+        assert_eq!(before, k.files(), "nothing was written");
+    };
+    check(
         GREET_PACKAGE.replace("R3JlZXQ=", "not base64!"),
-    )
-    .expect("package");
-    // Other YAML files are not declarations and are left alone.
-    std::fs::write(k.path().join("sdks/notes.yaml"), "just: notes\n").expect("notes");
-    let before = k.files();
-    let (_, err) = k.expect(2, &["up", "--yes"]);
-    assert!(
-        err.contains("sdks/bad.yaml: invalid package declaration"),
-        "{err}"
+        "not base64",
     );
-    assert!(err.contains("not base64"), "{err}");
-    assert_eq!(before, k.files(), "nothing was written");
+    // A replacement's versions name its default provider: semantic
+    // versions, checked before the resources of other packages are made.
+    check(
+        GREET_PACKAGE.replace("0.1.0", "latest"),
+        "`latest` is not a semantic version",
+    );
+    check(
+        GREET_PACKAGE.replace("1.2.3", "v1"),
+        "`v1` is not a semantic version",
+    );
 }
 
 #[test]

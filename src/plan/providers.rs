@@ -205,18 +205,15 @@ impl DefaultProviderRequest {
         if p.name != self.package {
             return Ok(self);
         }
-        self.version = decl
-            .version
-            .as_deref()
-            .filter(|v| !v.is_empty())
-            .map(Version::parse)
-            .transpose()?;
-        self.download_url = decl
-            .download_url
-            .as_deref()
-            .map(|u| u.trim_end_matches('/'))
-            .filter(|u| !u.is_empty())
-            .map(str::to_owned);
+        // The base plugin's version and URL, normalised as a
+        // registration's are.
+        let base = Self::new(
+            &self.package,
+            decl.version.as_deref(),
+            decl.download_url.as_deref(),
+        )?;
+        self.version = base.version;
+        self.download_url = base.download_url;
         self.replacement = Some(Replacement {
             base: decl.name.clone(),
             version: Version::parse(&p.version)?,

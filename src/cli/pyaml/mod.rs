@@ -385,7 +385,22 @@ fn package_decls(dir: &Path) -> Result<Vec<crate::provider::package::PackageDecl
                     Err(source) => return Err(PyamlError::Read { path, source }),
                 };
                 match crate::provider::package::PackageDecl::parse(&text) {
-                    Ok(Some(decl)) => found.push(decl),
+                    Ok(Some(decl)) => {
+                        // A replacement's versions name its default
+                        // provider: refused here, before anything runs,
+                        // not when its first resource registers.
+                        crate::plan::providers::DefaultProviderRequest::new(
+                            decl.namespace(),
+                            None,
+                            None,
+                        )
+                        .and_then(|r| r.declared(&decl))
+                        .map_err(|e| PyamlError::Package {
+                            path: path.clone(),
+                            message: e.to_string(),
+                        })?;
+                        found.push(decl);
+                    }
                     Ok(None) => {}
                     Err(message) => return Err(PyamlError::Package { path, message }),
                 }
