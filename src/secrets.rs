@@ -48,6 +48,10 @@ pub enum SecretsError {
     /// The stack holds secrets but no passphrase was given.
     #[error("this stack holds secrets: set KEEL_CONFIG_PASSPHRASE (or KEEL_CONFIG_PASSPHRASE_FILE) to its passphrase")]
     NoPassphrase,
+    /// A secret config value is to be encrypted or decrypted, but no
+    /// passphrase was given.
+    #[error("secret config values are encrypted with the stack's passphrase: set KEEL_CONFIG_PASSPHRASE (or KEEL_CONFIG_PASSPHRASE_FILE) to it (a new stack's, to any passphrase: it becomes the stack's)")]
+    NoConfigPassphrase,
     /// Secrets must be written but the stack has no secrets provider.
     #[error("the program creates secrets but the stack has no secrets provider: set KEEL_CONFIG_PASSPHRASE (or KEEL_CONFIG_PASSPHRASE_FILE) to encrypt them")]
     NoProvider,

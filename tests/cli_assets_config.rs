@@ -200,10 +200,26 @@ fn backend_text(k: &Keel) -> String {
 #[test]
 fn secure_config_reaches_a_python_program_decrypted_and_secret() {
     let mut k = keel();
-    k.passphrase = Some(PASSPHRASE.into());
     let dir = copy_program(&k, "secure-config");
     let program = dir.display().to_string();
     let p = ["--program", program.as_str()];
+    // Without a passphrase, a secret is refused, saying what to set; the
+    // file is not touched.
+    let (_, err) = k.expect(
+        2,
+        &[
+            &["config", "set", "--secret", "password", "hunter2-top"][..],
+            &p,
+        ]
+        .concat(),
+    );
+    assert!(
+        err.contains("secret config values are encrypted with the stack's passphrase")
+            && err.contains("KEEL_CONFIG_PASSPHRASE"),
+        "{err}"
+    );
+    assert!(!dir.join("Pulumi.dev.yaml").exists(), "nothing was written");
+    k.passphrase = Some(PASSPHRASE.into());
     let set = |args: &[&str]| k.ok(&[&["config", "set"], args, &p].concat());
     set(&["env", "prod"]);
     set(&["--secret", "password", "hunter2-top"]);

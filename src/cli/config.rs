@@ -139,7 +139,7 @@ fn command_manager(
 ) -> Result<Arc<dyn SecretsManager>, CliError> {
     let p = passphrase_from_env()
         .map_err(secrets_err(stack))?
-        .ok_or(SecretsError::NoPassphrase)
+        .ok_or(SecretsError::NoConfigPassphrase)
         .map_err(secrets_err(stack))?;
     if let Some(salt) = cfg.encryption_salt() {
         return Ok(Arc::new(
