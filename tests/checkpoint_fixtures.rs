@@ -54,6 +54,24 @@ fn check(name: &str, bytes: &[u8], expect: Expect) {
                 written,
                 "{name}: second write differs"
             );
+            // A base checkpoint is encoded from the borrowed deployment:
+            // byte for byte what an owned export of it encodes.
+            let deployment = file
+                .deployment
+                .as_ref()
+                .or_else(|| file.checkpoint.as_ref().and_then(|c| c.latest.as_ref()));
+            if let Some(d) = deployment {
+                let mut extra = std::collections::BTreeMap::new();
+                extra.insert("keelFormat".to_owned(), serde_json::json!(2));
+                extra.insert("keelJournalSeq".to_owned(), serde_json::json!(41));
+                let mut owned = CheckpointFile::export(d.clone());
+                owned.extra = extra.clone();
+                assert_eq!(
+                    String::from_utf8(CheckpointFile::export_to_vec(d, &extra)).unwrap(),
+                    String::from_utf8(owned.to_vec()).unwrap(),
+                    "{name}: the borrowed export differs from the owned one"
+                );
+            }
         }
         Expect::Refused(what, matches) => match result {
             Ok(_) => panic!("{name}: accepted, expected refusal: {what}"),

@@ -258,6 +258,40 @@ impl CheckpointFile {
         }
     }
 
+    /// Encodes, as compact JSON, the stack export file of a borrowed
+    /// `deployment` with the top-level `extra` keys: the same bytes as
+    /// [`CheckpointFile::export`] of a copy with `extra` inserted, then
+    /// [`CheckpointFile::to_vec`], without copying the deployment (a base
+    /// checkpoint written at the end of an operation holds every state).
+    pub fn export_to_vec(
+        deployment: &Deployment,
+        extra: &std::collections::BTreeMap<String, serde_json::Value>,
+    ) -> Vec<u8> {
+        struct Export<'a> {
+            deployment: &'a Deployment,
+            extra: &'a std::collections::BTreeMap<String, serde_json::Value>,
+        }
+        impl serde::Serialize for Export<'_> {
+            fn serialize<S: serde::Serializer>(
+                &self,
+                s: S,
+            ) -> std::result::Result<S::Ok, S::Error> {
+                use serde::ser::SerializeMap;
+                // The keys `export` leaves present, in the order its
+                // `Serialize` writes them: `version`, `deployment`, then
+                // the extra keys (sorted).
+                let mut m = s.serialize_map(None)?;
+                m.serialize_entry("version", &CURRENT_VERSION)?;
+                m.serialize_entry("deployment", self.deployment)?;
+                for (k, v) in self.extra {
+                    m.serialize_entry(k, v)?;
+                }
+                m.end()
+            }
+        }
+        serde_json::to_vec(&Export { deployment, extra }).unwrap_or_default()
+    }
+
     /// Decodes a file, checking its format version and features first. The
     /// deployment is not verified: see [`CheckpointFile::verify`] or
     /// [`CheckpointFile::from_slice_verified`].

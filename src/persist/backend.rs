@@ -281,17 +281,23 @@ pub fn base_bytes(
     split: usize,
     crypter: &Crypter,
 ) -> Result<Vec<u8>, PersistError> {
-    let mut d = d.clone();
-    if crypter.manager().is_some() {
-        crypter.encrypt_deployment(&mut d)?;
-    }
-    let mut file = CheckpointFile::export(d);
-    file.extra.insert(FORMAT_KEY.into(), STATE_FORMAT.into());
-    file.extra.insert(WATERMARK_KEY.into(), seq.into());
+    let mut extra = BTreeMap::new();
+    extra.insert(FORMAT_KEY.to_owned(), STATE_FORMAT.into());
+    extra.insert(WATERMARK_KEY.to_owned(), seq.into());
     if split > 0 {
-        file.extra.insert(SPLIT_KEY.into(), split.into());
+        extra.insert(SPLIT_KEY.to_owned(), split.into());
     }
-    Ok(file.to_vec())
+    // Encoded from the borrowed states unless encryption changes them (a
+    // plaintext secret to seal, or the secrets provider to record): a copy
+    // of every state per compaction otherwise.
+    let changes = crypter.manager().is_some()
+        && (d.secrets_providers.ty.is_empty() || Crypter::has_plaintext(d));
+    if changes {
+        let mut d = d.clone();
+        crypter.encrypt_deployment(&mut d)?;
+        return Ok(CheckpointFile::export_to_vec(&d, &extra));
+    }
+    Ok(CheckpointFile::export_to_vec(d, &extra))
 }
 
 /// Refuses a base checkpoint keel wrote in another state format. A base
