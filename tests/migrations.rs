@@ -665,16 +665,16 @@ async fn later_values_naming_a_predecessor_follow_the_successor() {
     .unwrap();
     let old = h.urn("old");
     let old_id = h.state_of("old").id.clone();
-    let reference = PropertyValue::ResourceReference(ResourceReference {
+    let reference = PropertyValue::ResourceReference(Box::new(ResourceReference {
         urn: old.clone(),
         id: Some(old_id.clone()),
         package_version: None,
-    });
-    let output = PropertyValue::Output(OutputValue {
+    }));
+    let output = PropertyValue::Output(Box::new(OutputValue {
         value: Some(Box::new(PropertyValue::from("v"))),
         secret: None,
         dependencies: Some(vec![old.clone()]),
-    });
+    }));
     let program = move |ctx: Context| {
         let (reference, output) = (reference.clone(), output.clone());
         async move {
@@ -710,11 +710,11 @@ async fn later_values_naming_a_predecessor_follow_the_successor() {
     let new = h.urn("new");
     assert_eq!(h.state_of("new").id, old_id, "the rename kept the object");
     let consumer = h.state_of("consumer");
-    let successor = PropertyValue::ResourceReference(ResourceReference {
+    let successor = PropertyValue::ResourceReference(Box::new(ResourceReference {
         urn: new.clone(),
         id: Some(old_id.clone()),
         package_version: None,
-    });
+    }));
     assert_eq!(consumer.inputs["bucket"], successor);
     let PropertyValue::Array(nested) = &consumer.inputs["nested"] else {
         panic!("{:?}", consumer.inputs)
@@ -751,11 +751,11 @@ async fn a_state_written_during_the_drain_follows_the_rename() {
     .unwrap();
     let old = h.urn("old");
     let old_id = h.state_of("old").id.clone();
-    let reference = PropertyValue::ResourceReference(ResourceReference {
+    let reference = PropertyValue::ResourceReference(Box::new(ResourceReference {
         urn: old,
         id: Some(old_id.clone()),
         package_version: None,
-    });
+    }));
     let cloud = h.cloud.clone();
     let program = move |ctx: Context| {
         let (reference, cloud) = (reference.clone(), cloud.clone());
@@ -795,11 +795,11 @@ async fn a_state_written_during_the_drain_follows_the_rename() {
         .unwrap();
     assert_eq!(committed(&o), 1);
     h.state = o.snapshot;
-    let successor = PropertyValue::ResourceReference(ResourceReference {
+    let successor = PropertyValue::ResourceReference(Box::new(ResourceReference {
         urn: h.urn("new"),
         id: Some(old_id),
         package_version: None,
-    });
+    }));
     assert_eq!(
         h.state_of("consumer").inputs["bucket"],
         successor,

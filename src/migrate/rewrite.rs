@@ -187,14 +187,14 @@ pub(crate) fn rewrite_value(
             if value.is_none() && deps.is_none() {
                 return None;
             }
-            Some(PropertyValue::Output(OutputValue {
+            Some(PropertyValue::Output(Box::new(OutputValue {
                 value: match value {
                     Some(v) => Some(Box::new(v)),
                     None => o.value.clone(),
                 },
                 secret: o.secret,
                 dependencies: deps.or_else(|| o.dependencies.clone()),
-            }))
+            })))
         }
         PropertyValue::ResourceReference(r) => {
             let new = map.get(&r.urn)?;
@@ -203,11 +203,13 @@ pub(crate) fn rewrite_value(
                 Some(Identity { custom: false, .. }) => None,
                 None => r.id.clone(),
             };
-            Some(PropertyValue::ResourceReference(ResourceReference {
-                urn: new.clone(),
-                id,
-                package_version: None,
-            }))
+            Some(PropertyValue::ResourceReference(Box::new(
+                ResourceReference {
+                    urn: new.clone(),
+                    id,
+                    package_version: None,
+                },
+            )))
         }
         _ => None,
     }

@@ -124,26 +124,32 @@ pub enum PropertyValue {
     /// A plain object.
     Object(PropertyMap),
     /// An asset.
-    Asset(Asset),
+    Asset(Box<Asset>),
     /// An archive.
-    Archive(Archive),
+    Archive(Box<Archive>),
     /// A secret, encrypted or not.
     Secret(Secret),
     /// A value not known until the resource is created (preview only).
     Computed,
     /// An output value: known or unknown, maybe secret, with dependencies.
-    Output(OutputValue),
+    Output(Box<OutputValue>),
     /// A reference to another resource.
-    ResourceReference(ResourceReference),
+    ResourceReference(Box<ResourceReference>),
     /// A signed value keel does not interpret (byte strings, signatures
     /// from newer engines): kept verbatim and written back.
     Other {
         /// The signature.
         sig: String,
-        /// The other fields.
-        fields: PropertyMap,
+        /// The other fields (boxed: a rare variant, kept out of every
+        /// value's size).
+        fields: Box<PropertyMap>,
     },
 }
+
+// Every map entry and array element is one `PropertyValue`, and a map's
+// tree node holds eleven whether used or not: the rare variants are boxed
+// so a value stays this small (it was 104 bytes; BENCHMARKS.md, issue 20).
+const _: () = assert!(std::mem::size_of::<PropertyValue>() <= 40);
 
 impl PropertyValue {
     /// True for `null`.
@@ -294,11 +300,11 @@ impl PropertyValue {
                 let id = take_str(&mut fields, "id")?;
                 let package_version = take_str(&mut fields, "packageVersion")?;
                 check_empty(&fields, "a resource reference")?;
-                Ok(Self::ResourceReference(ResourceReference {
+                Ok(Self::ResourceReference(Box::new(ResourceReference {
                     urn,
                     id,
                     package_version,
-                }))
+                })))
             }
             SIG_OUTPUT_VALUE => {
                 let value = fields.remove("value").map(Box::new);
@@ -331,11 +337,11 @@ impl PropertyValue {
                     }
                 };
                 check_empty(&fields, "an output value")?;
-                Ok(Self::Output(OutputValue {
+                Ok(Self::Output(Box::new(OutputValue {
                     value,
                     secret,
                     dependencies,
-                }))
+                })))
             }
             SIG_ASSET => {
                 let asset = Asset {
@@ -345,7 +351,7 @@ impl PropertyValue {
                     uri: take_str(&mut fields, "uri")?,
                 };
                 check_empty(&fields, "an asset")?;
-                Ok(Self::Asset(asset))
+                Ok(Self::Asset(Box::new(asset)))
             }
             SIG_ARCHIVE => {
                 let assets = match fields.remove("assets") {
@@ -364,9 +370,12 @@ impl PropertyValue {
                     uri: take_str(&mut fields, "uri")?,
                 };
                 check_empty(&fields, "an archive")?;
-                Ok(Self::Archive(archive))
+                Ok(Self::Archive(Box::new(archive)))
             }
-            _ => Ok(Self::Other { sig, fields }),
+            _ => Ok(Self::Other {
+                sig,
+                fields: Box::new(fields),
+            }),
         }
     }
 }
@@ -590,7 +599,7 @@ impl Serialize for PropertyValue {
             Self::Other { sig, fields } => {
                 let mut m = s.serialize_map(Some(fields.len() + 1))?;
                 m.serialize_entry(SIG_KEY, sig)?;
-                for (k, v) in fields {
+                for (k, v) in fields.iter() {
                     m.serialize_entry(k, v)?;
                 }
                 m.end()
@@ -740,13 +749,13 @@ mod tests {
         assert_eq!(secret.check_depth("s"), Ok(()));
         secret = PropertyValue::Secret(Secret::plaintext(secret));
         assert!(secret.check_depth("s").is_err());
-        let archive = PropertyValue::Archive(Archive {
+        let archive = PropertyValue::Archive(Box::new(Archive {
             assets: Some(PropertyMap::from([(
                 "a".to_owned(),
                 PropertyValue::from_json(&nest(MAX_DEPTH - 1, |v| json!([v]))).unwrap(),
             )])),
             ..Archive::default()
-        });
+        }));
         assert!(archive.check_depth("z").is_err());
         let map = PropertyMap::from([
             ("ok".to_owned(), PropertyValue::from(1)),

@@ -569,11 +569,11 @@ mod tests {
     #[test]
     fn assets_show_their_hashes() {
         let asset = |h: &str| {
-            PropertyValue::Asset(Asset {
+            PropertyValue::Asset(Box::new(Asset {
                 hash: Some(h.into()),
                 path: Some("www/index.html".into()),
                 ..Asset::default()
-            })
+            }))
         };
         let old = PropertyMap::from([("source".to_owned(), asset("aaaaaaaaaaaa"))]);
         let new = PropertyMap::from([("source".to_owned(), asset("bbbbbbbbbbbb"))]);

@@ -475,7 +475,7 @@ mod tests {
     fn asset(f: impl FnOnce(&mut Asset)) -> PropertyValue {
         let mut a = Asset::default();
         f(&mut a);
-        PropertyValue::Asset(a)
+        PropertyValue::Asset(Box::new(a))
     }
 
     fn hashed(v: PropertyValue, root: &Path) -> Result<Option<String>, AssetError> {
@@ -580,10 +580,10 @@ mod tests {
     #[test]
     fn the_empty_archive_has_pulumis_empty_hash() {
         let d = tempfile::tempdir().unwrap();
-        let empty = PropertyValue::Archive(Archive {
+        let empty = PropertyValue::Archive(Box::new(Archive {
             assets: Some(PropertyMap::new()),
             ..Archive::default()
-        });
+        }));
         assert_eq!(
             hashed(empty, d.path()).unwrap().as_deref(),
             Some("5f70bf18a086007016e948b04aed3b82103a36bea41755b6cddfaf10ace3c6ef")
@@ -601,14 +601,14 @@ mod tests {
         std::fs::write(site.join(".pulumi/skip"), "no").unwrap();
         std::fs::write(d.path().join("bundle.zip"), "PK-bytes").unwrap();
         let dir = |p: &str| {
-            PropertyValue::Archive(Archive {
+            PropertyValue::Archive(Box::new(Archive {
                 path: Some(p.into()),
                 ..Archive::default()
-            })
+            }))
         };
         let from_dir = hashed(dir("site"), d.path()).unwrap().unwrap();
         // The same members as a map of assets: the same stream.
-        let map = PropertyValue::Archive(Archive {
+        let map = PropertyValue::Archive(Box::new(Archive {
             assets: Some(PropertyMap::from([
                 (
                     "index.html".to_owned(),
@@ -616,17 +616,17 @@ mod tests {
                 ),
                 (
                     "css".to_owned(),
-                    PropertyValue::Archive(Archive {
+                    PropertyValue::Archive(Box::new(Archive {
                         assets: Some(PropertyMap::from([(
                             "a.css".to_owned(),
                             asset(|a| a.text = Some("a{}".into())),
                         )])),
                         ..Archive::default()
-                    }),
+                    })),
                 ),
             ])),
             ..Archive::default()
-        });
+        }));
         assert_eq!(hashed(map, d.path()).unwrap().unwrap(), from_dir);
         // A change of content changes the hash.
         std::fs::write(site.join("css/a.css"), "b{}").unwrap();

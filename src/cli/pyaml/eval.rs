@@ -658,26 +658,26 @@ pub(crate) fn apply(
                 ))
             }
         },
-        Func::StringAsset => V::Asset(Asset {
+        Func::StringAsset => V::Asset(Box::new(Asset {
             text: Some(text(&arg, "the text of `fn::stringAsset`")?),
             ..Asset::default()
-        }),
-        Func::FileAsset => V::Asset(Asset {
+        })),
+        Func::FileAsset => V::Asset(Box::new(Asset {
             path: Some(text(&arg, "the path of `fn::fileAsset`")?),
             ..Asset::default()
-        }),
-        Func::RemoteAsset => V::Asset(Asset {
+        })),
+        Func::RemoteAsset => V::Asset(Box::new(Asset {
             uri: Some(text(&arg, "the URI of `fn::remoteAsset`")?),
             ..Asset::default()
-        }),
-        Func::FileArchive => V::Archive(Archive {
+        })),
+        Func::FileArchive => V::Archive(Box::new(Archive {
             path: Some(text(&arg, "the path of `fn::fileArchive`")?),
             ..Archive::default()
-        }),
-        Func::RemoteArchive => V::Archive(Archive {
+        })),
+        Func::RemoteArchive => V::Archive(Box::new(Archive {
             uri: Some(text(&arg, "the URI of `fn::remoteArchive`")?),
             ..Archive::default()
-        }),
+        })),
         Func::Secret | Func::Unsecret | Func::ResourceName | Func::ResourceType => arg,
     })
 }
@@ -778,7 +778,7 @@ impl<'a> Env<'a> {
                         }
                         assets.insert(k.clone(), v);
                     }
-                    PropertyValue::Archive(Archive { assets: Some(assets), ..Archive::default() })
+                    PropertyValue::Archive(Box::new(Archive { assets: Some(assets), ..Archive::default() }))
                 }
                 Expr::StackReference(stack, prop) => {
                     let prop = self.eval(prop).await?;
@@ -1018,11 +1018,13 @@ impl<'a> Env<'a> {
         let reg = &r.registered;
         let unknown_id = reg.id.is_empty() || reg.id == UNKNOWN_ID;
         let Some(first) = a.path.first() else {
-            return Ok(PropertyValue::ResourceReference(ResourceReference {
-                urn: reg.urn.clone(),
-                id: (!unknown_id).then(|| reg.id.clone()),
-                package_version: None,
-            }));
+            return Ok(PropertyValue::ResourceReference(Box::new(
+                ResourceReference {
+                    urn: reg.urn.clone(),
+                    id: (!unknown_id).then(|| reg.id.clone()),
+                    package_version: None,
+                },
+            )));
         };
         let name = match first {
             Accessor::Name(n) | Accessor::Key(n) => n,

@@ -238,16 +238,16 @@ fn prepare(v: &PropertyValue, how: Marshal) -> Option<PropertyValue> {
         PropertyValue::Computed if !how.keep_unknowns => None,
         PropertyValue::Output(o) if o.value.is_none() && !how.keep_unknowns => None,
         PropertyValue::Asset(a) if how.hash_only_assets && a.hash.is_some() => {
-            Some(PropertyValue::Asset(Asset {
+            Some(PropertyValue::Asset(Box::new(Asset {
                 hash: a.hash.clone(),
                 ..Asset::default()
-            }))
+            })))
         }
         PropertyValue::Archive(a) if how.hash_only_assets && a.hash.is_some() => {
-            Some(PropertyValue::Archive(Archive {
+            Some(PropertyValue::Archive(Box::new(Archive {
                 hash: a.hash.clone(),
                 ..Archive::default()
-            }))
+            })))
         }
         PropertyValue::Array(a) => Some(PropertyValue::Array(
             a.iter().filter_map(|v| prepare(v, how)).collect(),
@@ -1730,19 +1730,19 @@ mod tests {
 
     #[test]
     fn assets_go_as_their_hash_where_pulumi_elides_them_and_come_back_whole() {
-        let full = PropertyValue::Asset(Asset {
+        let full = PropertyValue::Asset(Box::new(Asset {
             hash: Some("abc".into()),
             text: Some("hello".into()),
             ..Asset::default()
-        });
-        let elided = PropertyValue::Asset(Asset {
+        }));
+        let elided = PropertyValue::Asset(Box::new(Asset {
             hash: Some("abc".into()),
             ..Asset::default()
-        });
-        let no_hash = PropertyValue::Asset(Asset {
+        }));
+        let no_hash = PropertyValue::Asset(Box::new(Asset {
             text: Some("t".into()),
             ..Asset::default()
-        });
+        }));
         let m = map(vec![
             ("a", full.clone()),
             (
@@ -1769,10 +1769,10 @@ mod tests {
         // Another hash is left as it came.
         let mut other = map(vec![(
             "a",
-            PropertyValue::Asset(Asset {
+            PropertyValue::Asset(Box::new(Asset {
                 hash: Some("zzz".into()),
                 ..Asset::default()
-            }),
+            })),
         )]);
         let before = other.clone();
         restore_elided_assets(&mut other, &[&m]);
