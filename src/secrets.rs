@@ -377,6 +377,13 @@ impl Crypter {
         }
     }
 
+    /// Whether [`Crypter::encrypt_deployment`] would change (or refuse)
+    /// `d`: it has a manager, and `d` names no secrets provider yet or holds
+    /// a plaintext secret. Otherwise `d` can be written as it is.
+    pub fn changes(&self, d: &Deployment) -> bool {
+        self.manager.is_some() && (d.secrets_providers.ty.is_empty() || Self::has_plaintext(d))
+    }
+
     /// Turns every plaintext secret of `d` into a ciphertext, and names the
     /// manager's provider in `d.secrets_providers` when it encrypted any.
     ///

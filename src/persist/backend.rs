@@ -287,12 +287,9 @@ pub fn base_bytes(
     if split > 0 {
         extra.insert(SPLIT_KEY.to_owned(), split.into());
     }
-    // Encoded from the borrowed states unless encryption changes them (a
-    // plaintext secret to seal, or the secrets provider to record): a copy
-    // of every state per compaction otherwise.
-    let changes = crypter.manager().is_some()
-        && (d.secrets_providers.ty.is_empty() || Crypter::has_plaintext(d));
-    if changes {
+    // Encoded from the borrowed states unless encryption changes them: a
+    // copy of every state per compaction otherwise.
+    if crypter.changes(d) {
         let mut d = d.clone();
         crypter.encrypt_deployment(&mut d)?;
         return Ok(CheckpointFile::export_to_vec(&d, &extra));
