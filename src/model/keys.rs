@@ -85,6 +85,12 @@ impl<K, V> JsonEmpty for BTreeMap<K, V> {
     }
 }
 
+impl JsonEmpty for super::property::PropertyMap {
+    fn json_empty(&self) -> bool {
+        self.is_empty()
+    }
+}
+
 impl<T> JsonEmpty for Option<T> {
     fn json_empty(&self) -> bool {
         self.is_none()

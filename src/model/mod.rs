@@ -11,6 +11,7 @@ pub mod checkpoint;
 pub mod integrity;
 mod keys;
 pub mod property;
+mod property_map;
 pub mod property_path;
 pub mod rule;
 pub mod snapshot;

@@ -7,7 +7,6 @@
 //! the JSON with no intermediate `serde_json::Value`; encoding is its exact
 //! inverse, so a value read from a file is written back unchanged.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use serde::de::{self, MapAccess, SeqAccess, Visitor};
@@ -33,9 +32,7 @@ pub const SIG_BYTES: &str = "803fd3297a5875dc03ca845dda5d2a98";
 /// The string that stands for a computed (unknown) value.
 pub const UNKNOWN_VALUE: &str = "04da6b54-80e4-46f7-96ec-b56ff0331ba9";
 
-/// A map of property names to values (inputs, outputs, objects). Keys are
-/// kept sorted, as Pulumi writes them.
-pub type PropertyMap = BTreeMap<String, PropertyValue>;
+pub use super::property_map::PropertyMap;
 
 /// The deepest nesting keel accepts in a property value. Arrays, objects
 /// and signed values (secrets, outputs, references, assets; an archive's
@@ -678,7 +675,10 @@ impl<'de> Visitor<'de> for ValueVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PropertyValue, A::Error> {
-        let mut fields = PropertyMap::new();
+        let mut fields = PropertyMap::with_capacity(map.size_hint().unwrap_or(0).min(1024));
+        // Keys arrive sorted from anything keel or Pulumi wrote: append
+        // them; sort the stragglers in once at the end (no `n²` inserts).
+        let mut out_of_order = Vec::new();
         let mut sig = None;
         while let Some(key) = map.next_key::<String>()? {
             if key == SIG_KEY {
@@ -692,8 +692,13 @@ impl<'de> Visitor<'de> for ValueVisitor {
                 }
             } else {
                 let v = map.next_value()?;
-                fields.insert(key, v);
+                if let Some(pair) = fields.try_append(key, v) {
+                    out_of_order.push(pair);
+                }
             }
+        }
+        if !out_of_order.is_empty() {
+            fields.extend(out_of_order);
         }
         match sig {
             None => Ok(PropertyValue::Object(fields)),
