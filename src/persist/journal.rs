@@ -30,10 +30,75 @@ pub enum Ref {
     New(usize),
 }
 
+/// A whole state in an entry: owned when read back from a journal,
+/// borrowed when keel encodes one, so recording a step does not copy the
+/// state it writes. Both encode the same; equality is the states'.
+#[derive(Debug)]
+pub enum EntryState<'a> {
+    /// Read back (or built) here.
+    Owned(Box<State>),
+    /// The state being recorded, borrowed for the encoding.
+    Borrowed(&'a State),
+}
+
+impl EntryState<'_> {
+    /// The state, owned (a copy when borrowed).
+    pub fn into_owned(self) -> Box<State> {
+        match self {
+            Self::Owned(s) => s,
+            Self::Borrowed(s) => Box::new(s.clone()),
+        }
+    }
+}
+
+impl std::ops::Deref for EntryState<'_> {
+    type Target = State;
+
+    fn deref(&self) -> &State {
+        match self {
+            Self::Owned(s) => s,
+            Self::Borrowed(s) => s,
+        }
+    }
+}
+
+impl Clone for EntryState<'_> {
+    fn clone(&self) -> Self {
+        match self {
+            Self::Owned(s) => Self::Owned(s.clone()),
+            Self::Borrowed(s) => Self::Borrowed(s),
+        }
+    }
+}
+
+impl PartialEq for EntryState<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl From<Box<State>> for EntryState<'_> {
+    fn from(s: Box<State>) -> Self {
+        Self::Owned(s)
+    }
+}
+
+impl Serialize for EntryState<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        (**self).serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for EntryState<'_> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Box::<State>::deserialize(d).map(Self::Owned)
+    }
+}
+
 /// The effect of a finished operation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub enum ChangeRecord {
+pub enum ChangeRecord<'a> {
     /// A state is written, superseding `old` (or keeping it, marked delete).
     Write {
         /// The superseded state.
@@ -47,7 +112,7 @@ pub enum ChangeRecord {
         )]
         mark_old_delete: bool,
         /// The state written.
-        state: Box<State>,
+        state: EntryState<'a>,
     },
     /// A prior state is written unchanged (moves to the written states).
     Keep {
@@ -78,7 +143,7 @@ pub struct UpgradedState {
 /// One journal entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
-pub enum Entry {
+pub enum Entry<'a> {
     /// A provider operation is about to start.
     Begin {
         /// Sequence number (strictly increasing).
@@ -89,7 +154,7 @@ pub enum Entry {
         #[serde(rename = "type")]
         ty: OperationType,
         /// The resource as it was.
-        state: Box<State>,
+        state: EntryState<'a>,
     },
     /// An operation (or a change with no provider call, `op` 0) finished.
     Success {
@@ -98,7 +163,7 @@ pub enum Entry {
         /// The operation.
         op: OpId,
         /// Its effect.
-        change: ChangeRecord,
+        change: ChangeRecord<'a>,
     },
     /// An operation failed; nothing changed.
     Failure {
@@ -117,7 +182,7 @@ pub enum Entry {
         old: Ref,
         /// The refreshed state; absent: the object is gone.
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        state: Option<Box<State>>,
+        state: Option<EntryState<'a>>,
     },
     /// A state's outputs were set.
     Outputs {
@@ -159,7 +224,7 @@ pub enum Entry {
     },
 }
 
-impl Entry {
+impl Entry<'_> {
     /// The entry's sequence number.
     pub fn seq(&self) -> u64 {
         match self {
@@ -257,7 +322,7 @@ pub enum ReplayError {
 }
 
 /// Encodes one entry as a framed record.
-pub fn encode(entry: &Entry) -> Vec<u8> {
+pub fn encode(entry: &Entry<'_>) -> Vec<u8> {
     // Serializing an entry into memory cannot fail (string keys, finite numbers).
     let payload = serde_json::to_vec(entry).unwrap_or_default();
     let mut out = Vec::with_capacity(HEADER + payload.len());
@@ -273,7 +338,7 @@ pub fn encode(entry: &Entry) -> Vec<u8> {
 /// # Errors
 /// A secret cannot be encrypted.
 pub fn encode_with(
-    entry: &Entry,
+    entry: &Entry<'_>,
     crypter: &crate::secrets::Crypter,
 ) -> Result<Vec<u8>, crate::secrets::SecretsError> {
     if crypter.manager().is_none() {
@@ -295,7 +360,7 @@ pub struct Record {
     /// Where the record starts.
     pub offset: u64,
     /// The entry.
-    pub entry: Entry,
+    pub entry: Entry<'static>,
 }
 
 /// The records of a journal, and the torn tail cut off, if any.
@@ -327,7 +392,7 @@ fn plausible_payload(bytes: &[u8]) -> bool {
 }
 
 /// Tries to read a whole, valid record at `at`.
-fn record_at(bytes: &[u8], at: usize) -> Result<(Entry, usize), Bad> {
+fn record_at(bytes: &[u8], at: usize) -> Result<(Entry<'static>, usize), Bad> {
     let rest = &bytes[at..];
     if rest.len() < HEADER {
         return Err(Bad::Torn(format!(
@@ -361,7 +426,7 @@ fn record_at(bytes: &[u8], at: usize) -> Result<(Entry, usize), Bad> {
     if crc32c::crc32c(payload) != crc {
         return Err(Bad::Torn("CRC mismatch".into()));
     }
-    let entry: Entry = serde_json::from_slice(payload)
+    let entry: Entry<'static> = serde_json::from_slice(payload)
         .map_err(|e| Bad::Garbage(format!("a record with a valid CRC holds no entry: {e}")))?;
     Ok((entry, HEADER + len))
 }
@@ -453,19 +518,25 @@ impl SnapshotBuilder {
         }
     }
 
-    fn record_change(&self, c: &Change) -> Option<ChangeRecord> {
+    /// The record of a change other than a refresh, outputs or upgrade,
+    /// with `written` the state a write writes (borrowed by the caller).
+    fn record_change<'a>(
+        &self,
+        c: &Change,
+        written: Option<&'a State>,
+    ) -> Option<ChangeRecord<'a>> {
         Some(match c {
             Change::Write {
                 old,
-                new,
                 mark_old_delete,
+                ..
             } => ChangeRecord::Write {
                 old: match old {
                     Some(o) => Some(self.locate(o)?),
                     None => None,
                 },
                 mark_old_delete: *mark_old_delete,
-                state: Box::new(crate::model::step::lock(new).clone()),
+                state: EntryState::Borrowed(written?),
             },
             // Encoded after it was applied: the kept state now also sits
             // among the written ones; the record names where it came from.
@@ -487,16 +558,24 @@ impl SnapshotBuilder {
         })
     }
 
-    /// The journal entry for a mutation already applied to this builder.
-    /// `None` when a state it names is unknown here (a bug: reported by the
-    /// caller as a persistence error).
-    pub fn entry_for(&self, seq: u64, m: &Mutation) -> Option<Entry> {
-        Some(match m {
+    /// Calls `f` with the journal entry for a mutation already applied to
+    /// this builder, and returns what it returns. The entry borrows the
+    /// states it records (a written state is read under its lock, held
+    /// only for the call: `f` must not lock states). `None` when a state
+    /// it names is unknown here (a bug: reported by the caller as a
+    /// persistence error).
+    pub fn with_entry<R>(
+        &self,
+        seq: u64,
+        m: &Mutation,
+        f: impl FnOnce(&Entry<'_>) -> R,
+    ) -> Option<R> {
+        let entry = match m {
             Mutation::Begin { op, kind, state } => Entry::Begin {
                 seq,
                 op: *op,
                 ty: *kind,
-                state: state.clone(),
+                state: EntryState::Borrowed(state),
             },
             Mutation::Failed { op } => Entry::Failure { seq, op: *op },
             Mutation::Migration(m) => Entry::StateMigration {
@@ -509,7 +588,7 @@ impl SnapshotBuilder {
                     seq,
                     op: mutation_op(m),
                     old: self.locate(old)?,
-                    state: new.clone(),
+                    state: new.as_deref().map(EntryState::Borrowed),
                 },
                 Change::Outputs { state, outputs } => Entry::Outputs {
                     seq,
@@ -530,27 +609,37 @@ impl SnapshotBuilder {
                         })
                         .collect::<Option<_>>()?,
                 },
+                Change::Write { new, .. } => {
+                    let written = crate::model::step::lock(new);
+                    let entry = Entry::Success {
+                        seq,
+                        op: mutation_op(m),
+                        change: self.record_change(change, Some(&*written))?,
+                    };
+                    return Some(f(&entry));
+                }
                 other => Entry::Success {
                     seq,
                     op: mutation_op(m),
-                    change: self.record_change(other)?,
+                    change: self.record_change(other, None)?,
                 },
             },
-        })
+        };
+        Some(f(&entry))
     }
 
-    /// Replays one entry (the inverse of [`SnapshotBuilder::entry_for`]).
+    /// Replays one entry (the inverse of [`SnapshotBuilder::with_entry`]).
     ///
     /// # Errors
     /// [`ReplayError`] when the entry names a state that does not exist or
     /// is a malformed migration record.
-    pub fn replay(&mut self, entry: &Entry) -> Result<(), ReplayError> {
+    pub fn replay(&mut self, entry: &Entry<'_>) -> Result<(), ReplayError> {
         let find = |b: &Self, r: Ref| b.resolve(r).ok_or(ReplayError::UnknownState(r));
         let m = match entry {
             Entry::Begin { op, ty, state, .. } => Mutation::Begin {
                 op: *op,
                 kind: *ty,
-                state: state.clone(),
+                state: state.clone().into_owned(),
             },
             Entry::Failure { op, .. } => Mutation::Failed { op: *op },
             Entry::Compacted { .. } => return Ok(()),
@@ -585,7 +674,7 @@ impl SnapshotBuilder {
                 *op,
                 Change::Refresh {
                     old: find(self, *old)?,
-                    new: state.clone(),
+                    new: state.clone().map(EntryState::into_owned),
                 },
             ),
             Entry::SchemaUpgrade { op, states, .. } => {
@@ -655,7 +744,7 @@ pub fn replay(
 mod tests {
     use super::*;
 
-    fn entry(seq: u64) -> Entry {
+    fn entry(seq: u64) -> Entry<'static> {
         Entry::Failure { seq, op: seq }
     }
 
@@ -667,6 +756,55 @@ mod tests {
             bytes.extend(encode(&entry(seq)));
         }
         (bytes, starts)
+    }
+
+    /// A borrowed state encodes exactly as an owned one and reads back
+    /// owned and equal.
+    #[test]
+    fn borrowed_states_encode_as_owned_ones() {
+        let mut state = State {
+            urn: crate::model::Urn::parse("urn:pulumi:s::p::sim:index:Bucket::b").unwrap(),
+            id: "b-1".into(),
+            ..State::default()
+        };
+        state
+            .inputs
+            .insert("k".into(), crate::model::PropertyValue::from("v"));
+        let begin = |state| Entry::Begin {
+            seq: 1,
+            op: 7,
+            ty: OperationType::Creating,
+            state,
+        };
+        let write = |state| Entry::Success {
+            seq: 2,
+            op: 7,
+            change: ChangeRecord::Write {
+                old: Some(Ref::Base(3)),
+                mark_old_delete: true,
+                state,
+            },
+        };
+        for make in [begin, write] {
+            let owned = make(EntryState::Owned(Box::new(state.clone())));
+            let borrowed = make(EntryState::Borrowed(&state));
+            assert_eq!(encode(&borrowed), encode(&owned));
+            let back = decode(&encode(&borrowed)).unwrap().records.remove(0).entry;
+            assert_eq!(encode(&back), encode(&owned));
+            assert!(matches!(
+                back,
+                Entry::Begin {
+                    state: EntryState::Owned(_),
+                    ..
+                } | Entry::Success {
+                    change: ChangeRecord::Write {
+                        state: EntryState::Owned(_),
+                        ..
+                    },
+                    ..
+                }
+            ));
+        }
     }
 
     #[test]
@@ -993,8 +1131,8 @@ mod props {
             };
             r.builder.apply(&m);
             let seq = ends.len() as u64 + 1;
-            let entry = r.builder.entry_for(seq, &m).expect("every state is known");
-            bytes.extend(encode(&entry));
+            let record = r.builder.with_entry(seq, &m, encode);
+            bytes.extend(record.expect("every state is known"));
             ends.push(bytes.len());
             snaps.push(as_json(&r.builder));
         }

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::backend::{write_base_with, StackPaths};
 use super::fs::IoCounters;
-use super::journal::{encode_with, Entry};
+use super::journal::{encode_with, Entry, EntryState};
 use super::{Ack, Change, Mutation, PersistError, Persister, Result, SnapshotBuilder};
 use crate::model::Deployment;
 use crate::secrets::Crypter;
@@ -327,7 +327,7 @@ impl JournalPersister {
                     seq,
                     op,
                     ty: p.ty,
-                    state: Box::new(p.resource.clone()),
+                    state: EntryState::Borrowed(&p.resource),
                 },
                 &self.crypter,
             )?);
@@ -372,14 +372,15 @@ impl Persister for JournalPersister {
                 "injected failure of the state-migration write",
             )));
         }
-        let Some(entry) = current.entry_for(self.seq + 1, m) else {
+        let crypter = &self.crypter;
+        let Some(encoded) = current.with_entry(self.seq + 1, m, |e| encode_with(e, crypter)) else {
             return ack(Err(io_err(
                 &self.paths.journal,
                 "a mutation names a state the journal does not know (a bug in keel)",
             )));
         };
         self.seq += 1;
-        let mut bytes = match encode_with(&entry, &self.crypter) {
+        let mut bytes = match encoded {
             Ok(b) => b,
             Err(e) => return ack(Err(e.into())),
         };

@@ -20,7 +20,7 @@ use super::lock::{compact, insert_records, PgLock};
 use crate::model::Deployment;
 use crate::persist::backend::{base_bytes, StackPaths};
 use crate::persist::fs::IoCounters;
-use crate::persist::journal::{encode_with, Entry};
+use crate::persist::journal::{encode_with, Entry, EntryState};
 use crate::persist::journal_file::JournalOptions;
 use crate::persist::{Ack, Mutation, PersistError, Persister, Result, SnapshotBuilder};
 use crate::secrets::Crypter;
@@ -206,7 +206,7 @@ impl PgJournalPersister {
                     seq,
                     op,
                     ty: p.ty,
-                    state: Box::new(p.resource.clone()),
+                    state: EntryState::Borrowed(&p.resource),
                 },
                 &self.crypter,
             )?;
@@ -236,14 +236,15 @@ impl Persister for PgJournalPersister {
         if let Some(b) = &self.broken {
             return ack(Err(err(&self.paths, b)));
         }
-        let Some(entry) = current.entry_for(self.seq + 1, m) else {
+        let crypter = &self.crypter;
+        let Some(encoded) = current.with_entry(self.seq + 1, m, |e| encode_with(e, crypter)) else {
             return ack(Err(err(
                 &self.paths,
                 "a mutation names a state the journal does not know (a bug in keel)",
             )));
         };
         self.seq += 1;
-        let bytes = match encode_with(&entry, &self.crypter) {
+        let bytes = match encoded {
             Ok(b) => b,
             Err(e) => return ack(Err(e.into())),
         };
