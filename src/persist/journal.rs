@@ -323,17 +323,32 @@ pub enum ReplayError {
 
 /// Encodes one entry as a framed record.
 pub fn encode(entry: &Entry<'_>) -> Vec<u8> {
-    // Serializing an entry into memory cannot fail (string keys, finite numbers).
-    let payload = serde_json::to_vec(entry).unwrap_or_default();
-    let mut out = Vec::with_capacity(HEADER + payload.len());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
-    out.extend_from_slice(&payload);
+    let mut out = vec![0; HEADER];
+    // Serializing an entry into memory cannot fail (string keys, finite
+    // numbers); were it to, the payload is empty, as it always was.
+    if serde_json::to_writer(&mut out, entry).is_err() {
+        out.truncate(HEADER);
+    }
+    seal(out)
+}
+
+/// Fills in the header of `out` (`HEADER` reserved bytes, then the
+/// payload): the payload's length and CRC.
+fn seal(mut out: Vec<u8>) -> Vec<u8> {
+    let payload = &out[HEADER..];
+    let len = (payload.len() as u32).to_le_bytes();
+    let crc = crc32c::crc32c(payload).to_le_bytes();
+    out[..4].copy_from_slice(&len);
+    out[4..HEADER].copy_from_slice(&crc);
     out
 }
 
 /// Encodes one entry as [`encode`] does, first encrypting its plaintext
 /// secrets with `crypter` when it has a secrets manager.
+///
+/// Only an object signed as a secret changes when encrypted, so an entry
+/// whose encoding never names the secret signature is written as encoded;
+/// the rest go through a `serde_json::Value` to be sealed.
 ///
 /// # Errors
 /// A secret cannot be encrypted.
@@ -341,17 +356,23 @@ pub fn encode_with(
     entry: &Entry<'_>,
     crypter: &crate::secrets::Crypter,
 ) -> Result<Vec<u8>, crate::secrets::SecretsError> {
-    if crypter.manager().is_none() {
-        return Ok(encode(entry));
+    let plain = encode(entry);
+    if crypter.manager().is_none()
+        || memchr::memmem::find(
+            &plain[HEADER..],
+            crate::model::property::SIG_SECRET.as_bytes(),
+        )
+        .is_none()
+    {
+        return Ok(plain);
     }
     let mut value = serde_json::to_value(entry).unwrap_or_default();
     crypter.encrypt_json(&mut value)?;
-    let payload = serde_json::to_vec(&value).unwrap_or_default();
-    let mut out = Vec::with_capacity(HEADER + payload.len());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
-    out.extend_from_slice(&payload);
-    Ok(out)
+    let mut out = vec![0; HEADER];
+    if serde_json::to_writer(&mut out, &value).is_err() {
+        out.truncate(HEADER);
+    }
+    Ok(seal(out))
 }
 
 /// A record read back.
@@ -805,6 +826,51 @@ mod tests {
                 }
             ));
         }
+    }
+
+    /// With a secrets manager, an entry with no plaintext secret is written
+    /// exactly as without one; one with a plaintext secret is sealed: the
+    /// plaintext is nowhere in the record, which reads back (its CRC holds)
+    /// with the secret as ciphertext.
+    #[test]
+    fn only_entries_with_secrets_are_sealed() {
+        use crate::model::property::{PropertyValue, Secret};
+        let crypter = crate::secrets::Crypter::for_stack(
+            &crate::model::snapshot::SecretsProviders::default(),
+            Some("pw"),
+        )
+        .unwrap();
+        let mut state = State {
+            urn: crate::model::Urn::parse("urn:pulumi:s::p::sim:index:Bucket::b").unwrap(),
+            ..State::default()
+        };
+        state.inputs.insert("k".into(), PropertyValue::from("v"));
+        let begin = |state: &State| Entry::Begin {
+            seq: 1,
+            op: 7,
+            ty: OperationType::Creating,
+            state: EntryState::Owned(Box::new(state.clone())),
+        };
+        let plain = begin(&state);
+        assert_eq!(encode_with(&plain, &crypter).unwrap(), encode(&plain));
+        let hidden = "hunter2-never-on-disk";
+        state.inputs.insert(
+            "pw".into(),
+            PropertyValue::Secret(Secret::plaintext(PropertyValue::from(hidden))),
+        );
+        let secret = begin(&state);
+        let sealed = encode_with(&secret, &crypter).unwrap();
+        assert!(memchr::memmem::find(&sealed, hidden.as_bytes()).is_none());
+        assert!(memchr::memmem::find(&sealed, b"ciphertext").is_some());
+        let back = decode(&sealed).unwrap().records.remove(0).entry;
+        let Entry::Begin { state: back, .. } = back else {
+            panic!("not a begin entry: {back:?}");
+        };
+        assert!(matches!(
+            back.inputs["pw"],
+            PropertyValue::Secret(Secret::Ciphertext(_))
+        ));
+        assert_eq!(back.inputs["k"], PropertyValue::from("v"));
     }
 
     #[test]
