@@ -971,7 +971,7 @@ mod tests {
 }
 
 /// Property tests: any sequence of mutations, encoded as the journal
-/// persister does (applied, then [`SnapshotBuilder::entry_for`] and
+/// persister does (applied, then [`SnapshotBuilder::with_entry`] and
 /// [`encode`]), decodes and replays onto the base to the deployment the
 /// live builder holds; a journal cut anywhere (and possibly zero-filled
 /// after the cut) decodes to exactly its whole records, reports a torn tail
