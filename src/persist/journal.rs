@@ -660,7 +660,7 @@ impl SnapshotBuilder {
             Entry::Begin { op, ty, state, .. } => Mutation::Begin {
                 op: *op,
                 kind: *ty,
-                state: state.clone().into_owned(),
+                state: std::sync::Arc::new((**state).clone()),
             },
             Entry::Failure { op, .. } => Mutation::Failed { op: *op },
             Entry::Compacted { .. } => return Ok(()),
@@ -1109,7 +1109,7 @@ mod props {
                     return Some(Mutation::Begin {
                         op,
                         kind,
-                        state: Box::new(state),
+                        state: std::sync::Arc::new(state),
                     });
                 }
                 1 => {

@@ -320,14 +320,14 @@ impl JournalPersister {
         // ends still replay after this compaction.
         let mut bytes = Vec::new();
         let mut seq = self.seq;
-        for (op, p) in current.in_flight() {
+        for (op, ty, state) in current.in_flight() {
             seq += 1;
             bytes.extend(encode_with(
                 &Entry::Begin {
                     seq,
                     op,
-                    ty: p.ty,
-                    state: EntryState::Borrowed(&p.resource),
+                    ty,
+                    state: EntryState::Borrowed(state),
                 },
                 &self.crypter,
             )?);
@@ -350,9 +350,7 @@ impl JournalPersister {
         // The live states, ordered and copied once above, become the base.
         current.rebase_to(live);
         let mut snapshot = committed;
-        snapshot
-            .pending_operations
-            .extend(current.pending().cloned());
+        snapshot.pending_operations.extend(current.pending());
         Ok(snapshot)
     }
 }

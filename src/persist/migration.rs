@@ -214,7 +214,7 @@ impl SnapshotBuilder {
             .map(|item| view(item.state()));
         d.resources = lead.chain(news).chain(rest).collect();
         super::normalize_aliases(&mut d.resources);
-        d.pending_operations.extend(self.pending.values().cloned());
+        d.pending_operations.extend(self.pending());
         d
     }
 

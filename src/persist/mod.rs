@@ -89,8 +89,10 @@ pub enum Mutation {
         op: OpId,
         /// What it does.
         kind: OperationType,
-        /// The resource as it is now (for a create: the goal).
-        state: Box<State>,
+        /// The resource as it is now (for a create: the goal). Shared:
+        /// the builder keeps it as the pending operation and the journal
+        /// entry borrows it, neither copies it.
+        state: Arc<State>,
     },
     /// The operation finished with this change.
     End {
@@ -127,7 +129,7 @@ pub struct SnapshotBuilder {
     news: Vec<StateRef>,
     new_pos: HashMap<usize, usize>,
     new_done: Vec<bool>,
-    pending: BTreeMap<OpId, PendingOperation>,
+    pending: BTreeMap<OpId, (OperationType, Arc<State>)>,
     /// The leading prior states written by this operation (before news).
     split: usize,
     /// Resources a refresh found gone, with their parents: references to
@@ -246,12 +248,7 @@ impl SnapshotBuilder {
     pub fn apply(&mut self, m: &Mutation) {
         match m {
             Mutation::Begin { op, kind, state } => {
-                let p = PendingOperation {
-                    resource: (**state).clone(),
-                    ty: *kind,
-                    ..Default::default()
-                };
-                self.pending.insert(*op, p);
+                self.pending.insert(*op, (*kind, state.clone()));
             }
             Mutation::End { op, change } => {
                 self.pending.remove(op);
@@ -265,15 +262,20 @@ impl SnapshotBuilder {
         }
     }
 
-    /// Operations begun and not ended.
-    pub fn pending(&self) -> impl Iterator<Item = &PendingOperation> {
-        self.pending.values()
+    /// Operations begun and not ended, as the deployment records them
+    /// (each a copy of its state).
+    pub fn pending(&self) -> impl Iterator<Item = PendingOperation> + '_ {
+        self.pending.values().map(|(ty, state)| PendingOperation {
+            resource: (**state).clone(),
+            ty: *ty,
+            ..Default::default()
+        })
     }
 
     /// The current deployment.
     pub fn snapshot(&self) -> Deployment {
         let mut d = self.snapshot_committed();
-        d.pending_operations.extend(self.pending.values().cloned());
+        d.pending_operations.extend(self.pending());
         d
     }
 
@@ -381,8 +383,10 @@ impl SnapshotBuilder {
     }
 
     /// In-flight operations as `(op, kind, state)`, for re-recording.
-    pub fn in_flight(&self) -> impl Iterator<Item = (OpId, &PendingOperation)> {
-        self.pending.iter().map(|(op, p)| (*op, p))
+    pub fn in_flight(&self) -> impl Iterator<Item = (OpId, OperationType, &State)> {
+        self.pending
+            .iter()
+            .map(|(op, (ty, state))| (*op, *ty, &**state))
     }
 
     /// The number of resources the current deployment holds.

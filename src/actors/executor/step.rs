@@ -285,7 +285,7 @@ async fn bracket<'a, T>(
             .persist(Mutation::Begin {
                 op: begun.op,
                 kind,
-                state: Box::new(state.clone()),
+                state: std::sync::Arc::new(state.clone()),
             })
             .await?;
     }

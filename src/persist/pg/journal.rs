@@ -199,14 +199,14 @@ impl PgJournalPersister {
         let mut fresh = Vec::new();
         let mut seq = self.seq;
         let mut fresh_bytes = 0u64;
-        for (op, p) in current.in_flight() {
+        for (op, ty, state) in current.in_flight() {
             seq += 1;
             let bytes = encode_with(
                 &Entry::Begin {
                     seq,
                     op,
-                    ty: p.ty,
-                    state: EntryState::Borrowed(&p.resource),
+                    ty,
+                    state: EntryState::Borrowed(state),
                 },
                 &self.crypter,
             )?;
@@ -224,9 +224,7 @@ impl PgJournalPersister {
         self.journal_bytes = fresh_bytes;
         current.rebase_to(live);
         let mut snapshot = committed;
-        snapshot
-            .pending_operations
-            .extend(current.pending().cloned());
+        snapshot.pending_operations.extend(current.pending());
         Ok(snapshot)
     }
 }
