@@ -83,8 +83,12 @@ impl Actor for CoordinatorActor {
         state: &mut CoordArgs,
     ) -> Result<(), ActorProcessingErr> {
         let CoordMsg::Migrate(req, reply) = msg;
-        let outcome = migrate(state, *req).await;
+        let (outcome, copies) = migrate(state, *req).await;
         let _ = reply.send(outcome);
+        // The migration's copy of the prior states is freed only now: the
+        // pipeline resumed and the registration has its answer, so freeing
+        // a whole deployment's states delays neither.
+        drop(copies);
         Ok(())
     }
 }
@@ -93,14 +97,23 @@ fn snapshot_states(list: &StateList<State>) -> Vec<State> {
     list.iter().map(|s| lock(s).clone()).collect()
 }
 
-async fn migrate(env: &CoordArgs, req: MigrationRequest) -> MigrationOutcome {
+/// Whether `list` has a live state at `urn` or at one of `aliases`: what
+/// makes [`find_root`] find a root, read under each state's lock with
+/// nothing copied (most registrations with migrations have no prior root
+/// to migrate once they ran).
+fn has_root(list: &StateList<State>, urn: &Urn, aliases: &[Urn]) -> bool {
+    list.iter().any(|s| {
+        let s = lock(s);
+        !s.delete && (&s.urn == urn || aliases.contains(&s.urn))
+    })
+}
+
+/// Runs one migration; returns its outcome and the copy of the prior
+/// states it worked on (for the caller to free once it has answered).
+async fn migrate(env: &CoordArgs, req: MigrationRequest) -> (MigrationOutcome, Vec<State>) {
     // Without a prior root nothing runs and nothing pauses.
-    {
-        let prior = env.prior.load_full();
-        let states = snapshot_states(&prior);
-        if find_root(&states, &req.registration, &req.aliases).is_none() {
-            return MigrationOutcome::NoRoot;
-        }
+    if !has_root(&env.prior.load_full(), &req.registration, &req.aliases) {
+        return (MigrationOutcome::NoRoot, Vec::new());
     }
     let started = Instant::now();
     // Quiesce: stop admitting events, then wait for every chain submitted.
@@ -108,11 +121,14 @@ async fn migrate(env: &CoordArgs, req: MigrationRequest) -> MigrationOutcome {
     let quiesced = env.gate.quiesce().await;
     let quiesce_ms = started.elapsed().as_secs_f64() * 1000.0;
     let mut called = 0;
-    let result = run(env, &req, &quiesced, &mut called).await;
+    // Re-read the prior list now that nothing runs.
+    let live = env.prior.load_full();
+    let prior = snapshot_states(&live);
+    let result = run(env, &req, &quiesced, (&live, &prior), &mut called).await;
     quiesced.resume();
     let _ = env.source.cast(SourceMsg::Unfence);
     let migrate_ms = started.elapsed().as_secs_f64() * 1000.0;
-    match result {
+    let outcome = match result {
         Ok(None) => MigrationOutcome::Noop {
             callbacks_called: called,
         },
@@ -128,7 +144,8 @@ async fn migrate(env: &CoordArgs, req: MigrationRequest) -> MigrationOutcome {
             error,
             callbacks_called: called,
         },
-    }
+    };
+    (outcome, prior)
 }
 
 type Committed = (ChainOutcome, Urn, Vec<Urn>);
@@ -137,18 +154,16 @@ async fn run(
     env: &CoordArgs,
     req: &MigrationRequest,
     quiesced: &crate::sync::gate::Quiesced,
+    (live, prior): (&StateList<State>, &[State]),
     called: &mut usize,
 ) -> Result<Option<Committed>, MigrationError> {
-    // Re-read the prior list now that nothing runs.
-    let live = env.prior.load_full();
-    let prior = snapshot_states(&live);
-    let Some(root) = find_root(&prior, &req.registration, &req.aliases) else {
+    let Some(root) = find_root(prior, &req.registration, &req.aliases) else {
         return Ok(None);
     };
-    let subtree = Subtree::collect(&prior, root.index);
+    let subtree = Subtree::collect(prior, root.index);
     let ctx = Context {
         registration: &req.registration,
-        prior: &prior,
+        prior,
         subtree: &subtree,
         claimed: &req.claimed,
         registered: &req.registered,
@@ -159,7 +174,7 @@ async fn run(
     };
     check::pre_callback(&ctx)?;
 
-    let mut chain = Chain::new(req.registration.clone(), subtree.states(&prior));
+    let mut chain = Chain::new(req.registration.clone(), subtree.states(prior));
     let n = req.migrations.callbacks.len();
     for (i, callback) in req.migrations.callbacks.iter().enumerate() {
         let input = chain.input_json();
@@ -190,7 +205,7 @@ async fn run(
         return Ok(None);
     }
     check::validate(&ctx, &outcome)?;
-    let prepared = transaction::prepare(&req.registration, &prior, &subtree, &outcome)?;
+    let prepared = transaction::prepare(&req.registration, prior, &subtree, &outcome)?;
 
     // The fresh handles are shared by the persisted record and the commit.
     let mut fresh: Vec<Option<StateRef>> = prepared
