@@ -23,7 +23,7 @@ use crate::events::{EngineEvent, EventSink};
 use crate::migrate::chain::{CallbackOutput, Chain, ChainOutcome};
 use crate::migrate::check::{self, Context};
 use crate::migrate::rules::MigrationError;
-use crate::migrate::subtree::{find_root, Subtree};
+use crate::migrate::subtree::{find_root, has_root, Subtree};
 use crate::migrate::transaction::{self, Slot};
 use crate::model::step::Written;
 use crate::model::step::{lock, share, StateRef};
@@ -97,22 +97,15 @@ fn snapshot_states(list: &StateList<State>) -> Vec<State> {
     list.iter().map(|s| lock(s).clone()).collect()
 }
 
-/// Whether `list` has a live state at `urn` or at one of `aliases`: what
-/// makes [`find_root`] find a root, read under each state's lock with
-/// nothing copied (most registrations with migrations have no prior root
-/// to migrate once they ran).
-fn has_root(list: &StateList<State>, urn: &Urn, aliases: &[Urn]) -> bool {
-    list.iter().any(|s| {
-        let s = lock(s);
-        !s.delete && (&s.urn == urn || aliases.contains(&s.urn))
-    })
-}
-
 /// Runs one migration; returns its outcome and the copy of the prior
 /// states it worked on (for the caller to free once it has answered).
 async fn migrate(env: &CoordArgs, req: MigrationRequest) -> (MigrationOutcome, Vec<State>) {
     // Without a prior root nothing runs and nothing pauses.
-    if !has_root(&env.prior.load_full(), &req.registration, &req.aliases) {
+    if !has_root(
+        env.prior.load_full().iter().map(lock),
+        &req.registration,
+        &req.aliases,
+    ) {
         return (MigrationOutcome::NoRoot, Vec::new());
     }
     let started = Instant::now();

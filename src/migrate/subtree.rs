@@ -25,7 +25,7 @@ pub(crate) struct RootMatch {
 /// the live (not `delete`) prior resource with the registration's URN,
 /// else with each alias in order. `None`: no prior root, nothing runs.
 pub(crate) fn find_root(prior: &[State], urn: &Urn, aliases: &[Urn]) -> Option<RootMatch> {
-    let live = |u: &Urn| prior.iter().position(|s| &s.urn == u && !s.delete);
+    let live = |u: &Urn| prior.iter().position(|s| live_at(s, u));
     if let Some(index) = live(urn) {
         return Some(RootMatch {
             index,
@@ -118,6 +118,24 @@ impl Subtree {
     }
 }
 
+/// Whether [`find_root`] finds a root among `prior`, for states read one
+/// at a time (each under its lock) rather than as a slice: the check that
+/// comes before a migration copies nothing.
+pub(crate) fn has_root<S: std::ops::Deref<Target = State>>(
+    prior: impl IntoIterator<Item = S>,
+    urn: &Urn,
+    aliases: &[Urn],
+) -> bool {
+    prior
+        .into_iter()
+        .any(|s| std::iter::once(urn).chain(aliases).any(|u| live_at(&s, u)))
+}
+
+/// Whether `s` is a live (not `delete`) state at `u`: what a root is.
+fn live_at(s: &State, u: &Urn) -> bool {
+    &s.urn == u && !s.delete
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,6 +150,28 @@ mod tests {
             j["delete"] = json!(true);
         }
         serde_json::from_value(j).unwrap()
+    }
+
+    /// `has_root` answers as `find_root` does, for the URN, an alias, a
+    /// state pending deletion and no match.
+    #[test]
+    fn has_root_agrees_with_find_root() {
+        let prior = vec![st("live", None, false), st("gone", None, true)];
+        let urn = |n: &str| Urn::parse(&format!("urn:pulumi:s::p::a:b:C::{n}")).unwrap();
+        for (name, aliases) in [
+            ("live", vec![]),
+            ("gone", vec![]),
+            ("new", vec![urn("gone"), urn("live")]),
+            ("new", vec![urn("gone")]),
+            ("new", vec![]),
+        ] {
+            let found = find_root(&prior, &urn(name), &aliases).is_some();
+            assert_eq!(
+                has_root(prior.iter(), &urn(name), &aliases),
+                found,
+                "{name} {aliases:?}"
+            );
+        }
     }
 
     #[test]

@@ -675,10 +675,9 @@ impl<'de> Visitor<'de> for ValueVisitor {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PropertyValue, A::Error> {
-        let mut fields = PropertyMap::with_capacity(map.size_hint().unwrap_or(0).min(1024));
-        // Keys arrive sorted from anything keel or Pulumi wrote: append
-        // them; sort the stragglers in once at the end (no `n²` inserts).
-        let mut out_of_order = Vec::new();
+        // Collected, then sorted once (free when the keys arrive sorted, as
+        // from anything keel or Pulumi wrote; no `n²` inserts otherwise).
+        let mut pairs = Vec::with_capacity(map.size_hint().unwrap_or(0).min(1024));
         let mut sig = None;
         while let Some(key) = map.next_key::<String>()? {
             if key == SIG_KEY {
@@ -691,15 +690,10 @@ impl<'de> Visitor<'de> for ValueVisitor {
                     }
                 }
             } else {
-                let v = map.next_value()?;
-                if let Some(pair) = fields.try_append(key, v) {
-                    out_of_order.push(pair);
-                }
+                pairs.push((key, map.next_value()?));
             }
         }
-        if !out_of_order.is_empty() {
-            fields.extend(out_of_order);
-        }
+        let fields: PropertyMap = pairs.into_iter().collect();
         match sig {
             None => Ok(PropertyValue::Object(fields)),
             Some(sig) => PropertyValue::from_signed(sig, fields).map_err(de::Error::custom),

@@ -61,11 +61,6 @@ impl PropertyMap {
     pub fn into_values(self) -> impl DoubleEndedIterator<Item = PropertyValue> {
         self.0.into_tuple_vec().into_iter().map(|(_, v)| v)
     }
-
-    /// The keys, by value, in key order.
-    pub fn into_keys(self) -> impl DoubleEndedIterator<Item = String> {
-        self.0.into_tuple_vec().into_iter().map(|(k, _)| k)
-    }
 }
 
 impl Deref for PropertyMap {
@@ -237,7 +232,7 @@ mod tests {
         for v in m.values_mut() {
             *v = s("x");
         }
-        assert_eq!(m.clone().into_keys().collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(m.keys().collect::<Vec<_>>(), ["a", "b"]);
         assert_eq!(m.into_values().collect::<Vec<_>>(), [s("x"), s("x")]);
     }
 }

@@ -77,12 +77,6 @@ impl PartialEq for EntryState<'_> {
     }
 }
 
-impl From<Box<State>> for EntryState<'_> {
-    fn from(s: Box<State>) -> Self {
-        Self::Owned(s)
-    }
-}
-
 impl Serialize for EntryState<'_> {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         (**self).serialize(s)
