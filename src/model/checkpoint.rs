@@ -310,7 +310,13 @@ impl CheckpointFile {
         }
         // One pass for a file keel reads; anything else is read again
         // below, version first, for the error that names the problem.
-        if let Ok(Fast::Read(file)) = serde_json::from_slice::<Fast>(bytes) {
+        // Text validated as UTF-8 once is decoded without validating each
+        // string again (serde_json's slice reader checks every string).
+        let fast = match std::str::from_utf8(bytes) {
+            Ok(text) => serde_json::from_str::<Fast>(text),
+            Err(_) => serde_json::from_slice::<Fast>(bytes),
+        };
+        if let Ok(Fast::Read(file)) = fast {
             return Ok(*file);
         }
         let head: Head = serde_json::from_slice(bytes).map_err(CheckpointError::from_json)?;

@@ -7,7 +7,9 @@
 //! reference is not among the earlier resources the verifier tells whether
 //! it is missing altogether or only comes later.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
+
+use crate::migrate::fasthash::FastMap;
 
 use super::snapshot::{Deployment, Manifest};
 use super::state::{Reference, State};
@@ -235,9 +237,10 @@ fn verify_manifest(m: &Manifest) -> Result<()> {
 /// The first broken rule.
 pub fn verify_resources(resources: &[State]) -> Result<()> {
     // URN -> whether a live (not deleted) resource with it was seen.
-    let mut seen: HashMap<&str, bool> = HashMap::with_capacity(resources.len());
+    let mut seen: FastMap<&str, bool> =
+        FastMap::with_capacity_and_hasher(resources.len(), Default::default());
     // Provider URN -> IDs of provider resources seen.
-    let mut providers: HashMap<&str, Vec<&str>> = HashMap::new();
+    let mut providers: FastMap<&str, Vec<&str>> = FastMap::default();
     for (index, s) in resources.iter().enumerate() {
         if s.urn.is_empty() {
             return Err(IntegrityError::MissingUrn { index });
@@ -298,12 +301,14 @@ pub fn verify_resources(resources: &[State]) -> Result<()> {
 
 fn check_provider(
     s: &State,
-    providers: &HashMap<&str, Vec<&str>>,
+    providers: &FastMap<&str, Vec<&str>>,
     resources: &[State],
 ) -> Result<()> {
     let reference = s.provider.as_str();
     // Fast path: the provider was seen; no parsing or allocation.
-    if let Some((purn, pid)) = reference.rsplit_once(URN_SEPARATOR) {
+    if let Some((purn, pid)) = super::urn::rfind_separator(reference)
+        .map(|i| (&reference[..i], &reference[i + URN_SEPARATOR.len()..]))
+    {
         if providers.get(purn).is_some_and(|ids| ids.contains(&pid)) {
             return Ok(());
         }

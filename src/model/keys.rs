@@ -128,8 +128,24 @@ pub(crate) enum FieldKey {
     Unknown(String),
 }
 
-/// Deserializes a [`FieldKey`] against a list of known keys.
-pub(crate) struct KeySeed(pub(crate) &'static [&'static str]);
+/// Deserializes a [`FieldKey`] against a list of known keys. Keys are
+/// searched from `from` on (then from the start): a file written by keel or
+/// Pulumi has its keys in declaration order, so the key after the last one
+/// read is usually the next match.
+pub(crate) struct KeySeed {
+    keys: &'static [&'static str],
+    from: usize,
+}
+
+impl KeySeed {
+    /// A seed for `keys` that tries `keys[from..]` first.
+    pub(crate) fn new(keys: &'static [&'static str], from: usize) -> Self {
+        Self {
+            keys,
+            from: from.min(keys.len()),
+        }
+    }
+}
 
 impl<'de> DeserializeSeed<'de> for KeySeed {
     type Value = FieldKey;
@@ -147,7 +163,13 @@ impl Visitor<'_> for KeySeed {
     }
 
     fn visit_str<E: de::Error>(self, s: &str) -> Result<FieldKey, E> {
-        Ok(match self.0.iter().position(|k| *k == s) {
+        let (head, tail) = self.keys.split_at(self.from);
+        let found = tail
+            .iter()
+            .position(|k| *k == s)
+            .map(|i| i + self.from)
+            .or_else(|| head.iter().position(|k| *k == s));
+        Ok(match found {
             Some(i) => FieldKey::Known(i),
             None => FieldKey::Unknown(s.to_owned()),
         })
@@ -239,9 +261,11 @@ macro_rules! json_object {
                             mut map: A,
                         ) -> Result<$name, A::Error> {
                             let mut out = $name::default();
-                            while let Some(k) = map.next_key_seed(KeySeed(KEYS))? {
+                            let mut next = 0;
+                            while let Some(k) = map.next_key_seed(KeySeed::new(KEYS, next))? {
                                 match k {
                                     FieldKey::Known(i) => {
+                                        next = i + 1;
                                         $(
                                             if i == Field::$field as usize {
                                                 match map.next_value::<Option<$ty>>()? {

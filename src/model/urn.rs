@@ -164,20 +164,67 @@ fn validate_type(s: &str) -> Result<()> {
     if s.is_empty() {
         return bad("it is empty");
     }
-    if s.contains(TYPE_SEPARATOR) {
+    // One pass over the text; the checks are reported in a fixed order
+    // whatever the position of the faults.
+    let (mut dollar, mut space, mut empty_part) = (false, false, false);
+    let (mut parts, mut part_len) = (1usize, 0usize);
+    for c in s.chars() {
+        match c {
+            TYPE_SEPARATOR => dollar = true,
+            ':' => {
+                empty_part |= part_len == 0;
+                parts += 1;
+                part_len = 0;
+            }
+            c if c.is_whitespace() => space = true,
+            _ => {}
+        }
+        if c != ':' {
+            part_len += 1;
+        }
+    }
+    empty_part |= part_len == 0;
+    if dollar {
         return bad("it contains `$`");
     }
-    if s.chars().any(char::is_whitespace) {
+    if space {
         return bad("it contains whitespace");
     }
-    let parts = s.split(':').count();
     if parts < 3 {
         return bad("it has fewer than three `:`-separated parts");
     }
-    if s.split(':').any(str::is_empty) {
+    if empty_part {
         return bad("it has an empty part");
     }
     Ok(())
+}
+
+/// The byte offset of the last `::` in `s` (as `str::rfind`).
+pub(crate) fn rfind_separator(s: &str) -> Option<usize> {
+    let bytes = s.as_bytes();
+    let mut to = bytes.len();
+    while let Some(at) = memchr::memrchr(b':', &bytes[..to]) {
+        if at > 0 && bytes[at - 1] == b':' {
+            return Some(at - 1);
+        }
+        to = at;
+    }
+    None
+}
+
+/// The byte offset of the first `::` in `s` (a byte search for `:`, which
+/// costs less than a substring searcher's setup on short text).
+fn find_separator(s: &str) -> Option<usize> {
+    let bytes = s.as_bytes();
+    let mut from = 0;
+    while let Some(i) = memchr::memchr(b':', &bytes[from..]) {
+        let at = from + i;
+        if bytes.get(at + 1) == Some(&b':') {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
 }
 
 impl std::borrow::Borrow<str> for TypeToken {
@@ -266,15 +313,11 @@ impl Urn {
             urn: s.to_owned(),
             part,
         };
-        let stack_len = rest.find(URN_SEPARATOR).ok_or_else(|| missing("project"))?;
+        let stack_len = find_separator(rest).ok_or_else(|| missing("project"))?;
         let after_stack = &rest[stack_len + 2..];
-        let project_len = after_stack
-            .find(URN_SEPARATOR)
-            .ok_or_else(|| missing("type"))?;
+        let project_len = find_separator(after_stack).ok_or_else(|| missing("type"))?;
         let after_project = &after_stack[project_len + 2..];
-        let type_len = after_project
-            .find(URN_SEPARATOR)
-            .ok_or_else(|| missing("name"))?;
+        let type_len = find_separator(after_project).ok_or_else(|| missing("name"))?;
         let qualified = &after_project[..type_len];
         let name = &after_project[type_len + 2..];
         if stack_len == 0 {
@@ -670,7 +713,7 @@ impl ProviderRef {
     /// # Errors
     /// [`UrnError::BadProviderReference`] naming what is wrong.
     pub fn parse(s: &str) -> Result<Self> {
-        let Some(i) = s.rfind(URN_SEPARATOR) else {
+        let Some(i) = rfind_separator(s) else {
             return Err(UrnError::BadProviderReference {
                 reference: s.to_owned(),
                 reason: "it has no `::<ID>`".into(),
@@ -724,6 +767,48 @@ impl FromStr for ProviderRef {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The type rules as first written (one scan per rule), against which
+    /// the one-pass `validate_type` is checked.
+    fn validate_type_by_rules(s: &str) -> std::result::Result<(), &'static str> {
+        if s.is_empty() {
+            return Err("it is empty");
+        }
+        if s.contains(TYPE_SEPARATOR) {
+            return Err("it contains `$`");
+        }
+        if s.chars().any(char::is_whitespace) {
+            return Err("it contains whitespace");
+        }
+        if s.split(':').count() < 3 {
+            return Err("it has fewer than three `:`-separated parts");
+        }
+        if s.split(':').any(str::is_empty) {
+            return Err("it has an empty part");
+        }
+        Ok(())
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn one_pass_type_check_agrees_with_the_rules(
+            s in proptest::string::string_regex("[a:$ \u{2003}\u{b}/é]{0,9}").unwrap()
+        ) {
+            let got = validate_type(&s).map_err(|e| match e {
+                UrnError::BadType { reason, .. } => reason,
+                other => panic!("unexpected error {other:?}"),
+            });
+            proptest::prop_assert_eq!(got, validate_type_by_rules(&s));
+        }
+
+        #[test]
+        fn separator_search_agrees_with_str_find(
+            s in proptest::string::string_regex("[a:é]{0,12}").unwrap()
+        ) {
+            proptest::prop_assert_eq!(find_separator(&s), s.find(URN_SEPARATOR));
+            proptest::prop_assert_eq!(rfind_separator(&s), s.rfind(URN_SEPARATOR));
+        }
+    }
 
     #[test]
     fn parses_parts() {
