@@ -518,6 +518,7 @@ impl Engine {
         };
         let published = migration_env.prior.clone();
         let published_for_ctx = migration_env.prior.clone();
+        let published_at_end = migration_env.prior.clone();
         let (sup, sup_handle) = Actor::spawn(None, Supervisor, fail_tx)
             .await
             .map_err(spawn_err)?;
@@ -740,6 +741,23 @@ impl Engine {
             .map(|(pkg, how)| (pkg, how.as_str().to_owned()))
             .collect();
         let finish = served.clone();
+        // Every step ran: release the other actors' handles to the states
+        // (the published prior list, the written index, the generator's
+        // and the executor's own), so that the persister's final
+        // compaction moves them into the outcome instead of copying every
+        // one. An actor that does not stop in time only costs that copy.
+        published_at_end.store(Arc::new(Vec::new()));
+        shared.written().clear();
+        for actor in [
+            &source.get_cell(),
+            &coordinator.get_cell(),
+            &executor.get_cell(),
+            &generator.get_cell(),
+        ] {
+            let _ = actor
+                .stop_and_wait(None, Some(std::time::Duration::from_secs(2)))
+                .await;
+        }
         let snapshot = match persist
             .call(|reply| PersistMsg::Finish(finish, reply), None)
             .await

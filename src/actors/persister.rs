@@ -122,9 +122,15 @@ impl Actor for PersisterActor {
                 // Finishing flushed every record: a failed unawaited one is
                 // known by now.
                 let lost = lost.lock().unwrap_or_else(|p| p.into_inner()).take();
-                let _ = reply.send(match lost {
-                    Some(e) => Err(e),
-                    None => r,
+                let _ = reply.send(match (lost, r) {
+                    (Some(e), Ok(d)) => {
+                        // The finish moved the states out of the builder;
+                        // the error's caller asks for the snapshot.
+                        builder.restore(d);
+                        Err(e)
+                    }
+                    (Some(e), Err(_)) => Err(e),
+                    (None, r) => r,
                 });
             }
             PersistMsg::Io(reply) => {

@@ -14,10 +14,10 @@ use std::collections::{HashMap, HashSet};
 use serde_json::Value;
 
 use super::chain::{normalized_eq, unparsed_text, ChainOutcome};
-use super::fasthash::FastSet;
 use super::rewrite::{identity_in, rewrite_provider};
 use super::rules::{MigrationError, Result, Rule};
 use super::subtree::Subtree;
+use crate::model::fasthash::FastSet;
 use crate::model::snapshot::Snippet;
 use crate::model::state::Reference;
 use crate::model::urn::STACK_TYPE;

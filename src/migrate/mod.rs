@@ -23,7 +23,6 @@
 
 pub(crate) mod chain;
 pub(crate) mod check;
-pub(crate) mod fasthash;
 pub mod helpers;
 pub(crate) mod record;
 pub(crate) mod rewrite;

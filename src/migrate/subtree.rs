@@ -8,7 +8,7 @@
 //! callbacks, and a changing migration is refused while they exist:
 //! `pending-delete`).
 
-use super::fasthash::FastSet;
+use crate::model::fasthash::FastSet;
 use crate::model::{State, Urn};
 
 /// Where the prior root of a registration was found.

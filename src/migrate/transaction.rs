@@ -22,11 +22,11 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
 use super::chain::ChainOutcome;
-use super::fasthash::FastMap;
-#[cfg(test)]
-use super::fasthash::FastSet;
 use super::rules::{MigrationError, Result};
 use super::subtree::Subtree;
+use crate::model::fasthash::FastMap;
+#[cfg(test)]
+use crate::model::fasthash::FastSet;
 use crate::model::state::Reference;
 use crate::model::{ProviderRef, State, Urn};
 #[cfg(test)]

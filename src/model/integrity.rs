@@ -9,7 +9,7 @@
 
 use std::collections::HashSet;
 
-use crate::migrate::fasthash::FastMap;
+use super::fasthash::FastMap;
 
 use super::snapshot::{Deployment, Manifest};
 use super::state::{Reference, State};

@@ -8,6 +8,7 @@
 pub mod address;
 pub mod ambient;
 pub mod checkpoint;
+pub(crate) mod fasthash;
 pub mod integrity;
 mod keys;
 pub mod property;

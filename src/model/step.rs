@@ -160,6 +160,13 @@ impl Written {
 }
 
 impl Written {
+    /// Forgets every state: at the end of an operation, so that the
+    /// persister holds the only handles and can move the states into the
+    /// outcome rather than copy them.
+    pub fn clear(&self) {
+        self.0.clear();
+    }
+
     /// The state of `urn` written (or read) so far in this operation.
     pub fn get(&self, urn: &Urn) -> Option<State> {
         self.0.get(urn).map(|s| lock(s.value()).clone())

@@ -618,8 +618,8 @@ impl<'de> Deserialize<'de> for Urn {
 /// later occurrence of the same text (see [`with_interning`]).
 #[derive(Default)]
 struct Interner {
-    urns: crate::migrate::fasthash::FastSet<Urn>,
-    types: crate::migrate::fasthash::FastSet<TypeToken>,
+    urns: crate::model::fasthash::FastSet<Urn>,
+    types: crate::model::fasthash::FastSet<TypeToken>,
 }
 
 thread_local! {
@@ -656,7 +656,7 @@ pub(crate) fn with_interning<T>(f: impl FnOnce() -> T) -> T {
 /// interning.
 fn interned<T: Clone + std::hash::Hash + Eq + std::borrow::Borrow<str>>(
     s: &str,
-    table: impl Fn(&mut Interner) -> &mut crate::migrate::fasthash::FastSet<T>,
+    table: impl Fn(&mut Interner) -> &mut crate::model::fasthash::FastSet<T>,
     parse: impl FnOnce(&str) -> Result<T>,
 ) -> Result<T> {
     INTERNER.with(|i| {

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use super::backend::{write_base_with, StackPaths};
 use super::fs::IoCounters;
 use super::journal::{encode_with, Entry, EntryState};
-use super::{Ack, Change, Mutation, PersistError, Persister, Result, SnapshotBuilder};
+use super::{Ack, Change, Compaction, Mutation, PersistError, Persister, Result, SnapshotBuilder};
 use crate::model::Deployment;
 use crate::secrets::Crypter;
 
@@ -290,29 +290,30 @@ impl JournalPersister {
     }
 
     /// Writes the current deployment as the new base and starts a fresh
-    /// journal holding only the operations still in flight.
-    /// `mid_operation`: more writes of this operation follow, so the base
-    /// records how many leading states it wrote (they stay ahead of later
-    /// writes on replay); at the end of an operation there are none.
-    fn compact(
-        &mut self,
-        current: &mut SnapshotBuilder,
-        mid_operation: bool,
-    ) -> Result<Deployment> {
+    /// journal holding only the operations still in flight
+    /// ([`SnapshotBuilder::compact_with`] says what `when` changes).
+    fn compact(&mut self, current: &mut SnapshotBuilder, when: Compaction) -> Result<Deployment> {
         // The base written here holds every deferred `keep`.
         self.deferred.clear();
         self.flush()?;
-        let (committed, live) = current.committed_in_order();
-        crate::model::integrity::verify(&committed)?;
+        current.compact_with(when, |committed, split, current| {
+            self.write_compaction(committed, split, current, when == Compaction::Mid)
+        })
+    }
+
+    fn write_compaction(
+        &mut self,
+        committed: &Deployment,
+        split: usize,
+        current: &SnapshotBuilder,
+        mid_operation: bool,
+    ) -> Result<()> {
+        crate::model::integrity::verify(committed)?;
         write_base_with(
             &self.paths.base,
-            &committed,
+            committed,
             self.seq,
-            if mid_operation {
-                current.written_live()
-            } else {
-                0
-            },
+            split,
             &self.counters,
             &self.crypter,
         )?;
@@ -346,12 +347,7 @@ impl JournalPersister {
             path: self.paths.journal.clone(),
             source,
         })?;
-        self.send(WriterMsg::Swap(file))?;
-        // The live states, ordered and copied once above, become the base.
-        current.rebase_to(live);
-        let mut snapshot = committed;
-        snapshot.pending_operations.extend(current.pending());
-        Ok(snapshot)
+        self.send(WriterMsg::Swap(file))
     }
 }
 
@@ -402,14 +398,14 @@ impl Persister for JournalPersister {
             return;
         }
         if self.journal_bytes > self.options.compact_bytes {
-            if let Err(e) = self.compact(current, true) {
+            if let Err(e) = self.compact(current, Compaction::Mid) {
                 self.broken = Some(e.to_string());
             }
         }
     }
 
     fn rebase(&mut self, current: &mut SnapshotBuilder) -> Result<()> {
-        self.compact(current, false).map(|_| ())
+        self.compact(current, Compaction::Start).map(|_| ())
     }
 
     fn finish(&mut self, current: &mut SnapshotBuilder) -> Result<Deployment> {
@@ -425,7 +421,7 @@ impl Persister for JournalPersister {
                 return Ok(d);
             }
         }
-        self.compact(current, false)
+        self.compact(current, Compaction::End)
     }
 
     fn io(&self) -> (u64, u64) {

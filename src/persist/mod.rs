@@ -18,6 +18,7 @@ pub mod store;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
+use crate::model::fasthash::{FastMap, FastSet};
 use crate::model::snapshot::{OperationType, PendingOperation};
 use crate::model::step::{lock, StateRef};
 use crate::model::{Deployment, IntegrityError, PropertyMap, State};
@@ -110,6 +111,20 @@ pub enum Mutation {
     Apply(Change),
     /// A component migration (applied to the builder once durable).
     Migration(Box<migration::MigrationMutation>),
+}
+
+/// When a journal persister compacts ([`SnapshotBuilder::compact_with`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compaction {
+    /// Before an operation's first mutation ([`Persister::rebase`]).
+    Start,
+    /// In the middle of an operation: more writes follow, and the base
+    /// records how many leading states this operation wrote (they stay
+    /// ahead of later writes on replay).
+    Mid,
+    /// At the end of an operation: nothing follows, and the builder's
+    /// states become the returned deployment.
+    End,
 }
 
 /// Folds mutations into the current deployment: the new states in the
@@ -296,6 +311,91 @@ impl SnapshotBuilder {
         (d, refs)
     }
 
+    /// The end of an operation: the committed deployment (as
+    /// [`SnapshotBuilder::committed_in_order`] gives it), its states moved
+    /// out of the builder rather than copied. A state is copied only while
+    /// something else still holds its handle (the engine releases the
+    /// generator's and the executor's before it finishes). The builder is
+    /// left spent: it holds no state until [`SnapshotBuilder::restore`]
+    /// gives them back (a finish that failed after this call).
+    pub fn take_committed(&mut self) -> Deployment {
+        let refs: Vec<StateRef> = self.live().cloned().collect();
+        self.olds.clear();
+        self.old_pos.clear();
+        self.old_done.clear();
+        self.news.clear();
+        self.new_pos.clear();
+        self.new_done.clear();
+        self.split = 0;
+        let mut states: Vec<State> = refs
+            .into_iter()
+            .map(|r| match Arc::try_unwrap(r) {
+                Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
+                Err(r) => lock(&r).clone(),
+            })
+            .collect();
+        normalize_aliases(&mut states);
+        drop_vanished(&mut states, &self.vanished);
+        if let Some(order) = references_first(&states) {
+            let mut taken: Vec<Option<State>> = states.into_iter().map(Some).collect();
+            states = order.into_iter().filter_map(|i| taken[i].take()).collect();
+        }
+        let mut d = self.base.clone();
+        d.resources = states;
+        d.record_serving(&self.served);
+        d
+    }
+
+    /// A compaction: `write` persists the committed deployment as the new
+    /// base (given the number of leading states this operation wrote, for
+    /// [`Compaction::Mid`], and the builder, for its in-flight
+    /// operations), then the builder is rebased onto it. At
+    /// [`Compaction::End`] the states are moved out instead of copied
+    /// ([`SnapshotBuilder::take_committed`]) and the builder is spent,
+    /// unless `write` fails: then they are given back. Returns the
+    /// deployment with the in-flight operations.
+    ///
+    /// # Errors
+    /// What `write` returns; the builder is then as it was.
+    pub fn compact_with(
+        &mut self,
+        when: Compaction,
+        write: impl FnOnce(&Deployment, usize, &SnapshotBuilder) -> Result<()>,
+    ) -> Result<Deployment> {
+        let mut committed = if when == Compaction::End {
+            let committed = self.take_committed();
+            if let Err(e) = write(&committed, 0, self) {
+                self.restore(committed);
+                return Err(e);
+            }
+            committed
+        } else {
+            let (committed, live) = self.committed_in_order();
+            let split = if when == Compaction::Mid {
+                self.written_live()
+            } else {
+                0
+            };
+            write(&committed, split, self)?;
+            self.rebase_to(live);
+            committed
+        };
+        committed.pending_operations.extend(self.pending());
+        Ok(committed)
+    }
+
+    /// Gives a spent builder ([`SnapshotBuilder::take_committed`]) its
+    /// states back, as the prior list: its snapshot is then `d`'s
+    /// resources with the pending operations it still holds.
+    pub fn restore(&mut self, d: Deployment) {
+        let live = d
+            .resources
+            .into_iter()
+            .map(crate::model::step::share)
+            .collect();
+        self.rebase_to(live);
+    }
+
     /// The current deployment when nothing but `keep`s was applied since
     /// the prior states were set (by [`SnapshotBuilder::new`] or a
     /// rebase): the prior states in their prior order, unchanged, and the
@@ -411,6 +511,9 @@ impl SnapshotBuilder {
 /// `NormalizeURNReferences`). Costs nothing when nothing was renamed.
 pub fn normalize_aliases(resources: &mut [State]) {
     use std::collections::HashSet;
+    if resources.iter().all(|s| s.delete || s.aliases.is_empty()) {
+        return;
+    }
     let live: HashSet<&crate::model::Urn> = resources
         .iter()
         .filter(|s| !s.delete)
@@ -472,19 +575,42 @@ pub(crate) fn referents(s: &State) -> impl Iterator<Item = crate::model::Urn> + 
 /// URNs: a provider reference counts when its URN part names a provider
 /// state there (no parse, no copy: this runs for every state of every
 /// snapshot).
+/// The positions of the states with one URN (almost always one).
+enum Slots {
+    One(usize),
+    Many(Vec<usize>),
+}
+
+impl Slots {
+    fn push(&mut self, i: usize) {
+        match self {
+            Self::One(first) => *self = Self::Many(vec![*first, i]),
+            Self::Many(all) => all.push(i),
+        }
+    }
+
+    fn as_slice(&self) -> &[usize] {
+        match self {
+            Self::One(i) => std::slice::from_ref(i),
+            Self::Many(all) => all,
+        }
+    }
+}
+
+/// URN -> positions, for [`references_first`].
+type ByUrn<'a> = FastMap<&'a str, Slots>;
+
 fn referent_strs<'a>(
     s: &'a State,
-    by_urn: &'a HashMap<&str, Vec<usize>>,
+    by_urn: &'a ByUrn<'_>,
     states: &'a [State],
 ) -> impl Iterator<Item = &'a str> + 'a {
-    let provider = s
-        .provider
-        .rfind("::")
+    let provider = crate::model::urn::rfind_separator(&s.provider)
         .map(|i| &s.provider[..i])
         .filter(|u| {
             by_urn
                 .get(u)
-                .is_some_and(|js| js.iter().any(|&j| states[j].ty.is_provider()))
+                .is_some_and(|js| js.as_slice().iter().any(|&j| states[j].ty.is_provider()))
         });
     std::iter::once(&s.parent)
         .chain(&s.dependencies)
@@ -506,12 +632,15 @@ fn referent_strs<'a>(
 /// comes first; then it moves up to just before its first referrer. Every
 /// state of a URN (a live one and one pending deletion) moves together.
 pub fn references_first(states: &[State]) -> Option<Vec<usize>> {
-    let mut by_urn: HashMap<&str, Vec<usize>> = HashMap::with_capacity(states.len());
+    let mut by_urn: ByUrn<'_> = FastMap::with_capacity_and_hasher(states.len(), Default::default());
     for (i, s) in states.iter().enumerate() {
-        by_urn.entry(s.urn.as_str()).or_default().push(i);
+        by_urn
+            .entry(s.urn.as_str())
+            .and_modify(|at| at.push(i))
+            .or_insert(Slots::One(i));
     }
-    let mut seen: std::collections::HashSet<&str> =
-        std::collections::HashSet::with_capacity(states.len());
+    let mut seen: FastSet<&str> =
+        FastSet::with_capacity_and_hasher(states.len(), Default::default());
     let in_order = states.iter().all(|s| {
         let ok = referent_strs(s, &by_urn, states).all(|r| seen.contains(r) || r == s.urn.as_str());
         seen.insert(s.urn.as_str());
@@ -535,7 +664,7 @@ pub fn references_first(states: &[State]) -> Option<Vec<usize>> {
             mark[i] = OPEN;
             let mut next: Vec<usize> = referent_strs(&states[i], &by_urn, states)
                 .filter_map(|r| by_urn.get(r))
-                .flatten()
+                .flat_map(Slots::as_slice)
                 .copied()
                 .filter(|&j| j != i)
                 .collect();
@@ -704,5 +833,75 @@ impl Persister for MemoryPersister {
         let snapshot = current.snapshot();
         crate::model::integrity::verify(&snapshot)?;
         Ok(snapshot)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::step::share;
+    use crate::model::Urn;
+
+    fn state(name: &str) -> State {
+        State {
+            urn: Urn::parse(&format!(
+                "urn:pulumi:dev::app::aws:s3/bucket:Bucket::{name}"
+            ))
+            .unwrap(),
+            custom: true,
+            id: format!("id-{name}"),
+            ty: crate::model::TypeToken::parse("aws:s3/bucket:Bucket").unwrap(),
+            ..State::default()
+        }
+    }
+
+    /// The heap address of each state's ID: equal after a move, different
+    /// after a copy.
+    fn id_addresses(states: &[State]) -> Vec<usize> {
+        states.iter().map(|s| s.id.as_ptr() as usize).collect()
+    }
+
+    #[test]
+    fn the_final_compaction_moves_states_no_one_else_holds_and_copies_the_rest() {
+        let olds: Vec<StateRef> = ["a", "b", "c"].map(|n| share(state(n))).to_vec();
+        let before: Vec<usize> = olds.iter().map(|s| lock(s).id.as_ptr() as usize).collect();
+        let held = olds[1].clone();
+        let mut b = SnapshotBuilder::new(Deployment::default(), olds);
+        let expected = b.snapshot_committed();
+
+        let d = b.take_committed();
+        assert_eq!(d.resources, expected.resources);
+        let after = id_addresses(&d.resources);
+        assert_eq!(after[0], before[0], "a: moved");
+        assert_eq!(after[2], before[2], "c: moved");
+        assert_ne!(after[1], before[1], "b: copied, another handle holds it");
+        assert_eq!(
+            *lock(&held),
+            expected.resources[1],
+            "the other handle is intact"
+        );
+        assert!(b.is_empty(), "the builder is spent");
+
+        // A finish that failed after the states were taken gives them back.
+        b.restore(d);
+        assert_eq!(b.snapshot_committed().resources, expected.resources);
+        assert_eq!(b.len(), 3);
+    }
+
+    #[test]
+    fn a_failed_final_compaction_leaves_the_builder_as_it_was() {
+        let olds: Vec<StateRef> = ["a", "b"].map(|n| share(state(n))).to_vec();
+        let mut b = SnapshotBuilder::new(Deployment::default(), olds);
+        let expected = b.snapshot();
+        let r = b.compact_with(Compaction::End, |_, _, _| Err(PersistError::Injected(1)));
+        assert!(matches!(r, Err(PersistError::Injected(1))), "{r:?}");
+        assert_eq!(b.snapshot(), expected);
+        let d = b
+            .compact_with(Compaction::End, |d, split, _| {
+                assert_eq!((d.resources.len(), split), (2, 0));
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(d, expected);
     }
 }

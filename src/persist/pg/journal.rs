@@ -22,7 +22,7 @@ use crate::persist::backend::{base_bytes, StackPaths};
 use crate::persist::fs::IoCounters;
 use crate::persist::journal::{encode_with, Entry, EntryState};
 use crate::persist::journal_file::JournalOptions;
-use crate::persist::{Ack, Mutation, PersistError, Persister, Result, SnapshotBuilder};
+use crate::persist::{Ack, Compaction, Mutation, PersistError, Persister, Result, SnapshotBuilder};
 use crate::secrets::Crypter;
 
 type Reply = std::sync::mpsc::SyncSender<std::result::Result<(), DbError>>;
@@ -183,19 +183,23 @@ impl PgJournalPersister {
         self
     }
 
-    fn compact(
+    /// Writes the current deployment as the new base and a fresh journal
+    /// holding only the operations still in flight
+    /// ([`SnapshotBuilder::compact_with`] says what `when` changes).
+    fn compact(&mut self, current: &mut SnapshotBuilder, when: Compaction) -> Result<Deployment> {
+        current.compact_with(when, |committed, split, current| {
+            self.write_compaction(committed, split, current)
+        })
+    }
+
+    fn write_compaction(
         &mut self,
-        current: &mut SnapshotBuilder,
-        mid_operation: bool,
-    ) -> Result<Deployment> {
-        let (committed, live) = current.committed_in_order();
-        crate::model::integrity::verify(&committed)?;
-        let split = if mid_operation {
-            current.written_live()
-        } else {
-            0
-        };
-        let base = base_bytes(&committed, self.seq, split, &self.crypter)?;
+        committed: &Deployment,
+        split: usize,
+        current: &SnapshotBuilder,
+    ) -> Result<()> {
+        crate::model::integrity::verify(committed)?;
+        let base = base_bytes(committed, self.seq, split, &self.crypter)?;
         let mut fresh = Vec::new();
         let mut seq = self.seq;
         let mut fresh_bytes = 0u64;
@@ -222,10 +226,7 @@ impl PgJournalPersister {
             .map_err(|e| err(&self.paths, e))?;
         self.seq = seq;
         self.journal_bytes = fresh_bytes;
-        current.rebase_to(live);
-        let mut snapshot = committed;
-        snapshot.pending_operations.extend(current.pending());
-        Ok(snapshot)
+        Ok(())
     }
 }
 
@@ -255,7 +256,7 @@ impl Persister for PgJournalPersister {
             return ack(Err(err(&self.paths, "the journal writer stopped")));
         }
         if self.journal_bytes > self.options.compact_bytes {
-            if let Err(e) = self.compact(current, true) {
+            if let Err(e) = self.compact(current, Compaction::Mid) {
                 self.broken = Some(match e {
                     PersistError::Database { message, .. } => message,
                     other => other.to_string(),
@@ -265,14 +266,14 @@ impl Persister for PgJournalPersister {
     }
 
     fn rebase(&mut self, current: &mut SnapshotBuilder) -> Result<()> {
-        self.compact(current, false).map(|_| ())
+        self.compact(current, Compaction::Start).map(|_| ())
     }
 
     fn finish(&mut self, current: &mut SnapshotBuilder) -> Result<Deployment> {
         if let Some(b) = &self.broken {
             return Err(err(&self.paths, b));
         }
-        self.compact(current, false)
+        self.compact(current, Compaction::End)
     }
 
     fn io(&self) -> (u64, u64) {

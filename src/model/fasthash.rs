@@ -1,7 +1,8 @@
-//! A fast, non-cryptographic hasher for the URN-keyed maps of the migration
-//! core (the prior list can hold 100,000 states; SipHash over every URN of
-//! it costs more than the rest of the work). The keys come from the stack's
-//! own state, so hash flooding is not a concern here.
+//! A fast, non-cryptographic hasher for URN-keyed maps: the decoder's
+//! interner, the integrity verifier, the snapshot builder's ordering and
+//! the migration core (a prior list can hold 100,000 states; SipHash over
+//! every URN of it costs more than the rest of the work). The keys come
+//! from the stack's own state, so hash flooding is not a concern here.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
