@@ -282,7 +282,18 @@ impl Context {
     ///
     /// The assets and archives in its inputs get their content hashes first
     /// ([`assets::ensure_hashes`], on the blocking pool: it reads files).
-    pub async fn register(&self, mut goal: Goal) -> Result<Registered, RegisterError> {
+    pub fn register(
+        &self,
+        goal: Goal,
+    ) -> impl std::future::Future<Output = Result<Registered, RegisterError>> + Send + '_ {
+        // Boxed before the future is built, so a registration waiting for
+        // its steps holds a pointer, not the goal (a program has one such
+        // future per resource in flight: with the goal inline, each was
+        // about a kilobyte more).
+        self.register_boxed(Box::new(goal))
+    }
+
+    async fn register_boxed(&self, mut goal: Box<Goal>) -> Result<Registered, RegisterError> {
         if assets::needs_hashes(&goal.inputs) {
             let root = self
                 .inner
@@ -300,8 +311,7 @@ impl Context {
                 source,
             })?;
         }
-        self.send(|tx| SourceEvent::Register(Box::new(goal), tx))
-            .await
+        self.send(|tx| SourceEvent::Register(goal, tx)).await
     }
 
     /// Reads an external resource (`ReadResource`).

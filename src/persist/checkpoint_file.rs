@@ -103,7 +103,7 @@ impl Persister for CheckpointPersister {
     fn finish(&mut self, current: &mut SnapshotBuilder) -> Result<Deployment> {
         // Nothing but `keep`s: the file already is the result.
         if !self.dirty && self.broken.is_none() {
-            if let Some(d) = current.unchanged_snapshot() {
+            if let Some(d) = current.take_unchanged() {
                 return Ok(d);
             }
         }

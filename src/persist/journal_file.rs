@@ -416,7 +416,7 @@ impl Persister for JournalPersister {
         // journal empty: the base already is the result. Nothing is
         // written; the deferred records are dropped.
         if !self.dirty && !self.compacted_mid && self.journal_bytes == 0 {
-            if let Some(d) = current.unchanged_snapshot() {
+            if let Some(d) = current.take_unchanged() {
                 self.deferred.clear();
                 return Ok(d);
             }

@@ -155,6 +155,15 @@ pub struct SnapshotBuilder {
     served: BTreeMap<String, String>,
 }
 
+/// The state behind `r`: moved out when `r` is its last handle, copied
+/// otherwise.
+fn take_state(r: StateRef) -> State {
+    match Arc::try_unwrap(r) {
+        Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
+        Err(r) => lock(&r).clone(),
+    }
+}
+
 fn key(s: &StateRef) -> usize {
     Arc::as_ptr(s) as usize
 }
@@ -327,13 +336,7 @@ impl SnapshotBuilder {
         self.new_pos.clear();
         self.new_done.clear();
         self.split = 0;
-        let mut states: Vec<State> = refs
-            .into_iter()
-            .map(|r| match Arc::try_unwrap(r) {
-                Ok(m) => m.into_inner().unwrap_or_else(|p| p.into_inner()),
-                Err(r) => lock(&r).clone(),
-            })
-            .collect();
+        let mut states: Vec<State> = refs.into_iter().map(take_state).collect();
         normalize_aliases(&mut states);
         drop_vanished(&mut states, &self.vanished);
         if let Some(order) = references_first(&states) {
@@ -401,9 +404,11 @@ impl SnapshotBuilder {
     /// rebase): the prior states in their prior order, unchanged, and the
     /// same manifest plugins. `None` when anything else happened (a
     /// write, a removal, a pending operation, a refresh, a serving that
-    /// changes the manifest). Its states are copied once, in the order
-    /// the persisted base already has.
-    pub fn unchanged_snapshot(&self) -> Option<Deployment> {
+    /// changes the manifest); the builder is then untouched. Otherwise
+    /// the states are moved out of the builder, as
+    /// [`SnapshotBuilder::take_committed`] does (copied only where another
+    /// handle is held), and the builder is spent.
+    pub fn take_unchanged(&mut self) -> Option<Deployment> {
         let kept_only = self.pending.is_empty()
             && self.vanished.is_empty()
             && self.split == 0
@@ -413,10 +418,29 @@ impl SnapshotBuilder {
         if !kept_only {
             return None;
         }
+        // The manifest's plugins come from the provider states alone, so
+        // they are checked on copies of those before anything is taken.
         let mut d = self.base.clone();
-        d.resources = self.olds.iter().map(|s| lock(s).clone()).collect();
+        d.resources = self
+            .olds
+            .iter()
+            .filter_map(|s| {
+                let s = lock(s);
+                s.ty.is_provider().then(|| s.clone())
+            })
+            .collect();
         d.record_serving(&self.served);
-        (d.manifest.plugins == self.base.manifest.plugins).then_some(d)
+        if d.manifest.plugins != self.base.manifest.plugins {
+            return None;
+        }
+        let olds = std::mem::take(&mut self.olds);
+        self.old_pos.clear();
+        self.old_done.clear();
+        self.news.clear();
+        self.new_pos.clear();
+        self.new_done.clear();
+        d.resources = olds.into_iter().map(take_state).collect();
+        Some(d)
     }
 
     /// Records what served each package in this operation (`package` ->
@@ -886,6 +910,33 @@ mod tests {
         b.restore(d);
         assert_eq!(b.snapshot_committed().resources, expected.resources);
         assert_eq!(b.len(), 3);
+    }
+
+    #[test]
+    fn an_operation_of_keeps_alone_moves_the_prior_states_in_their_order() {
+        let olds: Vec<StateRef> = ["a", "b"].map(|n| share(state(n))).to_vec();
+        let before: Vec<usize> = olds.iter().map(|s| lock(s).id.as_ptr() as usize).collect();
+        let mut b = SnapshotBuilder::new(Deployment::default(), olds.clone());
+        // Kept in another order than the prior list's.
+        for old in [&olds[1], &olds[0]] {
+            b.apply(&Mutation::Apply(Change::Keep { old: old.clone() }));
+        }
+        let expected = b.snapshot_committed();
+        drop(olds);
+        let d = b.take_unchanged().expect("keeps alone");
+        assert_eq!(id_addresses(&d.resources), before, "moved, in prior order");
+        assert_eq!(d.resources.len(), expected.resources.len());
+        assert!(b.is_empty(), "the builder is spent");
+
+        // Anything else: `None`, and the builder untouched.
+        let olds: Vec<StateRef> = ["a", "b"].map(|n| share(state(n))).to_vec();
+        let mut b = SnapshotBuilder::new(Deployment::default(), olds.clone());
+        b.apply(&Mutation::Apply(Change::Remove {
+            old: olds[0].clone(),
+        }));
+        let expected = b.snapshot();
+        assert!(b.take_unchanged().is_none());
+        assert_eq!(b.snapshot(), expected);
     }
 
     #[test]
