@@ -143,9 +143,9 @@ fn synthetic(base: &Deployment, templates: &[State], n: usize, shape: Shape) -> 
                 }
                 s.dependencies = deps;
                 s.aliases.clear();
-                s.deleted_with = Urn::default();
+                s.deleted_with = Urn::default().into();
                 s.replace_with.clear();
-                s.view_of = Urn::default();
+                s.view_of = Urn::default().into();
                 s.pending_replacement = false;
                 s
             }

@@ -594,7 +594,7 @@ pub fn any_secret(d: &Deployment, pred: &dyn Fn(&Secret) -> bool) -> bool {
         s.inputs
             .values()
             .chain(s.outputs.values())
-            .chain(std::iter::once(&s.replacement_trigger))
+            .chain(std::iter::once(&*s.replacement_trigger))
             .any(|v| value(v, pred))
     };
     d.resources.iter().any(state) || d.pending_operations.iter().any(|p| state(&p.resource))
@@ -608,7 +608,10 @@ pub fn walk_state(state: &mut State, f: &mut Visit<'_>) -> Result<(), SecretsErr
     for v in state.inputs.values_mut().chain(state.outputs.values_mut()) {
         walk_value(v, f)?;
     }
-    walk_value(&mut state.replacement_trigger, f)
+    match state.replacement_trigger.get_mut() {
+        Some(v) => walk_value(v, f),
+        None => Ok(()),
+    }
 }
 
 fn walk_value(v: &mut PropertyValue, f: &mut Visit<'_>) -> Result<(), SecretsError> {

@@ -128,7 +128,7 @@ async fn an_object_that_failed_to_initialise_is_kept_then_updated() {
     );
     let first = web(&outcome.snapshot);
     assert!(!first.id.is_empty(), "{first:?}");
-    assert_eq!(first.init_errors, vec!["the instance is not healthy yet"]);
+    assert_eq!(*first.init_errors, vec!["the instance is not healthy yet"]);
     assert_eq!(cloud.counters().creates, 1);
 
     // Unchanged inputs: still an update, which clears the errors.

@@ -13,6 +13,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use crate::migrate::rewrite::{identity_in, rewrite, SuccessorMap};
+use crate::model::rare::Rare;
 use crate::model::urn::STACK_TYPE;
 use crate::model::{Deployment, State, TypeToken, Urn};
 
@@ -420,9 +421,9 @@ pub fn repair(d: &mut Deployment) -> Result<RepairReport, EditError> {
         for (k, kept) in prop_changes {
             r.property_dependencies.insert(k, Some(kept));
         }
-        if !r.deleted_with.is_empty() && !present.contains(&r.deleted_with) {
+        if !r.deleted_with.is_empty() && !present.contains(&*r.deleted_with) {
             drop("deletedWith", &r.deleted_with, &mut report);
-            r.deleted_with = Urn::default();
+            r.deleted_with = Urn::default().into();
         }
         let missing: Vec<Urn> = r
             .replace_with
@@ -434,7 +435,9 @@ pub fn repair(d: &mut Deployment) -> Result<RepairReport, EditError> {
             drop("replaceWith", u, &mut report);
         }
         if !missing.is_empty() {
-            r.replace_with.retain(|u| present.contains(u));
+            if let Some(list) = r.replace_with.get_mut() {
+                list.retain(|u| present.contains(u));
+            }
         }
     }
     // A stable topological sort: of the resources whose references are
@@ -603,14 +606,16 @@ fn break_refs(s: &mut State, set: &HashSet<Urn>, out: &mut Vec<BrokenReference>)
             list.retain(|u| !set.contains(u));
         }
     }
-    if set.contains(&s.deleted_with) {
+    if set.contains(&*s.deleted_with) {
         note("deletedWith".into(), &s.deleted_with);
-        s.deleted_with = Urn::default();
+        s.deleted_with = Urn::default().into();
     }
     for u in s.replace_with.iter().filter(|u| set.contains(*u)) {
         note("replaceWith".into(), u);
     }
-    s.replace_with.retain(|u| !set.contains(u));
+    if let Some(list) = s.replace_with.get_mut() {
+        list.retain(|u| !set.contains(u));
+    }
 }
 
 /// `urn` in another stack and project.
@@ -813,8 +818,8 @@ pub fn move_resources(
         }
         c.dependencies.clear();
         c.property_dependencies.clear();
-        c.deleted_with = Urn::default();
-        c.replace_with.clear();
+        c.deleted_with = Urn::default().into();
+        c.replace_with = Rare::default();
         to_add.push(c);
     }
     let mut moved_states = Vec::with_capacity(moving.len());

@@ -913,7 +913,7 @@ mod tests {
             pre_callback(&env.ctx()).unwrap_err().rule,
             Rule::ClaimedByAlias
         );
-        env.prior[0].view_of = Urn::parse(&u("m:m:C$a:b:T::b")).unwrap();
+        env.prior[0].view_of = Urn::parse(&u("m:m:C$a:b:T::b")).unwrap().into();
         assert_eq!(pre_callback(&env.ctx()).unwrap_err().rule, Rule::View);
     }
 

@@ -72,11 +72,11 @@ pub(crate) fn rewrite(
     if let Some(p) = map.get(&state.parent) {
         edit!().parent = p.clone();
     }
-    if let Some(d) = map.get(&state.deleted_with) {
-        edit!().deleted_with = d.clone();
+    if let Some(d) = map.get(&*state.deleted_with) {
+        edit!().deleted_with = d.clone().into();
     }
-    if let Some(v) = map.get(&state.view_of) {
-        edit!().view_of = v.clone();
+    if let Some(v) = map.get(&*state.view_of) {
+        edit!().view_of = v.clone().into();
     }
     if let Some(deps) = map_list(&state.dependencies, map) {
         edit!().dependencies = deps;
@@ -89,7 +89,7 @@ pub(crate) fn rewrite(
         }
     }
     if let Some(rw) = map_list(&state.replace_with, map) {
-        edit!().replace_with = rw;
+        edit!().replace_with = rw.into();
     }
     if let Some(p) = rewrite_provider(&state.provider, map, identity) {
         edit!().provider = p;
@@ -101,7 +101,7 @@ pub(crate) fn rewrite(
         edit!().outputs = m;
     }
     if let Some(v) = rewrite_value(&state.replacement_trigger, map, identity) {
-        edit!().replacement_trigger = v;
+        edit!().replacement_trigger = v.into();
     }
     out
 }

@@ -14,6 +14,7 @@ mod keys;
 pub mod property;
 mod property_map;
 pub mod property_path;
+pub mod rare;
 pub mod rule;
 pub mod snapshot;
 pub mod state;

@@ -11,6 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::keys::{json_object, JsonEmpty};
 use super::property::{PropertyMap, PropertyValue};
+use super::rare::Rare;
 use super::urn::{ProviderRef, TypeToken, Urn, UrnError};
 
 /// A number of seconds, written as an integer when it is whole (as Go's
@@ -89,7 +90,7 @@ json_object! {
         /// Resources this one depends on.
         "dependencies" => dependencies: Vec<Urn>,
         /// Errors from a partially failed create.
-        "initErrors" => init_errors: Vec<String>,
+        "initErrors" => init_errors: Rare<Vec<String>>,
         /// The provider reference `<provider URN>::<ID>`, as written.
         "provider" => provider: String,
         /// Dependencies per input property (`null`, `[]` and absent distinct).
@@ -97,19 +98,19 @@ json_object! {
         /// Deleted as part of a delete-before-replace, awaiting its replacement.
         "pendingReplacement" => pending_replacement: bool,
         /// Output properties to treat as secret.
-        "additionalSecretOutputs" => additional_secret_outputs: Vec<String>,
+        "additionalSecretOutputs" => additional_secret_outputs: Rare<Vec<String>>,
         /// Former URNs of this resource.
-        "aliases" => aliases: Vec<Urn>,
+        "aliases" => aliases: Rare<Vec<Urn>>,
         /// Per-operation timeouts.
-        "customTimeouts" => custom_timeouts: CustomTimeouts,
+        "customTimeouts" => custom_timeouts: Rare<CustomTimeouts>,
         /// The ID this resource was imported from.
-        "importID" => import_id: String,
+        "importID" => import_id: Rare<String>,
         /// When set, deleting the resource leaves the physical object.
         "retainOnDelete" => retain_on_delete: bool,
         /// Skip this resource's delete when that resource is deleted too.
-        "deletedWith" => deleted_with: Urn,
+        "deletedWith" => deleted_with: Rare<Urn>,
         /// Replace this resource when that resource is replaced.
-        "replaceWith" => replace_with: Vec<Urn>,
+        "replaceWith" => replace_with: Rare<Vec<Urn>>,
         /// When the resource was created (RFC 3339, kept as written).
         "created" => created: String,
         /// When the resource was last modified (RFC 3339, kept as written).
@@ -117,25 +118,25 @@ json_object! {
         /// Where the program registered the resource.
         "sourcePosition" => source_position: String,
         /// The program's stack trace at registration (kept verbatim).
-        "stackTrace" => stack_trace: serde_json::Value,
+        "stackTrace" => stack_trace: Rare<serde_json::Value>,
         /// Input properties whose changes are ignored.
-        "ignoreChanges" => ignore_changes: Vec<String>,
+        "ignoreChanges" => ignore_changes: Rare<Vec<String>>,
         /// Properties whose diffs are hidden from display.
-        "hideDiff" => hide_diff: Vec<String>,
+        "hideDiff" => hide_diff: Rare<Vec<String>>,
         /// Input properties whose changes force a replace.
-        "replaceOnChanges" => replace_on_changes: Vec<String>,
+        "replaceOnChanges" => replace_on_changes: Rare<Vec<String>>,
         /// A value whose change forces a replace.
-        "replacementTrigger" => replacement_trigger: PropertyValue,
+        "replacementTrigger" => replacement_trigger: Rare<PropertyValue>,
         /// Refresh this resource before updating it.
         "refreshBeforeUpdate" => refresh_before_update: bool,
         /// The resource this one is a view of.
-        "viewOf" => view_of: Urn,
+        "viewOf" => view_of: Rare<Urn>,
         /// Resource hooks bound to this resource (kept verbatim).
-        "resourceHooks" => resource_hooks: serde_json::Value,
+        "resourceHooks" => resource_hooks: Rare<serde_json::Value>,
         /// Extension reference (kept verbatim).
-        "extensionRef" => extension_ref: serde_json::Value,
+        "extensionRef" => extension_ref: Rare<serde_json::Value>,
         /// The snippet this resource was generated from.
-        "snippetID" => snippet_id: String,
+        "snippetID" => snippet_id: Rare<String>,
         /// The schema version of the type this state was written with
         /// (`architecture.md` §8); 0 is omitted.
         "schemaVersion" => schema_version: u64,
@@ -272,8 +273,8 @@ impl State {
                 .flatten()
                 .map(move |d| (Reference::PropertyDependency(k), d))
         });
-        let deleted_with =
-            (!self.deleted_with.is_empty()).then_some((Reference::DeletedWith, &self.deleted_with));
+        let deleted_with = (!self.deleted_with.is_empty())
+            .then_some((Reference::DeletedWith, &*self.deleted_with));
         let replace_with = self
             .replace_with
             .iter()

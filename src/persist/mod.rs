@@ -572,7 +572,7 @@ pub fn normalize_aliases(resources: &mut [State]) {
         if !s.deleted_with.is_empty() {
             map(&mut s.deleted_with);
         }
-        s.replace_with.iter_mut().for_each(map);
+        (&mut s.replace_with).into_iter().for_each(map);
         if let Ok(Some(r)) = s.provider_ref() {
             if let Some(n) = renamed.get(r.urn()) {
                 s.provider = format!("{n}::{}", r.id());
@@ -588,7 +588,7 @@ pub(crate) fn referents(s: &State) -> impl Iterator<Item = crate::model::Urn> + 
     std::iter::once(&s.parent)
         .chain(&s.dependencies)
         .chain(s.property_dependencies.values().flatten().flatten())
-        .chain(std::iter::once(&s.deleted_with))
+        .chain(std::iter::once(&*s.deleted_with))
         .chain(&s.replace_with)
         .cloned()
         .chain(provider)
@@ -639,7 +639,7 @@ fn referent_strs<'a>(
     std::iter::once(&s.parent)
         .chain(&s.dependencies)
         .chain(s.property_dependencies.values().flatten().flatten())
-        .chain(std::iter::once(&s.deleted_with))
+        .chain(std::iter::once(&*s.deleted_with))
         .chain(&s.replace_with)
         .map(crate::model::Urn::as_str)
         .chain(provider)
@@ -736,9 +736,11 @@ pub fn drop_vanished(
             list.retain(|d| !gone(d));
         }
         if gone(&s.deleted_with) {
-            s.deleted_with = crate::model::Urn::default();
+            s.deleted_with = crate::model::Urn::default().into();
         }
-        s.replace_with.retain(|d| !gone(d));
+        if let Some(list) = s.replace_with.get_mut() {
+            list.retain(|d| !gone(d));
+        }
     }
 }
 

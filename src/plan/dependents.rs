@@ -129,7 +129,7 @@ impl DependentWalk {
         if provider_urn(&s.provider).is_some_and(|p| self.replace.contains(p)) {
             return Need::Yes;
         }
-        if (!s.deleted_with.as_str().is_empty() && self.replace.contains(&s.deleted_with))
+        if (!s.deleted_with.as_str().is_empty() && self.replace.contains(&*s.deleted_with))
             || s.replace_with.iter().any(|u| self.replace.contains(u))
         {
             return Need::Yes;

@@ -646,7 +646,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                     }
                 };
                 new.outputs = made.object.outputs;
-                new.init_errors = init_errors(made.init_failure.as_ref());
+                new.init_errors = init_errors(made.init_failure.as_ref()).into();
                 new.mark_secret_outputs();
                 new.modified = stamp;
                 schema::stamp(&*provider, &mut new);
@@ -680,7 +680,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             };
             new.id = made.object.id;
             new.outputs = made.object.outputs;
-            new.init_errors = init_errors(made.init_failure.as_ref());
+            new.init_errors = init_errors(made.init_failure.as_ref()).into();
             new.mark_secret_outputs();
             schema::stamp(&*provider, &mut new);
             if !preview {

@@ -116,16 +116,21 @@ impl Planner {
         new.protect = goal.options.protect;
         new.retain_on_delete = goal.options.retain_on_delete;
         new.keel_address.clone_from(&goal.options.address);
-        new.deleted_with = goal.options.deleted_with.clone().unwrap_or_default();
-        new.custom_timeouts = goal.options.custom_timeouts.clone().unwrap_or_default();
-        new.ignore_changes = goal.options.ignore_changes.clone();
-        new.replace_on_changes = goal.options.replace_on_changes.clone();
-        new.additional_secret_outputs = goal.options.additional_secret_outputs.clone();
-        new.replace_with = goal.options.replace_with.clone();
-        new.replacement_trigger = goal.options.replacement_trigger.clone();
-        new.hide_diff = goal.options.hide_diffs.clone();
+        new.deleted_with = goal.options.deleted_with.clone().unwrap_or_default().into();
+        new.custom_timeouts = goal
+            .options
+            .custom_timeouts
+            .clone()
+            .unwrap_or_default()
+            .into();
+        new.ignore_changes = goal.options.ignore_changes.clone().into();
+        new.replace_on_changes = goal.options.replace_on_changes.clone().into();
+        new.additional_secret_outputs = goal.options.additional_secret_outputs.clone().into();
+        new.replace_with = goal.options.replace_with.clone().into();
+        new.replacement_trigger = goal.options.replacement_trigger.clone().into();
+        new.hide_diff = goal.options.hide_diffs.clone().into();
         if let Some(id) = &goal.options.import {
-            new.import_id = id.clone();
+            new.import_id = id.clone().into();
         }
 
         // `ignoreChanges`: the old values go back into the inputs before
@@ -209,7 +214,7 @@ impl Planner {
                 // Found through an alias: record it, so snapshots written
                 // before the prior state's dependents re-register can point
                 // their references at the new URN (as Pulumi does).
-                new.aliases = vec![o.urn.clone()];
+                new.aliases = vec![o.urn.clone()].into();
                 self.matched.insert(urn.clone(), o.urn.clone());
             }
             new.created = o.created.clone();
@@ -229,7 +234,7 @@ impl Planner {
         // Hooks hosted by name (a Pulumi program's) are recorded as Pulumi
         // records them (none: none), so a later delete finds them.
         if let Some(names) = goal.options.hooks.names() {
-            new.resource_hooks = names;
+            new.resource_hooks = names.into();
         }
         // Children multiply these into their own URNs: the prior URN this
         // resource was found under first, then every other it may have had.
@@ -437,7 +442,7 @@ impl Planner {
         if new.replace_with.iter().any(|u| self.replacing.contains(u)) {
             return Some("replaceWith");
         }
-        (!new.deleted_with.as_str().is_empty() && self.replacing.contains(&new.deleted_with))
+        (!new.deleted_with.as_str().is_empty() && self.replacing.contains(&*new.deleted_with))
             .then_some("deletedWith")
     }
 
@@ -451,7 +456,7 @@ impl Planner {
         p.new
             .replace_with
             .iter()
-            .chain(std::iter::once(&p.new.deleted_with))
+            .chain(std::iter::once(&*p.new.deleted_with))
             .find(|u| self.undecided.contains(*u))
             .cloned()
     }
@@ -528,7 +533,7 @@ impl Planner {
                     // references to the old URN follow).
                     let mut kept = lock(&old_ref).clone();
                     if kept.urn != urn {
-                        kept.aliases = vec![kept.urn.clone()];
+                        kept.aliases = vec![kept.urn.clone()].into();
                         kept.urn = urn.clone();
                     }
                     self.keep_references(&mut kept, &new)?;
@@ -554,7 +559,7 @@ impl Planner {
                 new.id = self.next_provider_id(&urn);
             }
             let kind = if new.custom && !new.import_id.is_empty() {
-                new.id = new.import_id.clone();
+                new.id = (*new.import_id).clone();
                 StepKind::Import
             } else {
                 if new.custom && self.opts.pending_creates.contains(&urn) {
@@ -782,7 +787,7 @@ impl Planner {
                         .flatten()
                         .flatten()
                         .any(|d| reached.contains(d))
-                    || reached.contains(&s.deleted_with)
+                    || reached.contains(&*s.deleted_with)
                     || s.replace_with.iter().any(|d| reached.contains(d))
                     || provider_urn(&s.provider).is_some_and(|p| reached.contains(p));
                 if depends {
@@ -851,8 +856,7 @@ impl Planner {
         new.id = goal.id.clone();
         new.external = true;
         new.keel_address.clone_from(&goal.address);
-        new.additional_secret_outputs
-            .clone_from(&goal.additional_secret_outputs);
+        new.additional_secret_outputs = goal.additional_secret_outputs.clone().into();
         let mut kind = StepKind::Read;
         if goal.action {
             new.mark_action();

@@ -389,11 +389,11 @@ fn delete_before_replace_walks_dependents_and_replaces_only_those_that_must_go()
     let e = with("e", &pdep("size", "d"));
     let f = with("f", &|s| s.dependencies.push(bucket_urn("d")));
     let mut g = with("g", &pdep("name", "a"));
-    g.ignore_changes = vec!["name".into()];
+    g.ignore_changes = vec!["name".into()].into();
     let mut i = with("i", &pdep("size", "a"));
-    i.replace_on_changes = vec!["size".into()];
+    i.replace_on_changes = vec!["size".into()].into();
     let mut k = with("k", &pdep("size", "c"));
-    k.deleted_with = bucket_urn("d");
+    k.deleted_with = bucket_urn("d").into();
     let mut p = planner(vec![stack(), prov.clone(), a, b, c, d, e, f, g, i, k]);
     let prepared = p
         .prepare(&goal("a", serde_json::json!({"name": "a2"}), |_| {}))
