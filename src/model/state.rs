@@ -152,6 +152,10 @@ json_object! {
     }
 }
 
+// Every state in memory pays this, and every copy: the fields almost no
+// resource sets are `Rare` (one word each) to keep it small.
+const _: () = assert!(std::mem::size_of::<State>() <= 512);
+
 /// The category of a state entry (unobin's state model): what lifecycle
 /// it has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
