@@ -802,7 +802,12 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 .ok_or_else(|| StepError::Other("read without a goal".into()))?;
             let provider = shared.provider_for(&new)?;
             if new.category() == Category::Action || new.id.is_empty() {
-                return read_through_function(shared, provider, new, old_ref, preview).await;
+                // Boxed: its future is several kilobytes, and inline it
+                // would size every step's future (one per chain in flight).
+                return Box::pin(read_through_function(
+                    shared, provider, new, old_ref, preview,
+                ))
+                .await;
             }
             let (obj, op) = {
                 let req = request(&new, None, preview, 0.0);
