@@ -382,8 +382,8 @@ impl GenState {
             registration: urn.clone(),
             aliases,
             migrations: goal.options.state_migrations.clone(),
-            claimed: self.planner.alias_claims().clone(),
-            registered: self.planner.registered().clone(),
+            claimed: self.planner.alias_claims().iter().cloned().collect(),
+            registered: self.planner.registered().iter().cloned().collect(),
             options: OperationOptions {
                 targeted: opts.is_targeted(),
                 generate_plan: opts.generate_plan,

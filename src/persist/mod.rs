@@ -139,10 +139,10 @@ pub enum Compaction {
 pub struct SnapshotBuilder {
     base: Deployment,
     olds: Vec<StateRef>,
-    old_pos: HashMap<usize, usize>,
+    old_pos: FastMap<usize, usize>,
     old_done: Vec<bool>,
     news: Vec<StateRef>,
-    new_pos: HashMap<usize, usize>,
+    new_pos: FastMap<usize, usize>,
     new_done: Vec<bool>,
     pending: BTreeMap<OpId, (OperationType, Arc<State>)>,
     /// The leading prior states written by this operation (before news).
@@ -181,7 +181,7 @@ impl SnapshotBuilder {
             old_pos,
             old_done,
             news: Vec::new(),
-            new_pos: HashMap::new(),
+            new_pos: FastMap::default(),
             new_done: Vec::new(),
             pending: BTreeMap::new(),
             split: 0,

@@ -19,7 +19,9 @@
 //! deletes and refreshes at the end) and `targets` (`--target` /
 //! `--exclude` scope).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
+
+use crate::model::fasthash::{FastMap, FastSet};
 
 use crate::model::{
     PropertyMap, PropertyPath, PropertyPathError, PropertyValue, ProviderRef, SharedIds, State,
@@ -368,51 +370,51 @@ pub(crate) struct Planner {
     opts: PlanOptions,
     olds: Vec<StateRef>,
     /// Live (not pending-delete) prior states by URN.
-    live: HashMap<Urn, usize>,
+    live: FastMap<Urn, usize>,
     /// Prior states already claimed (index -> claimer).
-    claimed: HashMap<usize, Urn>,
+    claimed: FastMap<usize, Urn>,
     /// Prior states a step has superseded or scheduled (no end-of-program delete).
     handled: Vec<bool>,
     /// Prior states a create-before-delete replace left to delete at the end.
-    replaced: HashSet<usize>,
+    replaced: FastSet<usize>,
     /// Prior states a delete-before-replace chain deletes as dependents
     /// (old index -> the replaced resource's URN), so that one registered
     /// after that chain was planned, but maybe before it ran, is created
     /// anew once the chain has deleted it.
-    dbr_dependents: HashMap<usize, Urn>,
+    dbr_dependents: FastMap<usize, Urn>,
     /// URNs registered (or read) in this operation.
-    registered: HashSet<Urn>,
+    registered: FastSet<Urn>,
     /// Default provider reference per request (package, version, download
     /// URL), once planned.
-    default_providers: HashMap<String, ProviderRef>,
+    default_providers: FastMap<String, ProviderRef>,
     /// Inputs of the provider resources registered in this operation.
-    provider_inputs: HashMap<Urn, PropertyMap>,
+    provider_inputs: FastMap<Urn, PropertyMap>,
     /// Provider resources replaced in this operation (their resources are
     /// replaced too).
-    replaced_providers: HashSet<Urn>,
+    replaced_providers: FastSet<Urn>,
     /// Resources decided as replaced in this operation: those naming one
     /// in `replaceWith` or `deletedWith` are replaced too.
-    replacing: HashSet<Urn>,
+    replacing: FastSet<Urn>,
     /// Registrations prepared whose decision has not been made yet.
-    undecided: HashSet<Urn>,
+    undecided: FastSet<Urn>,
     /// The stack resource's URN, once registered.
     root: Option<Urn>,
     /// Registered resources inside the targets (for `--target-dependents`).
-    targeted: HashSet<Urn>,
+    targeted: FastSet<Urn>,
     /// Registered resources excluded (for `--exclude-dependents`).
-    excluded: HashSet<Urn>,
+    excluded: FastSet<Urn>,
     /// Untargeted new resources whose create was skipped.
-    skipped: HashSet<Urn>,
+    skipped: FastSet<Urn>,
     /// Prior URNs claimed through an alias.
-    alias_claims: HashSet<Urn>,
+    alias_claims: FastSet<Urn>,
     /// Registered resources found through an alias: the prior URN they were
     /// found under (Pulumi's step generator `aliases`). An alias naming one
     /// of them as its parent means that prior URN.
-    matched: HashMap<Urn, Urn>,
+    matched: FastMap<Urn, Urn>,
     /// Registered resources' alias URNs (the matched prior URN first, then
     /// their own and inherited ones), which their children multiply into
     /// their own URNs. Only resources that have some are kept.
-    alias_sets: HashMap<Urn, Vec<Urn>>,
+    alias_sets: FastMap<Urn, Vec<Urn>>,
     /// The plan being recorded (`preview --save-plan`).
     recording: Option<super::saved::SavedPlan>,
 }
@@ -420,7 +422,7 @@ pub(crate) struct Planner {
 impl Planner {
     /// A planner over the prior resource list.
     pub(crate) fn new(opts: PlanOptions, olds: Vec<StateRef>) -> Self {
-        let mut live = HashMap::with_capacity(olds.len());
+        let mut live = FastMap::with_capacity_and_hasher(olds.len(), Default::default());
         for (i, s) in olds.iter().enumerate() {
             let s = lock(s);
             if !s.delete {
@@ -432,23 +434,23 @@ impl Planner {
             opts,
             olds,
             live,
-            claimed: HashMap::new(),
+            claimed: FastMap::default(),
             handled,
-            replaced: HashSet::new(),
-            dbr_dependents: HashMap::new(),
-            registered: HashSet::new(),
-            default_providers: HashMap::new(),
-            provider_inputs: HashMap::new(),
-            replaced_providers: HashSet::new(),
-            replacing: HashSet::new(),
-            undecided: HashSet::new(),
+            replaced: FastSet::default(),
+            dbr_dependents: FastMap::default(),
+            registered: FastSet::default(),
+            default_providers: FastMap::default(),
+            provider_inputs: FastMap::default(),
+            replaced_providers: FastSet::default(),
+            replacing: FastSet::default(),
+            undecided: FastSet::default(),
             root: None,
-            targeted: HashSet::new(),
-            excluded: HashSet::new(),
-            skipped: HashSet::new(),
-            alias_claims: HashSet::new(),
-            matched: HashMap::new(),
-            alias_sets: HashMap::new(),
+            targeted: FastSet::default(),
+            excluded: FastSet::default(),
+            skipped: FastSet::default(),
+            alias_claims: FastSet::default(),
+            matched: FastMap::default(),
+            alias_sets: FastMap::default(),
             recording: None,
         }
         .recording_if_asked()
@@ -500,12 +502,12 @@ impl Planner {
     }
 
     /// URNs registered so far in this operation.
-    pub(crate) fn registered(&self) -> &HashSet<Urn> {
+    pub(crate) fn registered(&self) -> &FastSet<Urn> {
         &self.registered
     }
 
     /// Prior URNs claimed through an alias so far in this operation.
-    pub(crate) fn alias_claims(&self) -> &HashSet<Urn> {
+    pub(crate) fn alias_claims(&self) -> &FastSet<Urn> {
         &self.alias_claims
     }
 }

@@ -8,6 +8,7 @@ use crate::model::{TypeToken, Urn};
 use crate::source::goal::{Alias, AliasParent, Goal};
 
 use super::{PlanError, Planner, Result};
+use crate::model::fasthash::{FastMap, FastSet};
 use crate::plan::step::{lock, StateRef};
 
 impl Planner {
@@ -215,9 +216,9 @@ impl Planner {
             .map(|(i, s)| (ptr(s), i))
             .collect();
         let mut handled = vec![false; olds.len()];
-        let mut claimed = HashMap::new();
-        let mut replaced = HashSet::new();
-        let mut live = HashMap::with_capacity(olds.len());
+        let mut claimed = FastMap::default();
+        let mut replaced = FastSet::default();
+        let mut live = FastMap::with_capacity_and_hasher(olds.len(), Default::default());
         for (j, s) in olds.iter().enumerate() {
             if let Some(&i) = old_index.get(&ptr(s)) {
                 handled[j] = self.handled[i];
