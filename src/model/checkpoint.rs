@@ -267,6 +267,22 @@ impl CheckpointFile {
         deployment: &Deployment,
         extra: &std::collections::BTreeMap<String, serde_json::Value>,
     ) -> Vec<u8> {
+        let mut out = Vec::new();
+        // Writing to a `Vec` cannot fail.
+        let _ = Self::export_to_writer(deployment, extra, &mut out);
+        out
+    }
+
+    /// [`CheckpointFile::export_to_vec`] written to `w` as it is encoded
+    /// (a base checkpoint is streamed to its file, not built in memory).
+    ///
+    /// # Errors
+    /// What writing to `w` returns.
+    pub fn export_to_writer(
+        deployment: &Deployment,
+        extra: &std::collections::BTreeMap<String, serde_json::Value>,
+        w: impl std::io::Write,
+    ) -> std::io::Result<()> {
         struct Export<'a> {
             deployment: &'a Deployment,
             extra: &'a std::collections::BTreeMap<String, serde_json::Value>,
@@ -289,7 +305,7 @@ impl CheckpointFile {
                 m.end()
             }
         }
-        serde_json::to_vec(&Export { deployment, extra }).unwrap_or_default()
+        serde_json::to_writer(w, &Export { deployment, extra }).map_err(std::io::Error::from)
     }
 
     /// Decodes a file, checking its format version and features first. The

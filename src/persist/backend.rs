@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::checkpoint_file::CheckpointPersister;
-use super::fs::{self, atomic_write, Holder, IoCounters, LockError, StackLock};
+use super::fs::{self, atomic_write, atomic_write_with, Holder, IoCounters, LockError, StackLock};
 use super::journal::{self, JournalError};
 use super::journal_file::{JournalOptions, JournalPersister};
 use super::{PersistError, Persister, SnapshotBuilder};
@@ -262,11 +262,32 @@ pub fn write_base_with(
     counters: &IoCounters,
     crypter: &Crypter,
 ) -> Result<(), PersistError> {
-    let bytes = base_bytes(d, seq, split, crypter)?;
-    atomic_write(path, &bytes, true, counters).map_err(|source| PersistError::Io {
+    let io = |source| PersistError::Io {
         path: path.to_owned(),
         source,
+    };
+    if crypter.changes(d) {
+        let bytes = base_bytes(d, seq, split, crypter)?;
+        return atomic_write(path, &bytes, true, counters).map_err(io);
+    }
+    // Streamed from the borrowed states: the same bytes as `base_bytes`,
+    // without holding the whole encoding in memory.
+    let extra = base_extra(seq, split);
+    atomic_write_with(path, true, counters, |w| {
+        CheckpointFile::export_to_writer(d, &extra, w)
     })
+    .map_err(io)
+}
+
+/// The top-level keys keel adds to a base checkpoint.
+fn base_extra(seq: u64, split: usize) -> BTreeMap<String, serde_json::Value> {
+    let mut extra = BTreeMap::new();
+    extra.insert(FORMAT_KEY.to_owned(), STATE_FORMAT.into());
+    extra.insert(WATERMARK_KEY.to_owned(), seq.into());
+    if split > 0 {
+        extra.insert(SPLIT_KEY.to_owned(), split.into());
+    }
+    extra
 }
 
 /// The bytes of a base checkpoint: `d` with its secrets encrypted by
@@ -281,12 +302,7 @@ pub fn base_bytes(
     split: usize,
     crypter: &Crypter,
 ) -> Result<Vec<u8>, PersistError> {
-    let mut extra = BTreeMap::new();
-    extra.insert(FORMAT_KEY.to_owned(), STATE_FORMAT.into());
-    extra.insert(WATERMARK_KEY.to_owned(), seq.into());
-    if split > 0 {
-        extra.insert(SPLIT_KEY.to_owned(), split.into());
-    }
+    let extra = base_extra(seq, split);
     // Encoded from the borrowed states unless encryption changes them: a
     // copy of every state per compaction otherwise.
     if crypter.changes(d) {
@@ -924,5 +940,29 @@ impl Backend {
             counters,
             held: Held::File(lock),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_streamed_base_is_byte_for_byte_the_encoded_one() {
+        // A real Pulumi checkpoint (read in place, as the fixture tests do).
+        let bytes = std::fs::read("../shared/fixtures/pulumi/aws-ts-lambda-efs__stack.json")
+            .expect("the Pulumi fixtures in ../shared/fixtures");
+        let d = CheckpointFile::from_slice(&bytes)
+            .unwrap()
+            .deployment
+            .unwrap();
+        assert!(d.resources.len() > 10);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev.json");
+        let counters = IoCounters::default();
+        write_base_with(&path, &d, 7, 3, &counters, &Crypter::default()).unwrap();
+        let expected = base_bytes(&d, 7, 3, &Crypter::default()).unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), expected);
+        assert_eq!(counters.bytes(), expected.len() as u64);
     }
 }

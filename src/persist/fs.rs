@@ -62,6 +62,36 @@ pub fn atomic_write(
     backup: bool,
     counters: &IoCounters,
 ) -> std::io::Result<()> {
+    atomic_write_with(path, backup, counters, |w| w.write_all(bytes))
+}
+
+/// [`atomic_write`] of what `write` writes, streamed to the temp file
+/// through a buffer rather than built in memory first.
+///
+/// # Errors
+/// The OS error, or `write`'s; `path` then still holds its previous
+/// contents.
+pub fn atomic_write_with(
+    path: &Path,
+    backup: bool,
+    counters: &IoCounters,
+    write: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    /// Counts the bytes written through it.
+    struct Counting<W> {
+        inner: W,
+        bytes: usize,
+    }
+    impl<W: Write> Write for Counting<W> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let n = self.inner.write(buf)?;
+            self.bytes += n;
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            self.inner.flush()
+        }
+    }
     // A bare file name's parent is "", which cannot be opened to fsync.
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
@@ -70,9 +100,17 @@ pub fn atomic_write(
     let mut tmp = tempfile::Builder::new()
         .prefix(".keel-tmp-")
         .tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
+    let written = {
+        let mut out = Counting {
+            inner: std::io::BufWriter::with_capacity(1 << 20, tmp.as_file_mut()),
+            bytes: 0,
+        };
+        write(&mut out)?;
+        out.flush()?;
+        out.bytes
+    };
     tmp.as_file().sync_all()?;
-    counters.wrote(bytes.len());
+    counters.wrote(written);
     counters.synced();
     if backup && path.exists() {
         let bak = backup_path(path);
