@@ -314,10 +314,28 @@ impl SnapshotBuilder {
     /// copies the states once).
     pub fn committed_in_order(&self) -> (Deployment, Vec<StateRef>) {
         let (refs, states) = self.ordered_live();
+        (self.deployment_of(states), refs)
+    }
+
+    /// The base deployment holding `states`, with this operation's
+    /// serving recorded in its manifest.
+    fn deployment_of(&self, states: Vec<State>) -> Deployment {
         let mut d = self.base.clone();
         d.resources = states;
         d.record_serving(&self.served);
-        (d, refs)
+        d
+    }
+
+    /// Leaves the builder holding no state (its handles dropped, so the
+    /// states can be moved out of them).
+    fn spend(&mut self) {
+        self.olds.clear();
+        self.old_pos.clear();
+        self.old_done.clear();
+        self.news.clear();
+        self.new_pos.clear();
+        self.new_done.clear();
+        self.split = 0;
     }
 
     /// The end of an operation: the committed deployment (as
@@ -329,24 +347,10 @@ impl SnapshotBuilder {
     /// gives them back (a finish that failed after this call).
     pub fn take_committed(&mut self) -> Deployment {
         let refs: Vec<StateRef> = self.live().cloned().collect();
-        self.olds.clear();
-        self.old_pos.clear();
-        self.old_done.clear();
-        self.news.clear();
-        self.new_pos.clear();
-        self.new_done.clear();
-        self.split = 0;
-        let mut states: Vec<State> = refs.into_iter().map(take_state).collect();
-        normalize_aliases(&mut states);
-        drop_vanished(&mut states, &self.vanished);
-        if let Some(order) = references_first(&states) {
-            let mut taken: Vec<Option<State>> = states.into_iter().map(Some).collect();
-            states = order.into_iter().filter_map(|i| taken[i].take()).collect();
-        }
-        let mut d = self.base.clone();
-        d.resources = states;
-        d.record_serving(&self.served);
-        d
+        self.spend();
+        let states: Vec<State> = refs.into_iter().map(take_state).collect();
+        let (_, states) = self.snapshot_form(vec![(); states.len()], states);
+        self.deployment_of(states)
     }
 
     /// A compaction: `write` persists the committed deployment as the new
@@ -434,11 +438,7 @@ impl SnapshotBuilder {
             return None;
         }
         let olds = std::mem::take(&mut self.olds);
-        self.old_pos.clear();
-        self.old_done.clear();
-        self.news.clear();
-        self.new_pos.clear();
-        self.new_done.clear();
+        self.spend();
         d.resources = olds.into_iter().map(take_state).collect();
         Some(d)
     }
@@ -455,16 +455,27 @@ impl SnapshotBuilder {
     /// any state a reference needs moved up to just before its first
     /// referrer ([`references_first`]).
     fn ordered_live(&self) -> (Vec<StateRef>, Vec<State>) {
-        let mut refs: Vec<StateRef> = self.live().cloned().collect();
-        let mut states: Vec<State> = refs.iter().map(|s| lock(s).clone()).collect();
+        let refs: Vec<StateRef> = self.live().cloned().collect();
+        let states = refs.iter().map(|s| lock(s).clone()).collect();
+        self.snapshot_form(refs, states)
+    }
+
+    /// `states` (live, in write order) in their snapshot form: references
+    /// renamed, vanished ones dropped, and any state a reference needs
+    /// moved up to just before its first referrer ([`references_first`]).
+    /// `companions` (one per state: its handle, or nothing) are reordered
+    /// with them.
+    fn snapshot_form<T>(&self, companions: Vec<T>, mut states: Vec<State>) -> (Vec<T>, Vec<State>) {
         normalize_aliases(&mut states);
         drop_vanished(&mut states, &self.vanished);
-        if let Some(order) = references_first(&states) {
-            let mut taken: Vec<Option<(StateRef, State)>> =
-                refs.into_iter().zip(states).map(Some).collect();
-            (refs, states) = order.into_iter().filter_map(|i| taken[i].take()).unzip();
+        match references_first(&states) {
+            None => (companions, states),
+            Some(order) => {
+                let mut taken: Vec<Option<(T, State)>> =
+                    companions.into_iter().zip(states).map(Some).collect();
+                order.into_iter().filter_map(|i| taken[i].take()).unzip()
+            }
         }
-        (refs, states)
     }
 
     fn live(&self) -> impl Iterator<Item = &StateRef> {
