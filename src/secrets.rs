@@ -605,8 +605,12 @@ pub fn any_secret(d: &Deployment, pred: &dyn Fn(&Secret) -> bool) -> bool {
 /// # Errors
 /// Whatever `f` returns.
 pub fn walk_state(state: &mut State, f: &mut Visit<'_>) -> Result<(), SecretsError> {
-    for v in state.inputs.values_mut().chain(state.outputs.values_mut()) {
-        walk_value(v, f)?;
+    // A map with no secret is not taken mutably: it may be shared with
+    // another state (copy-on-write), and a mutable look would copy it.
+    for map in [&mut state.inputs, &mut state.outputs] {
+        if map.values().any(PropertyValue::contains_secrets) {
+            map.values_mut().try_for_each(|v| walk_value(v, f))?;
+        }
     }
     match state.replacement_trigger.get_mut() {
         Some(v) => walk_value(v, f),
@@ -614,11 +618,19 @@ pub fn walk_state(state: &mut State, f: &mut Visit<'_>) -> Result<(), SecretsErr
     }
 }
 
+/// Whether an object holds a secret (looked at before it is taken
+/// mutably, as in [`walk_state`]).
+fn holds_secret(m: &crate::model::PropertyMap) -> bool {
+    m.values().any(PropertyValue::contains_secrets)
+}
+
 fn walk_value(v: &mut PropertyValue, f: &mut Visit<'_>) -> Result<(), SecretsError> {
     match v {
         PropertyValue::Secret(s) => f(s),
         PropertyValue::Array(a) => a.iter_mut().try_for_each(|v| walk_value(v, f)),
-        PropertyValue::Object(m) => m.values_mut().try_for_each(|v| walk_value(v, f)),
+        PropertyValue::Object(m) if holds_secret(m) => {
+            m.values_mut().try_for_each(|v| walk_value(v, f))
+        }
         PropertyValue::Output(o) => match &mut o.value {
             Some(v) => walk_value(v, f),
             None => Ok(()),

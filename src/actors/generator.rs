@@ -953,8 +953,9 @@ async fn check_and_diff(
         return Ok(None);
     };
     let provider = registry.get(&reference);
-    // What Check and Diff read of the prior state, copied out of its lock
-    // (which is not held across the provider's awaits), and no more.
+    // What Check and Diff read of the prior state, taken out of its lock
+    // (which is not held across the provider's awaits), and no more; the
+    // maps are shared, not copied (`PropertyMap` is copy-on-write).
     let old = p.old.as_ref().map(|o| {
         let o = lock(o);
         (

@@ -10,76 +10,130 @@
 //! decoding) sorts once, so a large map built in any order costs
 //! `n log n`, never `n²`. Only one-at-a-time `insert`s out of key order
 //! shift the vector; callers that build large maps use the bulk forms.
+//!
+//! The entries are shared, copy-on-write: cloning a map is a reference
+//! count, and the first mutation through a shared handle copies the
+//! entries once ([`Arc::make_mut`]). A state's inputs and outputs pass
+//! through the planner, the provider's Check and Diff, the executor and
+//! the journal; each of those used to copy every key and value. An empty
+//! map holds nothing at all (no allocation).
 
 use std::fmt;
 use std::ops::{Deref, DerefMut, Index};
+use std::sync::Arc;
 
 use litemap::LiteMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::property::PropertyValue;
 
+/// The entries of a map.
+type Entries = LiteMap<String, PropertyValue>;
+
+/// What every empty map reads through.
+static EMPTY: Entries = LiteMap::new_vec();
+
 /// A map of property names to values (inputs, outputs, objects), kept
-/// sorted by key.
+/// sorted by key; clones share the entries until one of them is changed.
 ///
 /// It dereferences to [`LiteMap`] for the rest of the map API (`get`,
 /// `insert`, `remove`, `iter`, `keys`, `len`, `entry`, `retain`, ...).
-#[derive(Clone, Default, PartialEq)]
-pub struct PropertyMap(LiteMap<String, PropertyValue>);
+/// A mutable dereference copies entries that another clone still shares,
+/// so loops that only sometimes change a map should look before they
+/// take it mutably.
+#[derive(Clone, Default)]
+pub struct PropertyMap(Option<Arc<Entries>>);
 
 impl PropertyMap {
     /// An empty map (no allocation).
     #[must_use]
     pub const fn new() -> Self {
-        Self(LiteMap::new_vec())
+        Self(None)
     }
 
     /// An empty map with room for `n` entries.
     #[must_use]
     pub fn with_capacity(n: usize) -> Self {
-        Self(LiteMap::with_capacity(n))
+        if n == 0 {
+            return Self(None);
+        }
+        Self(Some(Arc::new(LiteMap::with_capacity(n))))
     }
 
     /// The number of entries.
     #[must_use]
     pub fn len(&self) -> usize {
-        self.0.len()
+        self.entries().len()
     }
 
     /// Whether the map has no entries.
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.entries().is_empty()
     }
 
-    /// The values, mutably, in key order.
+    /// Whether `self` and `other` share their entries (a clone of the
+    /// other, neither changed since), so they are equal without a look.
+    #[must_use]
+    pub fn shares_with(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        }
+    }
+
+    /// The values, mutably, in key order (copying shared entries first).
     pub fn values_mut(&mut self) -> impl DoubleEndedIterator<Item = &mut PropertyValue> {
-        self.0.iter_mut().map(|(_, v)| v)
+        self.entries_mut().iter_mut().map(|(_, v)| v)
     }
 
     /// The values, by value, in key order.
     pub fn into_values(self) -> impl DoubleEndedIterator<Item = PropertyValue> {
-        self.0.into_tuple_vec().into_iter().map(|(_, v)| v)
+        self.into_iter().map(|(_, v)| v)
+    }
+
+    fn entries(&self) -> &Entries {
+        self.0.as_deref().unwrap_or(&EMPTY)
+    }
+
+    fn entries_mut(&mut self) -> &mut Entries {
+        Arc::make_mut(self.0.get_or_insert_with(Default::default))
+    }
+}
+
+impl PropertyMap {
+    /// A map of `entries`; an empty one allocates nothing.
+    fn from_entries(entries: Entries) -> Self {
+        if entries.is_empty() {
+            return Self(None);
+        }
+        Self(Some(Arc::new(entries)))
+    }
+}
+
+impl PartialEq for PropertyMap {
+    fn eq(&self, other: &Self) -> bool {
+        self.shares_with(other) || self.entries() == other.entries()
     }
 }
 
 impl Deref for PropertyMap {
-    type Target = LiteMap<String, PropertyValue>;
+    type Target = Entries;
 
     fn deref(&self) -> &Self::Target {
-        &self.0
+        self.entries()
     }
 }
 
 impl DerefMut for PropertyMap {
     fn deref_mut(&mut self) -> &mut Self::Target {
-        &mut self.0
+        self.entries_mut()
     }
 }
 
 impl fmt::Debug for PropertyMap {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_map().entries(self.0.iter()).finish()
+        f.debug_map().entries(self.entries().iter()).finish()
     }
 }
 
@@ -91,7 +145,7 @@ impl Index<&str> for PropertyMap {
     type Output = PropertyValue;
 
     fn index(&self, key: &str) -> &PropertyValue {
-        match self.0.get(key) {
+        match self.entries().get(key) {
             Some(v) => v,
             None => panic!("no property `{key}` in the map"),
         }
@@ -100,7 +154,7 @@ impl Index<&str> for PropertyMap {
 
 impl FromIterator<(String, PropertyValue)> for PropertyMap {
     fn from_iter<I: IntoIterator<Item = (String, PropertyValue)>>(iter: I) -> Self {
-        Self(LiteMap::from_iter(iter))
+        Self::from_entries(LiteMap::from_iter(iter))
     }
 }
 
@@ -112,7 +166,7 @@ impl<const N: usize> From<[(String, PropertyValue); N]> for PropertyMap {
 
 impl Extend<(String, PropertyValue)> for PropertyMap {
     fn extend<I: IntoIterator<Item = (String, PropertyValue)>>(&mut self, iter: I) {
-        self.0.extend(iter);
+        self.entries_mut().extend(iter);
     }
 }
 
@@ -121,31 +175,34 @@ impl IntoIterator for PropertyMap {
     type IntoIter = std::vec::IntoIter<(String, PropertyValue)>;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.into_tuple_vec().into_iter()
+        match self.0 {
+            Some(entries) => Arc::unwrap_or_clone(entries).into_tuple_vec().into_iter(),
+            None => Vec::new().into_iter(),
+        }
     }
 }
 
 impl<'a> IntoIterator for &'a PropertyMap {
     type Item = (&'a String, &'a PropertyValue);
-    type IntoIter = <&'a LiteMap<String, PropertyValue> as IntoIterator>::IntoIter;
+    type IntoIter = <&'a Entries as IntoIterator>::IntoIter;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter()
+        self.entries().iter()
     }
 }
 
 impl<'a> IntoIterator for &'a mut PropertyMap {
     type Item = (&'a String, &'a mut PropertyValue);
-    type IntoIter = <&'a mut LiteMap<String, PropertyValue> as IntoIterator>::IntoIter;
+    type IntoIter = <&'a mut Entries as IntoIterator>::IntoIter;
 
     fn into_iter(self) -> Self::IntoIter {
-        self.0.iter_mut()
+        self.entries_mut().iter_mut()
     }
 }
 
 impl Serialize for PropertyMap {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_map(self.0.iter())
+        s.collect_map(self.entries().iter())
     }
 }
 
@@ -153,7 +210,7 @@ impl<'de> Deserialize<'de> for PropertyMap {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         // LiteMap's decoder appends keys that arrive in order and sorts the
         // rest in once, keeping the last of duplicate keys (as `BTreeMap`).
-        LiteMap::deserialize(d).map(Self)
+        LiteMap::deserialize(d).map(Self::from_entries)
     }
 }
 
@@ -221,6 +278,43 @@ mod tests {
             &[("a", "0"), ("b", "2"), ("c", "4")],
         );
         check(&[("k", "1"), ("k", "2")], &[("k", "2")]);
+    }
+
+    #[test]
+    fn clones_share_until_one_is_changed() {
+        let a = PropertyMap::from([("k".to_owned(), s("1")), ("l".to_owned(), s("2"))]);
+        let mut b = a.clone();
+        assert!(b.shares_with(&a), "a clone shares the entries");
+        assert_eq!(a, b);
+        // A read-only look keeps the sharing; a change copies, once.
+        assert_eq!(b.get("k"), Some(&s("1")));
+        assert!(b.shares_with(&a));
+        b.insert("k".to_owned(), s("changed"));
+        assert!(!b.shares_with(&a));
+        assert_eq!(a["k"], s("1"), "the original is untouched");
+        assert_eq!(b["k"], s("changed"));
+        assert_ne!(a, b);
+        for v in b.values_mut() {
+            *v = s("1");
+        }
+        b.insert("k".to_owned(), s("1"));
+        b.insert("l".to_owned(), s("2"));
+        assert_eq!(a, b, "equal by content once the values match again");
+        // Every form of empty is equal and encodes the same.
+        let mut emptied = a.clone();
+        emptied.retain(|_, _| false);
+        for e in [PropertyMap::new(), PropertyMap::with_capacity(4), emptied] {
+            assert_eq!(e, PropertyMap::default());
+            assert!(e.is_empty());
+            assert_eq!(serde_json::to_string(&e).unwrap(), "{}");
+        }
+        let decoded: PropertyMap = serde_json::from_str("{}").unwrap();
+        assert!(!decoded.shares_with(&PropertyMap::new()));
+        assert_eq!(decoded, PropertyMap::new());
+        // Taking a shared map apart by value leaves the other intact.
+        let values: Vec<PropertyValue> = a.clone().into_values().collect();
+        assert_eq!(values, [s("1"), s("2")]);
+        assert_eq!(a.len(), 2);
     }
 
     #[test]

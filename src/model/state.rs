@@ -207,11 +207,15 @@ impl State {
     /// skipped.
     pub fn mark_secret_outputs(&mut self) {
         for name in &self.additional_secret_outputs {
-            if let Some(v) = self.outputs.get_mut(name) {
-                if !matches!(v, PropertyValue::Secret(_)) {
-                    let plain = std::mem::take(v);
-                    *v = PropertyValue::Secret(super::property::Secret::plaintext(plain));
-                }
+            // Looked at first: the outputs may be shared with another
+            // state, and a mutable look copies them.
+            let plain = self
+                .outputs
+                .get(name)
+                .is_some_and(|v| !matches!(v, PropertyValue::Secret(_)));
+            if let (true, Some(v)) = (plain, self.outputs.get_mut(name)) {
+                let plain = std::mem::take(v);
+                *v = PropertyValue::Secret(super::property::Secret::plaintext(plain));
             }
         }
     }
