@@ -218,6 +218,82 @@ fn journal_with_creates(backend: &Backend, n: usize) -> Vec<State> {
     states
 }
 
+/// A journal that outgrows its size limit is compacted by the persister's
+/// upkeep, which the persister actor runs on the blocking capacity before
+/// the next mutation; `persist` itself only encodes and hands the record
+/// to the writer thread, so the actor calls it in place.
+#[test]
+fn a_journal_past_its_limit_compacts_in_upkeep_before_the_next_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path());
+    let open = backend.open(STACK, "test").unwrap();
+    let mut base = open.deployment.clone();
+    let olds = SnapshotBuilder::share_resources(&mut base);
+    let mut builder = SnapshotBuilder::new(base, olds);
+    let options = JournalOptions {
+        compact_bytes: 1 << 10,
+        ..JournalOptions::default()
+    };
+    let mut p = JournalPersister::open(
+        open.paths.clone(),
+        open.seq(),
+        options,
+        open.counters().clone(),
+    )
+    .unwrap();
+    assert!(!p.persist_may_block());
+    let journal = backend.paths(STACK).journal;
+    let mut states = Vec::new();
+    let mut compactions = 0;
+    for i in 0..40 {
+        if p.upkeep_due() {
+            let before = std::fs::metadata(&journal).unwrap().len();
+            assert!(before > 1 << 10, "due only past the limit ({before} bytes)");
+            p.upkeep(&mut builder);
+            compactions += 1;
+            assert!(!p.upkeep_due());
+            assert_eq!(
+                std::fs::metadata(&journal).unwrap().len(),
+                0,
+                "a fresh journal"
+            );
+            let loaded = backend.load(STACK).unwrap();
+            assert!(
+                json(&loaded.deployment.resources) == json(&states),
+                "the base holds all"
+            );
+        }
+        let s = State::new(
+            keel::model::Urn::parse(&format!("urn:pulumi:dev::proj::{COMP}::u{i}")).unwrap(),
+            ty(COMP),
+            false,
+        );
+        states.push(s.clone());
+        let m = Mutation::Apply(Change::Write {
+            old: None,
+            new: share(s),
+            mark_old_delete: false,
+        });
+        builder.apply(&m);
+        let (tx, rx) = std::sync::mpsc::channel();
+        p.persist(&m, &mut builder, Box::new(move |r| tx.send(r).unwrap()));
+        rx.recv().unwrap().unwrap();
+        let loaded = backend.load(STACK).unwrap();
+        assert!(
+            json(&loaded.deployment.resources) == json(&states),
+            "after record {i}"
+        );
+    }
+    assert!(compactions >= 3, "{compactions} compactions");
+    // The end's compaction supersedes one still put off.
+    let d = p.finish(&mut builder).unwrap();
+    assert!(!p.upkeep_due());
+    assert!(json(&d.resources) == json(&states));
+    drop(p);
+    drop(open);
+    assert!(json(&backend.load(STACK).unwrap().deployment.resources) == json(&states));
+}
+
 fn record_starts(bytes: &[u8]) -> Vec<usize> {
     let mut at = 0;
     let mut starts = Vec::new();

@@ -1,7 +1,11 @@
 //! The Persister actor: the single writer of state. It folds each mutation
 //! into the [`SnapshotBuilder`] and hands it to the [`Persister`], replying
 //! once the mutation is durable. Blocking persisters run on the runtime's
-//! blocking capacity (`block_in_place`), never stalling other tasks.
+//! blocking capacity (`block_in_place`), never stalling other tasks; one
+//! that hands its records to a writer of its own
+//! ([`Persister::persist_may_block`] false) is called in place, and the
+//! blocking work it puts off ([`Persister::upkeep`]) runs on that capacity
+//! before the next mutation.
 
 use std::sync::{Arc, Mutex};
 
@@ -37,6 +41,30 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
+/// Persists `m` (its caller applied it to `builder` already, or applies
+/// it once durable), on the blocking capacity only when the persister
+/// says the call may block.
+fn persist(
+    persister: &mut dyn Persister,
+    builder: &mut SnapshotBuilder,
+    m: &crate::persist::Mutation,
+    ack: crate::persist::Ack,
+) {
+    if persister.persist_may_block() {
+        blocking(|| persister.persist(m, builder, ack));
+    } else {
+        persister.persist(m, builder, ack);
+    }
+}
+
+/// The blocking work the persister put off, if any, before the next
+/// mutation touches `builder`.
+fn upkeep(persister: &mut dyn Persister, builder: &mut SnapshotBuilder) {
+    if persister.upkeep_due() {
+        blocking(|| persister.upkeep(builder));
+    }
+}
+
 impl Actor for PersisterActor {
     type Msg = PersistMsg;
     type State = PersisterState;
@@ -60,6 +88,9 @@ impl Actor for PersisterActor {
         msg: Self::Msg,
         state: &mut Self::State,
     ) -> Result<(), ActorProcessingErr> {
+        if matches!(msg, PersistMsg::Mutate(..) | PersistMsg::Record(_)) {
+            upkeep(state.persister.as_mut(), &mut state.builder);
+        }
         match msg {
             PersistMsg::Mutate(m @ crate::persist::Mutation::Migration(_), reply) => {
                 // A migration is written first and applied only once durable:
@@ -71,7 +102,7 @@ impl Actor for PersisterActor {
                 let ack: crate::persist::Ack = Box::new(move |r| {
                     let _ = tx.send(r);
                 });
-                blocking(|| persister.persist(&m, builder, ack));
+                persist(persister.as_mut(), builder, &m, ack);
                 let r = rx.await.unwrap_or_else(|_| {
                     Err(PersistError::Stopped(
                         "the persister dropped a write".into(),
@@ -90,7 +121,7 @@ impl Actor for PersisterActor {
                 let ack: crate::persist::Ack = Box::new(move |r| {
                     let _ = reply.send(r);
                 });
-                blocking(|| persister.persist(&m, builder, ack));
+                persist(persister.as_mut(), builder, &m, ack);
             }
             PersistMsg::Record(m) => {
                 state.builder.apply(&m);
@@ -106,7 +137,7 @@ impl Actor for PersisterActor {
                         slot.get_or_insert(e);
                     }
                 });
-                blocking(|| persister.persist(&m, builder, ack));
+                persist(persister.as_mut(), builder, &m, ack);
             }
             PersistMsg::Snapshot(reply) => {
                 let _ = reply.send(state.builder.snapshot());

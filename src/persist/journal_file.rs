@@ -76,6 +76,9 @@ pub struct JournalPersister {
     /// The base on disk was written in the middle of this operation (it
     /// records a split the end must clear).
     compacted_mid: bool,
+    /// The journal outgrew `compact_bytes`: [`Persister::upkeep`]
+    /// compacts it before the next mutation.
+    compact_due: bool,
 }
 
 impl std::fmt::Debug for JournalPersister {
@@ -249,6 +252,7 @@ impl JournalPersister {
             deferred: Vec::new(),
             dirty: false,
             compacted_mid: false,
+            compact_due: false,
         })
     }
 
@@ -397,7 +401,22 @@ impl Persister for JournalPersister {
             self.broken = Some(e.to_string());
             return;
         }
-        if self.journal_bytes > self.options.compact_bytes {
+        // Compacting writes the whole base: blocking work, put off to
+        // `upkeep`, which runs before the next mutation is applied.
+        self.compact_due = self.journal_bytes > self.options.compact_bytes;
+    }
+
+    fn persist_may_block(&self) -> bool {
+        // Records go to the writer thread over an unbounded channel.
+        false
+    }
+
+    fn upkeep_due(&self) -> bool {
+        self.compact_due
+    }
+
+    fn upkeep(&mut self, current: &mut SnapshotBuilder) {
+        if std::mem::take(&mut self.compact_due) && self.broken.is_none() {
             if let Err(e) = self.compact(current, Compaction::Mid) {
                 self.broken = Some(e.to_string());
             }
@@ -409,6 +428,8 @@ impl Persister for JournalPersister {
     }
 
     fn finish(&mut self, current: &mut SnapshotBuilder) -> Result<Deployment> {
+        // The end's compaction supersedes one still put off.
+        self.compact_due = false;
         if let Some(b) = &self.broken {
             return Err(io_err(&self.paths.journal, b.clone()));
         }

@@ -802,6 +802,33 @@ pub trait Persister: Send + 'static {
     /// (group commit).
     fn persist(&mut self, m: &Mutation, current: &mut SnapshotBuilder, ack: Ack);
 
+    /// Whether [`Persister::persist`] may wait on I/O itself. The
+    /// persister actor runs a call that may on the runtime's blocking
+    /// capacity (`block_in_place`, which hands the worker's other tasks to
+    /// a second thread: a thread wake-up and two context switches per
+    /// call) and one that cannot in place. A persister that hands its
+    /// records to a writer thread of its own answers `false` and puts any
+    /// blocking work off to [`Persister::upkeep`]. The default, `true`,
+    /// suits a persister that writes in `persist`.
+    fn persist_may_block(&self) -> bool {
+        true
+    }
+
+    /// Whether blocking work `persist` put off (a journal's compaction) is
+    /// waiting for [`Persister::upkeep`].
+    fn upkeep_due(&self) -> bool {
+        false
+    }
+
+    /// Does the blocking work `persist` put off, on the state `current`
+    /// held when it was put off: the persister actor calls it, on the
+    /// blocking capacity, before it applies the next mutation (and
+    /// [`Persister::finish`] supersedes it). A failure is the persister's
+    /// to report, on its next `persist` or `finish`.
+    fn upkeep(&mut self, current: &mut SnapshotBuilder) {
+        let _ = current;
+    }
+
     /// The operation's prior state is not the persisted one (recovering
     /// interrupted operations added, removed or changed states): make it
     /// the persisted base before any mutation names a state by its

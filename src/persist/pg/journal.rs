@@ -42,6 +42,9 @@ pub struct PgJournalPersister {
     options: JournalOptions,
     broken: Option<String>,
     crypter: Arc<Crypter>,
+    /// The journal outgrew `compact_bytes`: [`Persister::upkeep`]
+    /// compacts it before the next mutation.
+    compact_due: bool,
 }
 
 impl std::fmt::Debug for PgJournalPersister {
@@ -173,6 +176,7 @@ impl PgJournalPersister {
             journal_bytes: 0,
             options,
             broken: None,
+            compact_due: false,
             crypter: Arc::default(),
         })
     }
@@ -255,7 +259,22 @@ impl Persister for PgJournalPersister {
             self.broken = Some("the journal writer stopped".into());
             return ack(Err(err(&self.paths, "the journal writer stopped")));
         }
-        if self.journal_bytes > self.options.compact_bytes {
+        // Compacting writes the whole base: blocking work, put off to
+        // `upkeep`, which runs before the next mutation is applied.
+        self.compact_due = self.journal_bytes > self.options.compact_bytes;
+    }
+
+    fn persist_may_block(&self) -> bool {
+        // Records go to the writer task over an unbounded channel.
+        false
+    }
+
+    fn upkeep_due(&self) -> bool {
+        self.compact_due
+    }
+
+    fn upkeep(&mut self, current: &mut SnapshotBuilder) {
+        if std::mem::take(&mut self.compact_due) && self.broken.is_none() {
             if let Err(e) = self.compact(current, Compaction::Mid) {
                 self.broken = Some(match e {
                     PersistError::Database { message, .. } => message,
@@ -270,6 +289,8 @@ impl Persister for PgJournalPersister {
     }
 
     fn finish(&mut self, current: &mut SnapshotBuilder) -> Result<Deployment> {
+        // The end's compaction supersedes one still put off.
+        self.compact_due = false;
         if let Some(b) = &self.broken {
             return Err(err(&self.paths, b));
         }
