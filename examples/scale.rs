@@ -232,14 +232,20 @@ fn program(
                     for d in deps {
                         options.depends_on.push(d.await?);
                     }
-                    let mut inputs = PropertyMap::new();
-                    if custom {
-                        let base = name.strip_suffix("-renamed").unwrap_or(&name).to_owned();
-                        inputs.insert("name".into(), PropertyValue::String(base));
-                        if rev > 1 {
-                            inputs.insert("rev".into(), PropertyValue::from(i64::from(rev)));
-                        }
-                    }
+                    // Built whole, as a program's decoded inputs are (one
+                    // allocation of the exact size; inserting one by one
+                    // would leave room for four).
+                    let inputs: PropertyMap =
+                        if custom {
+                            let base = name.strip_suffix("-renamed").unwrap_or(&name).to_owned();
+                            std::iter::once(("name".to_owned(), PropertyValue::String(base)))
+                                .chain((rev > 1).then(|| {
+                                    ("rev".to_owned(), PropertyValue::from(i64::from(rev)))
+                                }))
+                                .collect()
+                        } else {
+                            PropertyMap::new()
+                        };
                     let goal = Goal {
                         ty: TypeToken::parse(ty).map_err(|e| e.to_string())?,
                         name,

@@ -102,12 +102,17 @@ impl PropertyMap {
 }
 
 impl PropertyMap {
-    /// A map of `entries`; an empty one allocates nothing.
+    /// A map of `entries`, built whole (collected or decoded), kept at its
+    /// size: growing one entry at a time leaves room to spare (a vector's
+    /// first allocation holds four entries), and a built map is rarely
+    /// grown again. An empty one allocates nothing.
     fn from_entries(entries: Entries) -> Self {
         if entries.is_empty() {
             return Self(None);
         }
-        Self(Some(Arc::new(entries)))
+        let mut sorted = entries.into_tuple_vec();
+        sorted.shrink_to_fit();
+        Self(Some(Arc::new(LiteMap::from_sorted_store_unchecked(sorted))))
     }
 }
 
