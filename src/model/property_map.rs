@@ -213,9 +213,72 @@ impl Serialize for PropertyMap {
 
 impl<'de> Deserialize<'de> for PropertyMap {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        // LiteMap's decoder appends keys that arrive in order and sorts the
-        // rest in once, keeping the last of duplicate keys (as `BTreeMap`).
-        LiteMap::deserialize(d).map(Self::from_entries)
+        d.deserialize_map(MapVisitor)
+    }
+}
+
+/// The most entries a thread's decoding scratch keeps room for between
+/// maps (a larger one is freed after use).
+const SCRATCH_KEEP: usize = 1 << 10;
+
+thread_local! {
+    /// Where a decoded map's entries gather before they move into one
+    /// allocation of the exact size (a state's maps are decoded by the
+    /// tens of thousands; growing each vector from empty cost a `realloc`
+    /// or two per map, and a shrink after).
+    static SCRATCH: std::cell::Cell<Vec<(String, PropertyValue)>> =
+        const { std::cell::Cell::new(Vec::new()) };
+}
+
+struct MapVisitor;
+
+impl<'de> serde::de::Visitor<'de> for MapVisitor {
+    type Value = PropertyMap;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a map of property names to values")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut access: A,
+    ) -> Result<PropertyMap, A::Error> {
+        // A nested object's visitor finds the scratch taken (empty) and
+        // gathers in a vector of its own.
+        let mut scratch = SCRATCH.with(std::cell::Cell::take);
+        let read = loop {
+            match access.next_entry::<String, PropertyValue>() {
+                Ok(Some(entry)) => scratch.push(entry),
+                Ok(None) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        let entries: Vec<(String, PropertyValue)> = match read {
+            Ok(()) => {
+                // Moved out into the exact size; the scratch keeps its room.
+                let mut exact = Vec::with_capacity(scratch.len());
+                exact.append(&mut scratch);
+                exact
+            }
+            Err(_) => Vec::new(),
+        };
+        scratch.clear();
+        if scratch.capacity() <= SCRATCH_KEEP {
+            SCRATCH.with(|s| s.set(scratch));
+        }
+        read?;
+        if entries.is_empty() {
+            return Ok(PropertyMap(None));
+        }
+        if entries.windows(2).all(|w| w[0].0 < w[1].0) {
+            // In key order, as keel and Pulumi write maps: kept as read.
+            return Ok(PropertyMap(Some(Arc::new(
+                LiteMap::from_sorted_store_unchecked(entries),
+            ))));
+        }
+        // Out of order or with duplicate keys: sorted once, the last of
+        // duplicate keys kept (as `BTreeMap`).
+        Ok(entries.into_iter().collect())
     }
 }
 
@@ -320,6 +383,24 @@ mod tests {
         let values: Vec<PropertyValue> = a.clone().into_values().collect();
         assert_eq!(values, [s("1"), s("2")]);
         assert_eq!(a.len(), 2);
+    }
+
+    #[test]
+    fn decodes_nested_maps_and_recovers_from_a_bad_one() {
+        let text = r#"{"b":{"y":"1","x":"2","y":"3"},"a":{"k":{"z":"9"}},"c":{}}"#;
+        let m: PropertyMap = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            serde_json::to_string(&m).unwrap(),
+            r#"{"a":{"k":{"z":"9"}},"b":{"x":"2","y":"3"},"c":{}}"#
+        );
+        let PropertyValue::Object(b) = &m["b"] else {
+            panic!("b is an object: {m:?}");
+        };
+        assert_eq!(b.keys().collect::<Vec<_>>(), ["x", "y"]);
+        // A map that fails part-way leaves nothing behind for the next.
+        assert!(serde_json::from_str::<PropertyMap>(r#"{"p":"1","q":{"r":}}"#).is_err());
+        let next: PropertyMap = serde_json::from_str(r#"{"s":"1"}"#).unwrap();
+        assert_eq!(next, PropertyMap::from([("s".to_owned(), s("1"))]));
     }
 
     #[test]
