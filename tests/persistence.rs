@@ -197,25 +197,29 @@ fn journal_with_creates(backend: &Backend, n: usize) -> Vec<State> {
         open.counters().clone(),
     )
     .unwrap();
-    let mut states = Vec::new();
-    for i in 0..n {
-        let s = State::new(
-            keel::model::Urn::parse(&format!("urn:pulumi:dev::proj::{COMP}::c{i}")).unwrap(),
-            ty(COMP),
-            false,
-        );
-        states.push(s.clone());
-        let m = Mutation::Apply(Change::Write {
-            old: None,
-            new: share(s),
-            mark_old_delete: false,
-        });
-        builder.apply(&m);
-        let (tx, rx) = std::sync::mpsc::channel();
-        p.persist(&m, &mut builder, Box::new(move |r| tx.send(r).unwrap()));
-        rx.recv().unwrap().unwrap();
-    }
-    states
+    (0..n)
+        .map(|i| persist_create(&mut p, &mut builder, &format!("c{i}")))
+        .collect()
+}
+
+/// Applies and persists the create of a component `name`, waiting until
+/// it is durable; returns the state written.
+fn persist_create(p: &mut dyn Persister, builder: &mut SnapshotBuilder, name: &str) -> State {
+    let s = State::new(
+        keel::model::Urn::parse(&format!("urn:pulumi:dev::proj::{COMP}::{name}")).unwrap(),
+        ty(COMP),
+        false,
+    );
+    let m = Mutation::Apply(Change::Write {
+        old: None,
+        new: share(s.clone()),
+        mark_old_delete: false,
+    });
+    builder.apply(&m);
+    let (tx, rx) = std::sync::mpsc::channel();
+    p.persist(&m, builder, Box::new(move |r| tx.send(r).unwrap()));
+    rx.recv().unwrap().unwrap();
+    s
 }
 
 /// A journal that outgrows its size limit is compacted by the persister's
@@ -263,21 +267,7 @@ fn a_journal_past_its_limit_compacts_in_upkeep_before_the_next_record() {
                 "the base holds all"
             );
         }
-        let s = State::new(
-            keel::model::Urn::parse(&format!("urn:pulumi:dev::proj::{COMP}::u{i}")).unwrap(),
-            ty(COMP),
-            false,
-        );
-        states.push(s.clone());
-        let m = Mutation::Apply(Change::Write {
-            old: None,
-            new: share(s),
-            mark_old_delete: false,
-        });
-        builder.apply(&m);
-        let (tx, rx) = std::sync::mpsc::channel();
-        p.persist(&m, &mut builder, Box::new(move |r| tx.send(r).unwrap()));
-        rx.recv().unwrap().unwrap();
+        states.push(persist_create(&mut p, &mut builder, &format!("u{i}")));
         let loaded = backend.load(STACK).unwrap();
         assert!(
             json(&loaded.deployment.resources) == json(&states),
