@@ -605,32 +605,29 @@ pub fn any_secret(d: &Deployment, pred: &dyn Fn(&Secret) -> bool) -> bool {
 /// # Errors
 /// Whatever `f` returns.
 pub fn walk_state(state: &mut State, f: &mut Visit<'_>) -> Result<(), SecretsError> {
-    // A map with no secret is not taken mutably: it may be shared with
-    // another state (copy-on-write), and a mutable look would copy it.
-    for map in [&mut state.inputs, &mut state.outputs] {
-        if map.values().any(PropertyValue::contains_secrets) {
-            map.values_mut().try_for_each(|v| walk_value(v, f))?;
-        }
-    }
+    walk_map(&mut state.inputs, f)?;
+    walk_map(&mut state.outputs, f)?;
     match state.replacement_trigger.get_mut() {
         Some(v) => walk_value(v, f),
         None => Ok(()),
     }
 }
 
-/// Whether an object holds a secret (looked at before it is taken
-/// mutably, as in [`walk_state`]).
-fn holds_secret(m: &crate::model::PropertyMap) -> bool {
-    m.values().any(PropertyValue::contains_secrets)
+/// Walks a map's values. A map with no secret is not taken mutably: it
+/// may be shared with another state (copy-on-write), and a mutable look
+/// would copy it.
+fn walk_map(m: &mut crate::model::PropertyMap, f: &mut Visit<'_>) -> Result<(), SecretsError> {
+    if !m.values().any(PropertyValue::contains_secrets) {
+        return Ok(());
+    }
+    m.values_mut().try_for_each(|v| walk_value(v, f))
 }
 
 fn walk_value(v: &mut PropertyValue, f: &mut Visit<'_>) -> Result<(), SecretsError> {
     match v {
         PropertyValue::Secret(s) => f(s),
         PropertyValue::Array(a) => a.iter_mut().try_for_each(|v| walk_value(v, f)),
-        PropertyValue::Object(m) if holds_secret(m) => {
-            m.values_mut().try_for_each(|v| walk_value(v, f))
-        }
+        PropertyValue::Object(m) => walk_map(m, f),
         PropertyValue::Output(o) => match &mut o.value {
             Some(v) => walk_value(v, f),
             None => Ok(()),

@@ -99,19 +99,23 @@ impl PropertyMap {
     fn entries_mut(&mut self) -> &mut Entries {
         Arc::make_mut(self.0.get_or_insert_with(Default::default))
     }
-}
 
-impl PropertyMap {
     /// A map of `entries`, built whole (collected or decoded), kept at its
     /// size: growing one entry at a time leaves room to spare (a vector's
     /// first allocation holds four entries), and a built map is rarely
-    /// grown again. An empty one allocates nothing.
+    /// grown again.
     fn from_entries(entries: Entries) -> Self {
-        if entries.is_empty() {
-            return Self(None);
-        }
         let mut sorted = entries.into_tuple_vec();
         sorted.shrink_to_fit();
+        Self::from_sorted(sorted)
+    }
+
+    /// A map of entries already sorted by key, without duplicates, held as
+    /// they are; an empty one allocates nothing.
+    fn from_sorted(sorted: Vec<(String, PropertyValue)>) -> Self {
+        if sorted.is_empty() {
+            return Self(None);
+        }
         Self(Some(Arc::new(LiteMap::from_sorted_store_unchecked(sorted))))
     }
 }
@@ -267,14 +271,9 @@ impl<'de> serde::de::Visitor<'de> for MapVisitor {
             SCRATCH.with(|s| s.set(scratch));
         }
         read?;
-        if entries.is_empty() {
-            return Ok(PropertyMap(None));
-        }
         if entries.windows(2).all(|w| w[0].0 < w[1].0) {
             // In key order, as keel and Pulumi write maps: kept as read.
-            return Ok(PropertyMap(Some(Arc::new(
-                LiteMap::from_sorted_store_unchecked(entries),
-            ))));
+            return Ok(PropertyMap::from_sorted(entries));
         }
         // Out of order or with duplicate keys: sorted once, the last of
         // duplicate keys kept (as `BTreeMap`).

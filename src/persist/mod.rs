@@ -795,7 +795,8 @@ pub type Result<T, E = PersistError> = std::result::Result<T, E>;
 pub type Ack = Box<dyn FnOnce(Result<()>) + Send>;
 
 /// A place state is persisted. Called only from the Persister actor, one
-/// call at a time; blocking implementations are run off the async workers.
+/// call at a time; a call that may block is run off the async workers
+/// ([`Persister::persist_may_block`], [`Persister::upkeep`]).
 pub trait Persister: Send + 'static {
     /// Makes one mutation durable; `current` already reflects it. `ack` is
     /// called once it is durable, possibly later and from another thread
