@@ -284,6 +284,95 @@ fn a_journal_past_its_limit_compacts_in_upkeep_before_the_next_record() {
     assert!(json(&backend.load(STACK).unwrap().deployment.resources) == json(&states));
 }
 
+/// A `keep` costs the file journal nothing until something else is
+/// written: then its record goes out first, in sequence, naming the base
+/// state it kept, and a journal cut off there reloads to every state.
+#[test]
+fn keep_records_wait_for_the_next_write_and_go_out_ahead_of_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path());
+    let journal = backend.paths(STACK).journal;
+    let open_persister = |open: &keel::persist::backend::OpenStack| {
+        JournalPersister::open(
+            open.paths.clone(),
+            open.seq(),
+            JournalOptions::default(),
+            open.counters().clone(),
+        )
+        .unwrap()
+    };
+    // Three states in the base.
+    {
+        let open = backend.open(STACK, "test").unwrap();
+        let mut base = open.deployment.clone();
+        let olds = SnapshotBuilder::share_resources(&mut base);
+        let mut builder = SnapshotBuilder::new(base, olds);
+        let mut p = open_persister(&open);
+        for name in ["k0", "k1", "k2"] {
+            persist_create(&mut p, &mut builder, name);
+        }
+        p.finish(&mut builder).unwrap();
+    }
+    assert_eq!(std::fs::metadata(&journal).unwrap().len(), 0);
+    let open = backend.open(STACK, "test").unwrap();
+    let mut base = open.deployment.clone();
+    let olds = SnapshotBuilder::share_resources(&mut base);
+    assert_eq!(olds.len(), 3);
+    let mut builder = SnapshotBuilder::new(base, olds.clone());
+    let mut p = open_persister(&open);
+    for old in [&olds[2], &olds[0]] {
+        let m = Mutation::Apply(Change::Keep { old: old.clone() });
+        builder.apply(&m);
+        let (tx, rx) = std::sync::mpsc::channel();
+        p.persist(&m, &mut builder, Box::new(move |r| tx.send(r).unwrap()));
+        rx.recv().unwrap().unwrap();
+    }
+    assert_eq!(
+        std::fs::metadata(&journal).unwrap().len(),
+        0,
+        "keeps alone write nothing"
+    );
+    persist_create(&mut p, &mut builder, "late");
+    let records = keel::persist::journal::decode(&std::fs::read(&journal).unwrap())
+        .unwrap()
+        .records;
+    let shapes: Vec<(u64, Option<Ref>)> = records
+        .iter()
+        .map(|r| match &r.entry {
+            Entry::Success {
+                seq,
+                change: ChangeRecord::Keep { old },
+                ..
+            } => (*seq, Some(*old)),
+            Entry::Success {
+                seq,
+                change: ChangeRecord::Write { .. },
+                ..
+            } => (*seq, None),
+            other => panic!("unexpected record {other:?}"),
+        })
+        .collect();
+    let first = shapes[0].0;
+    assert_eq!(
+        shapes,
+        [
+            (first, Some(Ref::Base(2))),
+            (first + 1, Some(Ref::Base(0))),
+            (first + 2, None)
+        ]
+    );
+    // Killed here: the journal replays onto the base.
+    drop(p);
+    drop(open);
+    let loaded = backend.load(STACK).unwrap();
+    let mut want: Vec<String> = ["k0", "k1", "k2", "late"]
+        .iter()
+        .map(|n| format!("urn:pulumi:dev::proj::{COMP}::{n}"))
+        .collect();
+    want.sort();
+    assert_eq!(names(&loaded.deployment), want);
+}
+
 fn record_starts(bytes: &[u8]) -> Vec<usize> {
     let mut at = 0;
     let mut starts = Vec::new();

@@ -326,15 +326,40 @@ pub fn encode(entry: &Entry<'_>) -> Vec<u8> {
     seal(out)
 }
 
+/// Appends the records of `keep`s, each a sequence number and the base
+/// state it kept ([`SnapshotBuilder::kept_from`]), to `out`: what
+/// [`encode`] gives for each `keep` entry, one after the other.
+pub fn encode_keeps(keeps: &[(u64, Ref)], out: &mut Vec<u8>) {
+    for &(seq, old) in keeps {
+        let entry = Entry::Success {
+            seq,
+            op: 0,
+            change: ChangeRecord::Keep { old },
+        };
+        let start = out.len();
+        out.extend_from_slice(&[0; HEADER]);
+        if serde_json::to_writer(&mut *out, &entry).is_err() {
+            out.truncate(start + HEADER);
+        }
+        seal_at(out, start);
+    }
+}
+
 /// Fills in the header of `out` (`HEADER` reserved bytes, then the
 /// payload): the payload's length and CRC.
 fn seal(mut out: Vec<u8>) -> Vec<u8> {
-    let payload = &out[HEADER..];
+    seal_at(&mut out, 0);
+    out
+}
+
+/// Fills in the header of the record starting at `start` of `out` (it
+/// runs to the end).
+fn seal_at(out: &mut [u8], start: usize) {
+    let payload = &out[start + HEADER..];
     let len = (payload.len() as u32).to_le_bytes();
     let crc = crc32c::crc32c(payload).to_le_bytes();
-    out[..4].copy_from_slice(&len);
-    out[4..HEADER].copy_from_slice(&crc);
-    out
+    out[start..start + 4].copy_from_slice(&len);
+    out[start + 4..start + HEADER].copy_from_slice(&crc);
 }
 
 /// Encodes one entry as [`encode`] does, first encrypting its plaintext
@@ -533,6 +558,15 @@ impl SnapshotBuilder {
         }
     }
 
+    /// Where a state a `keep` (already applied) kept sits in the base
+    /// checkpoint: what its record names. `None` when it is not a base
+    /// state (a bug, reported by the caller).
+    pub fn kept_from(&self, old: &crate::model::step::StateRef) -> Option<Ref> {
+        self.old_pos
+            .get(&(std::sync::Arc::as_ptr(old) as usize))
+            .map(|&i| Ref::Base(i))
+    }
+
     /// The record of a change other than a refresh, outputs or upgrade,
     /// with `written` the state a write writes (borrowed by the caller).
     fn record_change<'a>(
@@ -556,10 +590,7 @@ impl SnapshotBuilder {
             // Encoded after it was applied: the kept state now also sits
             // among the written ones; the record names where it came from.
             Change::Keep { old } => ChangeRecord::Keep {
-                old: self
-                    .old_pos
-                    .get(&(std::sync::Arc::as_ptr(old) as usize))
-                    .map(|&i| Ref::Base(i))?,
+                old: self.kept_from(old)?,
             },
             Change::Remove { old } => ChangeRecord::Remove {
                 old: self.locate(old)?,
@@ -865,6 +896,28 @@ mod tests {
             PropertyValue::Secret(Secret::Ciphertext(_))
         ));
         assert_eq!(back.inputs["k"], PropertyValue::from("v"));
+    }
+
+    #[test]
+    fn deferred_keeps_encode_as_their_entries_would() {
+        let keeps = [(4, Ref::Base(0)), (5, Ref::Base(17)), (9, Ref::Base(3))];
+        let mut out = b"prefix".to_vec();
+        encode_keeps(&keeps, &mut out);
+        let one_by_one: Vec<u8> = keeps
+            .iter()
+            .flat_map(|&(seq, old)| {
+                encode(&Entry::Success {
+                    seq,
+                    op: 0,
+                    change: ChangeRecord::Keep { old },
+                })
+            })
+            .collect();
+        assert_eq!(&out[..6], b"prefix", "appended, not overwritten");
+        assert_eq!(out[6..], one_by_one[..]);
+        let back = decode(&out[6..]).unwrap();
+        assert_eq!(back.records.len(), 3);
+        assert!(back.torn.is_none());
     }
 
     #[test]

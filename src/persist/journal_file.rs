@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::backend::{write_base_with, StackPaths};
 use super::fs::IoCounters;
-use super::journal::{encode_with, Entry, EntryState};
+use super::journal::{encode_keeps, encode_with, Entry, EntryState, Ref};
 use super::{Ack, Change, Compaction, Mutation, PersistError, Persister, Result, SnapshotBuilder};
 use crate::model::Deployment;
 use crate::secrets::Crypter;
@@ -66,11 +66,12 @@ pub struct JournalPersister {
     fail_migrations: bool,
     broken: Option<String>,
     crypter: Arc<Crypter>,
-    /// Encoded `keep` records not yet handed to the writer: they go out
-    /// ahead of the next other record (so everything after them is
-    /// durable after them), or are dropped by the compaction or the
-    /// unchanged end that makes them moot.
-    deferred: Vec<u8>,
+    /// `keep` records not yet handed to the writer, each a sequence
+    /// number and the base state kept: they are encoded and go out ahead
+    /// of the next other record (so everything after them is durable
+    /// after them), or are dropped by the compaction or the unchanged end
+    /// that makes them moot (a no-op encodes none).
+    deferred: Vec<(u64, Ref)>,
     /// A record other than a `keep` was written since the base was.
     dirty: bool,
     /// The base on disk was written in the middle of this operation (it
@@ -370,6 +371,21 @@ impl Persister for JournalPersister {
                 "injected failure of the state-migration write",
             )));
         }
+        if let Mutation::Apply(Change::Keep { old }) = m {
+            // A kept state is unchanged: until something else is written,
+            // the base already says all a `keep` record would (a crash
+            // replays to the same states). It goes out ahead of the next
+            // record, whose acknowledgement covers it.
+            let Some(kept) = current.kept_from(old) else {
+                return ack(Err(io_err(
+                    &self.paths.journal,
+                    "a kept state is not in the journal's base (a bug in keel)",
+                )));
+            };
+            self.seq += 1;
+            self.deferred.push((self.seq, kept));
+            return ack(Ok(()));
+        }
         let crypter = &self.crypter;
         let Some(encoded) = current.with_entry(self.seq + 1, m, |e| encode_with(e, crypter)) else {
             return ack(Err(io_err(
@@ -382,16 +398,10 @@ impl Persister for JournalPersister {
             Ok(b) => b,
             Err(e) => return ack(Err(e.into())),
         };
-        if matches!(m, Mutation::Apply(Change::Keep { .. })) {
-            // A kept state is unchanged: until something else is written,
-            // the base already says all a `keep` record would (a crash
-            // replays to the same states). It goes out ahead of the next
-            // record, whose acknowledgement covers it.
-            self.deferred.extend_from_slice(&bytes);
-            return ack(Ok(()));
-        }
         if !self.deferred.is_empty() {
-            let mut all = std::mem::take(&mut self.deferred);
+            let mut all = Vec::with_capacity(self.deferred.len() * 64 + bytes.len());
+            encode_keeps(&self.deferred, &mut all);
+            self.deferred.clear();
             all.extend_from_slice(&bytes);
             bytes = all;
         }
