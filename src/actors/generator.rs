@@ -14,7 +14,7 @@
 //! decisions (and read chains) of the resources that use it, so its chain
 //! always reaches the executor first.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use ractor::{Actor, ActorProcessingErr, ActorRef};
@@ -27,6 +27,7 @@ use super::protocol::{
     ProviderQuery, ProviderReady, ProviderReply, RegisterReply, Submission,
 };
 use crate::events::EventSink;
+use crate::model::fasthash::{FastMap, FastSet};
 use crate::model::step::Written;
 use crate::model::Urn;
 use crate::provider::{
@@ -92,7 +93,7 @@ pub(crate) struct GenState {
     exec: Arc<super::executor::ExecShared>,
     /// The URNs of the steps of every chain submitted (a same step waiting
     /// for one of them is not answered here until its status is done).
-    submitted: std::collections::HashSet<Urn>,
+    submitted: FastSet<Urn>,
     /// Diagnostics go here.
     events: EventSink,
     /// Step failures the executor reported so far.
@@ -125,18 +126,18 @@ pub(crate) struct GenState {
     rules: Vec<crate::model::rule::Rule>,
     /// Default providers being decided (their provider compares
     /// configurations) -> what waits for their chain.
-    held: HashMap<Urn, Vec<Held>>,
+    held: FastMap<Urn, Vec<Held>>,
     /// Registrations waiting for the decision of a resource they name in
     /// `replaceWith` or `deletedWith` (it decides whether they are
     /// replaced) -> that resource's URN.
-    awaiting: HashMap<Urn, Vec<Held>>,
+    awaiting: FastMap<Urn, Vec<Held>>,
     /// The actor itself, for continuations that come back as messages.
     me: Option<ActorRef<GenMsg>>,
     /// Default providers planned so far -> whether their registration
     /// finished (what an invoke or a remote component waits for).
-    provider_ready: HashMap<Urn, ProviderReady>,
+    provider_ready: FastMap<Urn, ProviderReady>,
     /// The senders of those not decided yet.
-    provider_pending: HashMap<Urn, tokio::sync::watch::Sender<Option<Result<(), RegisterError>>>>,
+    provider_pending: FastMap<Urn, tokio::sync::watch::Sender<Option<Result<(), RegisterError>>>>,
 }
 
 /// Work waiting for a default provider's chain.
@@ -465,9 +466,8 @@ impl GenState {
             return;
         }
         self.normalize(&mut goal);
-        let parent = self.planner.parent_of(&goal);
-        let urn = match self.planner.urn_for(&goal.ty, &goal.name, parent.as_ref()) {
-            Ok(u) => u,
+        let (mut parent, mut urn) = match self.derive_urn(&goal) {
+            Ok(d) => d,
             Err(e) => {
                 self.plan_failed(&e);
                 let _ = reply.send(Err(RegisterError::Plan(e)));
@@ -493,17 +493,42 @@ impl GenState {
                 let _ = reply.send(Err(e));
                 return;
             }
+            // The migration may have renamed what the goal names.
             self.normalize(&mut goal);
+            (parent, urn) = match self.derive_urn(&goal) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.plan_failed(&e);
+                    let _ = reply.send(Err(RegisterError::Plan(e)));
+                    return;
+                }
+            };
         }
-        self.register(myself, &goal, reply);
+        self.register(myself, &goal, parent, urn, reply);
     }
 
-    fn register(&mut self, myself: &ActorRef<GenMsg>, goal: &Goal, reply: RegisterReply) {
+    /// A goal's parent and URN.
+    fn derive_urn(&self, goal: &Goal) -> Result<(Option<Urn>, Urn), PlanError> {
+        let parent = self.planner.parent_of(goal);
+        let urn = self
+            .planner
+            .urn_for(&goal.ty, &goal.name, parent.as_ref())?;
+        Ok((parent, urn))
+    }
+
+    fn register(
+        &mut self,
+        myself: &ActorRef<GenMsg>,
+        goal: &Goal,
+        parent: Option<Urn>,
+        urn: Urn,
+        reply: RegisterReply,
+    ) {
         if self.stop.is_set() {
             let _ = reply.send(Err(RegisterError::Stopped));
             return;
         }
-        let mut prepared = match self.planner.prepare(goal) {
+        let mut prepared = match self.planner.prepare_at(goal, parent, urn) {
             Ok(p) => p,
             Err(e) => {
                 self.plan_failed(&e);
@@ -521,7 +546,7 @@ impl GenState {
             );
         }
         if let Some(provider) = prepared.default_provider.take() {
-            self.plan_provider(myself, *provider);
+            self.plan_provider(myself, provider);
         }
         let dbr = goal.options.delete_before_replace;
         let needs_provider = (prepared.new.custom && !prepared.new.ty.is_provider())
@@ -558,14 +583,14 @@ impl GenState {
         self.outstanding += 1;
         tokio::spawn(async move {
             let (prepared, result) = continuation.await;
-            let _ = me.cast(GenMsg::Checked(Box::new(prepared), result, dbr, reply));
+            let _ = me.cast(GenMsg::Checked(prepared, result, dbr, reply));
         });
     }
 
     /// Plans a default provider's registration: decided at once when its
     /// configuration is unchanged (or it is new); otherwise its provider
     /// compares configurations first, and what uses it waits.
-    fn plan_provider(&mut self, myself: &ActorRef<GenMsg>, provider: Prepared) {
+    fn plan_provider(&mut self, myself: &ActorRef<GenMsg>, provider: Box<Prepared>) {
         let (ready_tx, ready_rx) = tokio::sync::watch::channel(None);
         self.provider_ready.insert(provider.urn.clone(), ready_rx);
         self.provider_pending.insert(provider.urn.clone(), ready_tx);
@@ -595,7 +620,7 @@ impl GenState {
         self.outstanding += 1;
         tokio::spawn(async move {
             let result = continuation.await;
-            let _ = me.cast(GenMsg::ProviderChecked(Box::new(provider), result));
+            let _ = me.cast(GenMsg::ProviderChecked(provider, result));
         });
     }
 
@@ -603,7 +628,7 @@ impl GenState {
     /// for it.
     fn provider_decided(
         &mut self,
-        provider: Prepared,
+        provider: Box<Prepared>,
         diff: Result<Option<DiffResponse>, ProviderError>,
     ) {
         let urn = provider.urn.clone();
@@ -645,7 +670,7 @@ impl GenState {
         for h in held {
             match h {
                 Held::Decide(prepared, diff, dbr, reply) => {
-                    self.decide(*prepared, diff, dbr, reply);
+                    self.decide(prepared, diff, dbr, reply);
                 }
                 Held::Submit(chain, reply) => self.submit(chain, Some(reply)),
             }
@@ -722,7 +747,7 @@ impl GenState {
 
     fn decide(
         &mut self,
-        prepared: Prepared,
+        prepared: Box<Prepared>,
         diff: Result<Option<DiffResponse>, ProviderError>,
         dbr: Option<bool>,
         reply: RegisterReply,
@@ -733,13 +758,13 @@ impl GenState {
                 .as_ref()
                 .and_then(|r| self.held.get_mut(r.urn()))
             {
-                list.push(Held::Decide(Box::new(prepared), diff, dbr, reply));
+                list.push(Held::Decide(prepared, diff, dbr, reply));
             }
             return;
         }
         if let Some(target) = self.planner.awaits_decision(&prepared) {
             self.awaiting.entry(target).or_default().push(Held::Decide(
-                Box::new(prepared),
+                prepared,
                 diff,
                 dbr,
                 reply,
@@ -754,7 +779,7 @@ impl GenState {
     fn decided(&mut self, urn: &Urn) {
         for held in self.awaiting.remove(urn).unwrap_or_default() {
             if let Held::Decide(prepared, diff, dbr, reply) = held {
-                self.decide(*prepared, diff, dbr, reply);
+                self.decide(prepared, diff, dbr, reply);
             }
         }
     }
@@ -764,7 +789,7 @@ impl GenState {
     /// providers answer at once, else as a continuation).
     fn deferred_decide(
         &mut self,
-        prepared: Prepared,
+        prepared: Box<Prepared>,
         diff: Result<Option<DiffResponse>, ProviderError>,
         dbr: Option<bool>,
         reply: RegisterReply,
@@ -797,13 +822,13 @@ impl GenState {
         self.outstanding += 1;
         tokio::spawn(async move {
             let result = continuation.await;
-            let _ = me.cast(GenMsg::Walked(Box::new(prepared), diff, dbr, result, reply));
+            let _ = me.cast(GenMsg::Walked(prepared, diff, dbr, result, reply));
         });
     }
 
     fn walked(
         &mut self,
-        prepared: Prepared,
+        prepared: Box<Prepared>,
         diff: Option<DiffResponse>,
         dbr: Option<bool>,
         result: Result<DependentReplacements, ProviderError>,
@@ -823,7 +848,7 @@ impl GenState {
 
     fn finish_decide(
         &mut self,
-        prepared: Prepared,
+        prepared: Box<Prepared>,
         diff: Option<DiffResponse>,
         dbr: Option<bool>,
         dependents: Option<DependentReplacements>,
@@ -1143,15 +1168,15 @@ impl GenState {
             GenMsg::Provider(query, reply) => self.provider_for(myself, query, reply),
             GenMsg::Checked(prepared, diff, dbr, reply) => {
                 self.outstanding -= 1;
-                self.decide(*prepared, diff, dbr, reply);
+                self.decide(prepared, diff, dbr, reply);
             }
             GenMsg::ProviderChecked(provider, diff) => {
                 self.outstanding -= 1;
-                self.provider_decided(*provider, diff);
+                self.provider_decided(provider, diff);
             }
             GenMsg::Walked(prepared, diff, dbr, result, reply) => {
                 self.outstanding -= 1;
-                self.walked(*prepared, diff, dbr, result, reply);
+                self.walked(prepared, diff, dbr, result, reply);
             }
             GenMsg::ProgramDone(err) => {
                 if let Some(e) = err {
@@ -1192,7 +1217,7 @@ impl Actor for GeneratorActor {
             stop: args.stop,
             written: args.written,
             exec: args.exec,
-            submitted: std::collections::HashSet::new(),
+            submitted: FastSet::default(),
             events: args.events,
             step_failures: 0,
             executor: None,
@@ -1214,11 +1239,11 @@ impl Actor for GeneratorActor {
             draining: false,
             reports: Vec::new(),
             rules: Vec::new(),
-            held: HashMap::new(),
-            awaiting: HashMap::new(),
+            held: FastMap::default(),
+            awaiting: FastMap::default(),
             me: Some(myself),
-            provider_ready: HashMap::new(),
-            provider_pending: HashMap::new(),
+            provider_ready: FastMap::default(),
+            provider_pending: FastMap::default(),
         })
     }
 

@@ -11,6 +11,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 pub(crate) type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 /// A hash set with [`FastHasher`].
 pub(crate) type FastSet<K> = HashSet<K, BuildHasherDefault<FastHasher>>;
+/// A concurrent map with [`FastHasher`] (`FastDashMap::default()`).
+pub(crate) type FastDashMap<K, V> = dashmap::DashMap<K, V, BuildHasherDefault<FastHasher>>;
 
 /// The Fx hash (as in rustc): a multiply-rotate over 8-byte words.
 #[derive(Clone, Copy, Default)]

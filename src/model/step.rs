@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
 
-use dashmap::DashMap;
+use crate::model::fasthash::FastDashMap;
 
 use super::{State, Urn};
 use crate::locks::MutexExt;
@@ -143,7 +143,7 @@ pub struct PropertyChange {
 /// inserts, the migration coordinator reads them after quiescing (its §6.5
 /// patches), when no chain can be writing.
 #[derive(Debug, Default)]
-pub struct Written(pub(crate) DashMap<Urn, StateRef>);
+pub struct Written(pub(crate) FastDashMap<Urn, StateRef>);
 
 impl Written {
     /// The states, in URN order (deterministic: the order of a journal's

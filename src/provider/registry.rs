@@ -4,10 +4,12 @@
 //! cached per reference, so every resource of one provider resource shares
 //! one instance.
 
-use crate::locks::MutexExt;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex};
+
+use crate::locks::MutexExt;
+use crate::model::fasthash::FastMap;
 
 use crate::model::ProviderRef;
 
@@ -20,7 +22,7 @@ pub type ProviderFactory = Arc<dyn Fn(&str) -> Arc<dyn Provider> + Send + Sync>;
 #[derive(Clone)]
 pub struct ProviderRegistry {
     factory: ProviderFactory,
-    instances: Arc<Mutex<HashMap<String, Arc<dyn Provider>>>>,
+    instances: Arc<Mutex<FastMap<String, Arc<dyn Provider>>>>,
     /// What served each package an instance was made for (kept across
     /// [`ProviderRegistry::shutdown`]).
     served: Arc<Mutex<BTreeMap<String, Serving>>>,
@@ -37,7 +39,7 @@ impl ProviderRegistry {
     pub fn new(factory: ProviderFactory) -> Self {
         Self {
             factory,
-            instances: Arc::new(Mutex::new(HashMap::new())),
+            instances: Arc::default(),
             served: Arc::default(),
         }
     }

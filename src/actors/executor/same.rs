@@ -6,7 +6,7 @@
 //! queues it, and it gets no status (a URN no chain was submitted for
 //! reads as done).
 
-use std::collections::HashSet;
+use crate::model::fasthash::FastSet;
 
 use crate::actors::program::RegisterError;
 use crate::events::EngineEvent;
@@ -33,7 +33,7 @@ use super::shared::{ExecShared, Status};
 pub(crate) fn answer_same(
     shared: &ExecShared,
     mut chain: Chain,
-    submitted: &HashSet<Urn>,
+    submitted: &FastSet<Urn>,
 ) -> Result<Result<Registered, RegisterError>, Chain> {
     if chain.steps.len() != 1
         || shared.stopped()
@@ -100,7 +100,7 @@ pub(crate) fn answer_same(
 /// URNs of every chain the generator submitted) or its chain finished. A
 /// submitted chain the executor has not taken yet has no status: it is
 /// not done.
-fn done(shared: &ExecShared, submitted: &HashSet<Urn>, urn: &Urn) -> bool {
+fn done(shared: &ExecShared, submitted: &FastSet<Urn>, urn: &Urn) -> bool {
     !submitted.contains(urn)
         || shared
             .status

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use dashmap::DashMap;
+use crate::model::fasthash::FastDashMap;
 use ractor::ActorRef;
 use tokio::sync::{oneshot, watch, Semaphore};
 
@@ -79,11 +79,11 @@ pub(crate) struct ExecShared {
     /// Pending-operation slots (`window`): taken before a `begin` is
     /// queued, given back once its end record is queued.
     pub(super) pending: Semaphore,
-    pub(super) status: DashMap<Urn, watch::Sender<Status>>,
+    pub(super) status: FastDashMap<Urn, watch::Sender<Status>>,
     pub(super) news: Arc<Written>,
     pub(super) registry: ProviderRegistry,
     /// Provider instances by reference text (no parse per step).
-    pub(super) providers: DashMap<String, Arc<dyn Provider>>,
+    pub(super) providers: FastDashMap<String, Arc<dyn Provider>>,
     pub(super) persister: ActorRef<PersistMsg>,
     pub(super) events: EventSink,
     pub(super) stopped: StopFlag,
@@ -92,7 +92,7 @@ pub(crate) struct ExecShared {
     pub(super) next_op: AtomicU64,
     /// A component's after hooks, run when its outputs are registered
     /// (`RegisterResourceOutputs`), as Pulumi runs them.
-    pub(super) component_after: DashMap<Urn, ComponentAfter>,
+    pub(super) component_after: FastDashMap<Urn, ComponentAfter>,
 }
 
 /// The after hooks a component's step left for its outputs.
@@ -128,17 +128,17 @@ impl ExecShared {
             pending: Semaphore::new(config.window.max(config.parallel).max(1)),
             config,
             gate,
-            status: DashMap::new(),
+            status: FastDashMap::default(),
             news: Arc::new(Written::default()),
             registry,
-            providers: DashMap::new(),
+            providers: FastDashMap::default(),
             persister,
             events,
             stopped: StopFlag::default(),
             failures: Mutex::new(Vec::new()),
             counts: Mutex::new(BTreeMap::new()),
             next_op: AtomicU64::new(1),
-            component_after: DashMap::new(),
+            component_after: FastDashMap::default(),
         })
     }
 

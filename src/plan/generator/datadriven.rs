@@ -589,7 +589,7 @@ impl Harness {
             out.push(format!("warning: ignoreChanges `{path}` cannot be kept"));
         }
         if let Some(provider) = p.default_provider.take() {
-            self.default_provider(*provider, &mut out);
+            self.default_provider(provider, &mut out);
         }
         let diff = fake.check_and_diff(&p);
         let planner = self.planner();
@@ -602,7 +602,7 @@ impl Harness {
     }
 
     /// Decides a default provider planned now, as the actor does first.
-    fn default_provider(&mut self, provider: Prepared, out: &mut Vec<String>) {
+    fn default_provider(&mut self, provider: Box<Prepared>, out: &mut Vec<String>) {
         self.names
             .insert(provider.urn.name().to_owned(), provider.urn.clone());
         let diff = provider

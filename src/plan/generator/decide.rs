@@ -23,10 +23,24 @@ impl Planner {
     /// # Errors
     /// Duplicate URNs, alias conflicts, unknown parents or dependencies,
     /// malformed provider references.
-    pub(crate) fn prepare(&mut self, goal: &Goal) -> Result<Prepared> {
-        let is_stack = goal.ty.as_str() == STACK_TYPE;
+    pub(crate) fn prepare(&mut self, goal: &Goal) -> Result<Box<Prepared>> {
         let parent = self.parent_of(goal);
         let urn = self.urn_for(&goal.ty, &goal.name, parent.as_ref())?;
+        self.prepare_at(goal, parent, urn)
+    }
+
+    /// [`Planner::prepare`] of a goal whose parent ([`Planner::parent_of`])
+    /// and URN ([`Planner::urn_for`]) the caller already derived.
+    ///
+    /// # Errors
+    /// As [`Planner::prepare`].
+    pub(crate) fn prepare_at(
+        &mut self,
+        goal: &Goal,
+        parent: Option<Urn>,
+        urn: Urn,
+    ) -> Result<Box<Prepared>> {
+        let is_stack = goal.ty.as_str() == STACK_TYPE;
         if self.registered.contains(&urn) {
             return Err(PlanError::DuplicateUrn { urn });
         }
@@ -152,7 +166,7 @@ impl Planner {
             // `request` is made exactly when no provider is given.
             let reference = if let Some(request) = &request {
                 let (r, planned) = self.default_provider(request)?;
-                default_provider = planned.map(Box::new);
+                default_provider = planned;
                 default_key = Some(request.key());
                 r
             } else {
@@ -256,7 +270,7 @@ impl Planner {
         }
         self.registered.insert(urn.clone());
         self.undecided.insert(urn.clone());
-        Ok(Prepared {
+        Ok(Box::new(Prepared {
             urn,
             old: old.map(|i| self.olds[i].clone()),
             new,
@@ -271,7 +285,7 @@ impl Planner {
             old_index: old,
             in_scope,
             hooks: (!goal.options.hooks.is_empty()).then(|| goal.options.hooks.clone()),
-        })
+        }))
     }
 
     /// Decides the steps of a prepared registration given the provider's
@@ -285,7 +299,7 @@ impl Planner {
     /// protected dependent of a delete-before-replace) would be replaced.
     pub(crate) fn decide(
         &mut self,
-        p: Prepared,
+        p: Box<Prepared>,
         diff: Option<&DiffResponse>,
         dbr_option: Option<bool>,
     ) -> Result<Chain> {
@@ -299,7 +313,7 @@ impl Planner {
     /// As [`Planner::decide`].
     pub(crate) fn decide_with(
         &mut self,
-        p: Prepared,
+        p: Box<Prepared>,
         diff: Option<&DiffResponse>,
         dbr_option: Option<bool>,
         dependents: Option<DependentReplacements>,
@@ -496,7 +510,7 @@ impl Planner {
     /// without a prior state).
     fn decide_steps(
         &mut self,
-        p: Prepared,
+        p: Box<Prepared>,
         judged: Option<(DiffKind, Option<DiffResponse>)>,
         dbr_option: Option<bool>,
         dependents: Option<DependentReplacements>,
@@ -515,7 +529,7 @@ impl Planner {
             replacement_inputs,
             default_key,
             ..
-        } = p;
+        } = *p;
         if let Some(key) = &default_key {
             // The default provider's reference as decided (a replaced one
             // has a new ID).
@@ -832,7 +846,7 @@ impl Planner {
     ///
     /// # Errors
     /// As [`Planner::prepare`].
-    pub(crate) fn read(&mut self, goal: &ReadGoal) -> Result<(Option<Prepared>, Chain)> {
+    pub(crate) fn read(&mut self, goal: &ReadGoal) -> Result<(Option<Box<Prepared>>, Chain)> {
         let as_goal = Goal {
             ty: goal.ty.clone(),
             name: goal.name.clone(),
@@ -852,6 +866,7 @@ impl Planner {
         if let Some(i) = p.old_index {
             self.handled[i] = true;
         }
+        let p = *p;
         let mut new = p.new;
         new.id = goal.id.clone();
         new.external = true;
@@ -877,7 +892,7 @@ impl Planner {
             }
         }
         let steps = vec![Step::new(kind, p.urn, p.old, Some(new))];
-        Ok((p.default_provider.map(|b| *b), Chain { steps, waits_for }))
+        Ok((p.default_provider, Chain { steps, waits_for }))
     }
 }
 

@@ -26,7 +26,7 @@ impl Planner {
     pub(super) fn default_provider(
         &mut self,
         request: &DefaultProviderRequest,
-    ) -> Result<(ProviderRef, Option<Prepared>)> {
+    ) -> Result<(ProviderRef, Option<Box<Prepared>>)> {
         // A package the program declares a parameterization of a base
         // plugin is requested as one.
         let declared;
@@ -92,7 +92,7 @@ impl Planner {
             }
         })?;
         self.default_providers.insert(key, reference.clone());
-        let prepared = Prepared {
+        let prepared = Box::new(Prepared {
             urn,
             old: old.map(|i| self.olds[i].clone()),
             new,
@@ -107,7 +107,7 @@ impl Planner {
             old_index: old,
             in_scope: true,
             hooks: None,
-        };
+        });
         Ok((reference, Some(prepared)))
     }
 
@@ -120,7 +120,7 @@ impl Planner {
     pub(crate) fn default_provider_for(
         &mut self,
         request: &DefaultProviderRequest,
-    ) -> Result<(ProviderRef, Option<Prepared>)> {
+    ) -> Result<(ProviderRef, Option<Box<Prepared>>)> {
         self.default_provider(request)
     }
 

@@ -207,7 +207,7 @@ fn a_provider_change_asks_the_new_provider_and_replaces_only_on_its_word() {
         .default_provider
         .clone()
         .expect("new default provider");
-    let chain = p.decide(*provider, None, None).expect("provider");
+    let chain = p.decide(provider, None, None).expect("provider");
     assert_eq!(
         kinds(&chain),
         vec![(StepKind::Create, "default_6_1_0".into())]
