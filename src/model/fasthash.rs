@@ -1,8 +1,10 @@
 //! A fast, non-cryptographic hasher for URN-keyed maps: the decoder's
-//! interner, the integrity verifier, the snapshot builder's ordering and
-//! the migration core (a prior list can hold 100,000 states; SipHash over
-//! every URN of it costs more than the rest of the work). The keys come
-//! from the stack's own state, so hash flooding is not a concern here.
+//! interner, the integrity verifier, the snapshot builder's ordering, the
+//! migration core, the planner, the generator's and executor's indexes of
+//! the operation's resources and the provider registry (a prior list can
+//! hold 100,000 states; SipHash over every URN of it costs more than the
+//! rest of the work). The keys come from the stack's own state and the
+//! stack's own program, so hash flooding is not a concern here.
 
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
