@@ -236,8 +236,12 @@ impl DefaultProviderRequest {
         &self.package
     }
 
-    /// A key telling requests apart (one default provider per key).
-    pub(crate) fn key(&self) -> String {
+    /// A key telling requests apart (one default provider per key): the
+    /// package alone (borrowed) when no version or URL is asked for.
+    pub(crate) fn key(&self) -> std::borrow::Cow<'_, str> {
+        if self.package_version().is_none() && self.download_url.is_none() {
+            return std::borrow::Cow::Borrowed(&self.package);
+        }
         let mut k = self.package.clone();
         if let Some(v) = self.package_version() {
             k.push('-');
@@ -247,7 +251,7 @@ impl DefaultProviderRequest {
             k.push('-');
             k.push_str(u);
         }
-        k
+        std::borrow::Cow::Owned(k)
     }
 
     /// The default provider's resource name: `default`, or with the
@@ -533,6 +537,7 @@ mod tests {
             DefaultProviderRequest::new("aws", v, None)
                 .expect("request")
                 .key()
+                .into_owned()
         };
         assert_ne!(key(None), key(Some("1.0.0")));
         assert_eq!(key(Some("1.0.0")), key(Some("1.0.0")));

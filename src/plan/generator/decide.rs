@@ -165,9 +165,9 @@ impl Planner {
         if goal.custom && !goal.ty.is_provider() {
             // `request` is made exactly when no provider is given.
             let reference = if let Some(request) = &request {
-                let (r, planned) = self.default_provider(request)?;
+                let (r, planned, key) = self.default_provider_keyed(request)?;
                 default_provider = planned;
-                default_key = Some(request.key());
+                default_key = Some(key);
                 r
             } else {
                 let given = goal.options.provider.as_deref().unwrap_or_default();

@@ -27,6 +27,18 @@ impl Planner {
         &mut self,
         request: &DefaultProviderRequest,
     ) -> Result<(ProviderRef, Option<Box<Prepared>>)> {
+        self.default_provider_keyed(request)
+            .map(|(reference, planned, _)| (reference, planned))
+    }
+
+    /// [`Planner::default_provider`], with the key the default provider
+    /// is known by (that of the declared parameterization, when there is
+    /// one): what a registration using it looks its decided reference up
+    /// by.
+    pub(super) fn default_provider_keyed(
+        &mut self,
+        request: &DefaultProviderRequest,
+    ) -> Result<(ProviderRef, Option<Box<Prepared>>, String)> {
         // A package the program declares a parameterization of a base
         // plugin is requested as one.
         let declared;
@@ -47,9 +59,10 @@ impl Planner {
             None => request,
         };
         let key = request.key();
-        if let Some(r) = self.default_providers.get(&key) {
-            return Ok((r.clone(), None));
+        if let Some(r) = self.default_providers.get(&*key) {
+            return Ok((r.clone(), None, key.into_owned()));
         }
+        let key = key.into_owned();
         let name = request.name();
         let ty =
             TypeToken::provider_for(request.package()).map_err(|source| PlanError::BadUrn {
@@ -91,7 +104,8 @@ impl Planner {
                 source,
             }
         })?;
-        self.default_providers.insert(key, reference.clone());
+        self.default_providers
+            .insert(key.clone(), reference.clone());
         let prepared = Box::new(Prepared {
             urn,
             old: old.map(|i| self.olds[i].clone()),
@@ -108,7 +122,7 @@ impl Planner {
             in_scope: true,
             hooks: None,
         });
-        Ok((reference, Some(prepared)))
+        Ok((reference, Some(prepared), key))
     }
 
     /// The default provider a function or remote component of a package

@@ -475,3 +475,64 @@ fn delete_before_replace_walks_dependents_and_replaces_only_those_that_must_go()
     let names: Vec<String> = kinds(&chain).into_iter().map(|(_, n)| n).collect();
     assert_eq!(names, ["c", "a", "a"]);
 }
+
+/// A package the program declares a parameterization of a base plugin
+/// gets its default provider under the declaration's key; a resource of
+/// it takes the reference that provider was decided with (here a new ID,
+/// the provider replaced), not the one it was prepared with.
+#[test]
+fn a_parameterized_default_provider_replaced_is_the_one_its_resources_name() {
+    use crate::provider::package::{PackageDecl, Parameterization};
+    let old_provider = provider_state(
+        "default_6_0_0",
+        "p1",
+        serde_json::json!({"stale": "config"}),
+    );
+    let mut p = Planner::new(
+        PlanOptions {
+            stack: "dev".into(),
+            project: "proj".into(),
+            packages: vec![PackageDecl {
+                name: "terraform-provider".into(),
+                version: Some("0.1.0".into()),
+                download_url: None,
+                parameterization: Some(Parameterization {
+                    name: "aws".into(),
+                    version: "6.0.0".into(),
+                    value: b"aws".to_vec(),
+                }),
+                extension: None,
+            }],
+            ..PlanOptions::default()
+        },
+        vec![share(stack()), share(old_provider)],
+    );
+    let root = Goal::component(TypeToken::parse(STACK_TYPE).expect("type"), "proj-dev");
+    let prepared = p.prepare(&root).expect("stack");
+    p.decide(prepared, None, None).expect("stack");
+    let mut prepared = p
+        .prepare(&goal("a", serde_json::json!({"x": 1}), |_| {}))
+        .expect("prepare");
+    let provider = prepared.default_provider.take().expect("default provider");
+    assert_eq!(provider.urn, provider_urn_of("default_6_0_0"));
+    assert!(provider.config_diff.is_some(), "its configuration changed");
+    assert!(
+        prepared.new.provider.ends_with("::p1"),
+        "{}",
+        prepared.new.provider
+    );
+    let replace = diff(DiffKind::Replace, &["stale"], &["stale"], false);
+    let chain = p.decide(provider, Some(&replace), None).expect("provider");
+    let replaced_id = chain
+        .steps
+        .iter()
+        .find_map(|s| s.new.as_ref().map(|n| n.id.clone()))
+        .expect("the provider's new state");
+    assert_ne!(replaced_id, "p1");
+    let chain = p.decide(prepared, None, None).expect("decide");
+    let new = chain.steps[0].new.as_ref().expect("new");
+    assert_eq!(
+        new.provider,
+        format!("{}::{replaced_id}", provider_urn_of("default_6_0_0"))
+    );
+}
