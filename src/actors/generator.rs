@@ -763,12 +763,10 @@ impl GenState {
             return;
         }
         if let Some(target) = self.planner.awaits_decision(&prepared) {
-            self.awaiting.entry(target).or_default().push(Held::Decide(
-                prepared,
-                diff,
-                dbr,
-                reply,
-            ));
+            self.awaiting
+                .entry(target)
+                .or_default()
+                .push(Held::Decide(prepared, diff, dbr, reply));
             return;
         }
         self.deferred_decide(prepared, diff, dbr, reply);
@@ -984,7 +982,8 @@ async fn check_and_diff(
     let old = p.old.as_ref().map(|o| {
         let o = lock(o);
         (
-            o.ty.clone(),
+            // The prior type only when it differs (a type change).
+            (o.ty != p.new.ty).then(|| o.ty.clone()),
             o.id.clone(),
             o.inputs.clone(),
             o.outputs.clone(),
@@ -1052,7 +1051,7 @@ async fn check_and_diff(
     let req = ResourceRequest {
         urn: &p.new.urn,
         ty: &p.new.ty,
-        old_ty: (old_ty != p.new.ty).then_some(&old_ty),
+        old_ty: old_ty.as_ref(),
         id: &old_id,
         inputs: &p.new.inputs,
         old_inputs: Some(&old_inputs),
