@@ -972,10 +972,10 @@ async fn check_and_diff(
             .await
             .map(Some);
     }
-    let Some(reference) = p.provider.clone() else {
+    let Some(reference) = &p.provider else {
         return Ok(None);
     };
-    let provider = registry.get(&reference);
+    let provider = registry.get(reference);
     // What Check and Diff read of the prior state, taken out of its lock
     // (which is not held across the provider's awaits), and no more; the
     // maps are shared, not copied (`PropertyMap` is copy-on-write).

@@ -745,6 +745,26 @@ impl ProviderRef {
     }
 }
 
+impl ProviderRef {
+    /// The reference's text, `urn::id` (as `to_string`, in one exact
+    /// allocation).
+    pub fn text(&self) -> String {
+        let (urn, id) = (self.urn.as_str(), self.id.as_str());
+        let mut s = String::with_capacity(urn.len() + 2 + id.len());
+        s.push_str(urn);
+        s.push_str("::");
+        s.push_str(id);
+        s
+    }
+
+    /// Whether `text` is this reference's text, without building it.
+    pub fn is_text(&self, text: &str) -> bool {
+        text.strip_prefix(self.urn.as_str())
+            .and_then(|rest| rest.strip_prefix("::"))
+            .is_some_and(|id| id == self.id)
+    }
+}
+
 impl fmt::Display for ProviderRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}::{}", self.urn, self.id)
@@ -865,6 +885,19 @@ mod tests {
         assert_eq!(r.urn().name(), "default_2_7_0");
         assert_eq!(r.id(), "a9067732-5453");
         assert_eq!(r.package(), "aws");
+        let text = "urn:pulumi:dev::p::pulumi:providers:aws::default_2_7_0::a9067732-5453";
+        assert_eq!(r.text(), text);
+        assert_eq!(r.text(), r.to_string());
+        assert!(r.is_text(text));
+        for other in [
+            "urn:pulumi:dev::p::pulumi:providers:aws::default_2_7_0::a9067732-545",
+            "urn:pulumi:dev::p::pulumi:providers:aws::default_2_7_0::a9067732-54533",
+            "urn:pulumi:dev::p::pulumi:providers:aws::default_2_7_0:a9067732-5453",
+            "urn:pulumi:dev::p::pulumi:providers:aws::default_2_7_1::a9067732-5453",
+            "",
+        ] {
+            assert!(!r.is_text(other), "{other}");
+        }
         assert!(ProviderRef::parse("urn:pulumi:dev::p::aws:s3:Bucket::b::id").is_err());
         assert!(ProviderRef::parse("nothing").is_err());
     }

@@ -178,7 +178,7 @@ impl Planner {
                 self.check_registered(&urn, r.urn(), "provider")?;
                 r
             };
-            new.provider = reference.to_string();
+            new.provider = reference.text();
             provider = Some(reference);
         }
 
@@ -534,7 +534,9 @@ impl Planner {
             // The default provider's reference as decided (a replaced one
             // has a new ID).
             if let Some(r) = self.default_providers.get(key) {
-                new.provider = r.to_string();
+                if !r.is_text(&new.provider) {
+                    new.provider = r.text();
+                }
             }
         }
         if !in_scope {
