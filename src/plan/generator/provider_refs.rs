@@ -162,6 +162,11 @@ impl Planner {
     /// What the change of a resource's provider reference from `old` to
     /// `new` means (Pulumi's `providerChanged`).
     pub(super) fn provider_change(&self, old: &str, new: &ProviderRef) -> ProviderChange {
+        if new.is_text(old) {
+            // The same provider resource (the common case, checked
+            // without splitting the reference).
+            return ProviderChange::Unchanged;
+        }
         let Some(old_urn) = provider_urn(old) else {
             return ProviderChange::Replace;
         };
