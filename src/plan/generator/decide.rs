@@ -193,8 +193,9 @@ impl Planner {
                 return Err(PlanError::PlanDeviation { urn, difference });
             }
         }
+        // What the chain waits for, and what scope follows: a resource of
+        // a targeted provider is its dependent too.
         let mut refs: Vec<Urn> = new.references().map(|(_, u)| u.clone()).collect();
-        // A resource of a targeted provider is its dependent too.
         refs.extend(provider.as_ref().map(|r| r.urn().clone()));
         let in_scope = self.in_scope(&urn, &goal.ty, &goal.options.address, refs.iter());
         if in_scope {
@@ -285,6 +286,7 @@ impl Planner {
             old_index: old,
             in_scope,
             hooks: (!goal.options.hooks.is_empty()).then(|| goal.options.hooks.clone()),
+            waits_for: refs,
         }))
     }
 
@@ -515,7 +517,6 @@ impl Planner {
         dbr_option: Option<bool>,
         dependents: Option<DependentReplacements>,
     ) -> Result<Chain> {
-        let waits_for = p.waits_for();
         let (judged, judged_diff) = match judged {
             Some((k, d)) => (Some(k), d),
             None => (None, None),
@@ -528,6 +529,7 @@ impl Planner {
             in_scope,
             replacement_inputs,
             default_key,
+            waits_for,
             ..
         } = *p;
         if let Some(key) = &default_key {
@@ -863,8 +865,8 @@ impl Planner {
                 ..Default::default()
             },
         };
-        let p = self.prepare(&as_goal)?;
-        let waits_for = p.waits_for();
+        let mut p = self.prepare(&as_goal)?;
+        let waits_for = std::mem::take(&mut p.waits_for);
         if let Some(i) = p.old_index {
             self.handled[i] = true;
         }

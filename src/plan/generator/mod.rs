@@ -226,6 +226,9 @@ pub(crate) struct Prepared {
     in_scope: bool,
     /// The registration's hooks, when it has any.
     hooks: Option<std::sync::Arc<crate::source::hooks::ResourceHooks>>,
+    /// What the chain waits for: every resource the new state refers to,
+    /// then its provider (collected once, when the scope is checked).
+    waits_for: Vec<Urn>,
 }
 
 /// What a change of a resource's provider reference means (Pulumi's
@@ -257,18 +260,6 @@ pub(crate) struct ConfigDiff {
     pub old_outputs: PropertyMap,
     /// The new configuration.
     pub new_inputs: PropertyMap,
-}
-
-impl Prepared {
-    /// What the chain waits for: every resource the new state refers to,
-    /// and its provider.
-    fn waits_for(&self) -> Vec<Urn> {
-        let mut out: Vec<Urn> = self.new.references().map(|(_, u)| u.clone()).collect();
-        if let Some(r) = &self.provider {
-            out.push(r.urn().clone());
-        }
-        out
-    }
 }
 
 /// The operator's controls for one update or preview (`cli.md` §1): the one

@@ -121,6 +121,7 @@ impl Planner {
             old_index: old,
             in_scope: true,
             hooks: None,
+            waits_for: Vec::new(),
         });
         Ok((reference, Some(prepared), key))
     }
