@@ -87,16 +87,9 @@ async fn up_inner(
     let open = backend.open(STACK, "keel up").unwrap();
     let persister: Box<dyn Persister> = match (kind, fail_at) {
         (k, None) => open.persister(k, JournalOptions::default()).unwrap(),
-        (PersistenceKind::Journal, Some(n)) => Box::new(
-            JournalPersister::open(
-                open.paths.clone(),
-                open.seq(),
-                JournalOptions::default(),
-                open.counters().clone(),
-            )
-            .unwrap()
-            .fail_at(n),
-        ),
+        (PersistenceKind::Journal, Some(n)) => {
+            Box::new(journal_persister(&open, JournalOptions::default()).fail_at(n))
+        }
         (PersistenceKind::Checkpoint, Some(n)) => Box::new(
             CheckpointPersister::new(open.paths.clone(), open.seq(), open.counters().clone())
                 .fail_at(n),
@@ -190,16 +183,24 @@ fn journal_with_creates(backend: &Backend, n: usize) -> Vec<State> {
     let mut base = open.deployment.clone();
     let olds = SnapshotBuilder::share_resources(&mut base);
     let mut builder = SnapshotBuilder::new(base, olds);
-    let mut p = JournalPersister::open(
-        open.paths.clone(),
-        open.seq(),
-        JournalOptions::default(),
-        open.counters().clone(),
-    )
-    .unwrap();
+    let mut p = journal_persister(&open, JournalOptions::default());
     (0..n)
         .map(|i| persist_create(&mut p, &mut builder, &format!("c{i}")))
         .collect()
+}
+
+/// The stack's journal persister, as `open` left the stack.
+fn journal_persister(
+    open: &keel::persist::backend::OpenStack,
+    options: JournalOptions,
+) -> JournalPersister {
+    JournalPersister::open(
+        open.paths.clone(),
+        open.seq(),
+        options,
+        open.counters().clone(),
+    )
+    .unwrap()
 }
 
 /// Applies and persists the create of a component `name`, waiting until
@@ -238,13 +239,7 @@ fn a_journal_past_its_limit_compacts_in_upkeep_before_the_next_record() {
         compact_bytes: 1 << 10,
         ..JournalOptions::default()
     };
-    let mut p = JournalPersister::open(
-        open.paths.clone(),
-        open.seq(),
-        options,
-        open.counters().clone(),
-    )
-    .unwrap();
+    let mut p = journal_persister(&open, options);
     assert!(!p.persist_may_block());
     let journal = backend.paths(STACK).journal;
     let mut states = Vec::new();
@@ -292,22 +287,13 @@ fn keep_records_wait_for_the_next_write_and_go_out_ahead_of_it() {
     let dir = tempfile::tempdir().unwrap();
     let backend = Backend::new(dir.path());
     let journal = backend.paths(STACK).journal;
-    let open_persister = |open: &keel::persist::backend::OpenStack| {
-        JournalPersister::open(
-            open.paths.clone(),
-            open.seq(),
-            JournalOptions::default(),
-            open.counters().clone(),
-        )
-        .unwrap()
-    };
     // Three states in the base.
     {
         let open = backend.open(STACK, "test").unwrap();
         let mut base = open.deployment.clone();
         let olds = SnapshotBuilder::share_resources(&mut base);
         let mut builder = SnapshotBuilder::new(base, olds);
-        let mut p = open_persister(&open);
+        let mut p = journal_persister(&open, JournalOptions::default());
         for name in ["k0", "k1", "k2"] {
             persist_create(&mut p, &mut builder, name);
         }
@@ -319,7 +305,7 @@ fn keep_records_wait_for_the_next_write_and_go_out_ahead_of_it() {
     let olds = SnapshotBuilder::share_resources(&mut base);
     assert_eq!(olds.len(), 3);
     let mut builder = SnapshotBuilder::new(base, olds.clone());
-    let mut p = open_persister(&open);
+    let mut p = journal_persister(&open, JournalOptions::default());
     for old in [&olds[2], &olds[0]] {
         let m = Mutation::Apply(Change::Keep { old: old.clone() });
         builder.apply(&m);
@@ -1151,16 +1137,7 @@ async fn compactions_in_the_middle_of_an_operation_keep_the_state_replayable() {
     // A run that fails partway, after several compactions: what is on disk
     // replays, passes integrity and forgets nothing.
     let open = backend.open(STACK, "keel up").unwrap();
-    let p = Box::new(
-        JournalPersister::open(
-            open.paths.clone(),
-            open.seq(),
-            options,
-            open.counters().clone(),
-        )
-        .unwrap()
-        .fail_at(90),
-    );
+    let p = Box::new(journal_persister(&open, options).fail_at(90));
     let mut v2 = many(60);
     v2.extend((60..120).map(|i| bucket(&format!("b{i}"), &[("size", "2")]).dep("b0")));
     let r = engine(&cloud, 8, 0)
