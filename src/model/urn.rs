@@ -690,20 +690,20 @@ impl ProviderRef {
     /// provider type or the ID is empty.
     pub fn new(urn: Urn, id: impl Into<String>) -> Result<Self> {
         let id = id.into();
-        let reference = format!("{urn}::{id}");
+        // The reference's text only for an error (a valid one costs no
+        // formatting).
+        let bad = |urn: &Urn, id: &str, reason: String| UrnError::BadProviderReference {
+            reference: format!("{urn}::{id}"),
+            reason,
+        };
         // The resource's own type decides, as Pulumi's: a provider may be
         // parented to a component (`my:c:Comp$pulumi:providers:aws`).
         if !urn.type_str().starts_with(PROVIDER_TYPE_PREFIX) {
-            return Err(UrnError::BadProviderReference {
-                reference,
-                reason: format!("`{}` is not a provider type", urn.type_str()),
-            });
+            let reason = format!("`{}` is not a provider type", urn.type_str());
+            return Err(bad(&urn, &id, reason));
         }
         if id.is_empty() {
-            return Err(UrnError::BadProviderReference {
-                reference,
-                reason: "the ID is empty".into(),
-            });
+            return Err(bad(&urn, &id, "the ID is empty".into()));
         }
         Ok(Self { urn, id })
     }
@@ -898,7 +898,21 @@ mod tests {
         ] {
             assert!(!r.is_text(other), "{other}");
         }
-        assert!(ProviderRef::parse("urn:pulumi:dev::p::aws:s3:Bucket::b::id").is_err());
+        let not_a_provider = "urn:pulumi:dev::p::aws:s3:Bucket::b::id";
+        match ProviderRef::parse(not_a_provider) {
+            Err(UrnError::BadProviderReference { reference, reason }) => {
+                assert_eq!(reference, not_a_provider);
+                assert!(reason.contains("not a provider type"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        match ProviderRef::parse("urn:pulumi:dev::p::pulumi:providers:aws::p::") {
+            Err(UrnError::BadProviderReference { reference, reason }) => {
+                assert_eq!(reference, "urn:pulumi:dev::p::pulumi:providers:aws::p::");
+                assert_eq!(reason, "the ID is empty");
+            }
+            other => panic!("{other:?}"),
+        }
         assert!(ProviderRef::parse("nothing").is_err());
     }
 

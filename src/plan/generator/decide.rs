@@ -325,37 +325,40 @@ impl Planner {
         // decided, for their events (`--diff`, `--json`).
         self.undecided.remove(&urn);
         let judged = p.old.as_ref().map(|o| self.judge(&p, &lock(o), diff));
-        let verdict = judged
-            .as_ref()
-            .and_then(|(_, d)| d.clone())
-            .map(std::sync::Arc::new);
+        // The verdict is kept only where a step shows it (a copy of the
+        // diff per update or replacement, none per `same`).
+        let verdict = judged.as_ref().and_then(|(_, d)| d.clone());
         let mut chain = self.decide_steps(p, judged, dbr_option, dependents)?;
-        if let Some(d) = verdict {
-            for step in chain.steps.iter_mut().filter(|s| {
-                s.urn == urn && matches!(s.kind, StepKind::Update | StepKind::CreateReplacement)
-            }) {
+        let shows_verdict = |s: &Step| {
+            s.urn == urn && matches!(s.kind, StepKind::Update | StepKind::CreateReplacement)
+        };
+        if let Some(d) = verdict.filter(|_| chain.steps.iter().any(shows_verdict)) {
+            let d = std::sync::Arc::new(d);
+            for step in chain.steps.iter_mut().filter(|s| shows_verdict(s)) {
                 step.provider_diff = Some(d.clone());
             }
         }
-        let kinds: Vec<StepKind> = chain
-            .steps
-            .iter()
-            .filter(|s| s.urn == urn)
-            .map(|s| s.kind)
-            .collect();
-        let goal = chain
-            .steps
-            .iter()
-            .rev()
-            .find(|s| s.urn == urn)
-            .and_then(|s| s.new.as_ref());
-        if let (Some(plan), Some(goal)) = (self.applied_plan(), goal) {
-            if let Some(difference) = plan.deviation(goal, &kinds) {
-                return Err(PlanError::PlanDeviation { urn, difference });
+        if self.applied_plan().is_some() || self.recording.is_some() {
+            let kinds: Vec<StepKind> = chain
+                .steps
+                .iter()
+                .filter(|s| s.urn == urn)
+                .map(|s| s.kind)
+                .collect();
+            let goal = chain
+                .steps
+                .iter()
+                .rev()
+                .find(|s| s.urn == urn)
+                .and_then(|s| s.new.as_ref());
+            if let (Some(plan), Some(goal)) = (self.applied_plan(), goal) {
+                if let Some(difference) = plan.deviation(goal, &kinds) {
+                    return Err(PlanError::PlanDeviation { urn, difference });
+                }
             }
-        }
-        if let (Some(rec), Some(goal)) = (self.recording.as_mut(), goal) {
-            rec.record(goal, kinds);
+            if let (Some(rec), Some(goal)) = (self.recording.as_mut(), goal) {
+                rec.record(goal, kinds);
+            }
         }
         if hooks.is_some() {
             for step in chain.steps.iter_mut().filter(|s| s.urn == urn) {
