@@ -257,20 +257,17 @@ impl<'de> serde::de::Visitor<'de> for MapVisitor {
                 Err(e) => break Err(e),
             }
         };
-        let entries: Vec<(String, PropertyValue)> = match read {
-            Ok(()) => {
-                // Moved out into the exact size; the scratch keeps its room.
-                let mut exact = Vec::with_capacity(scratch.len());
-                exact.append(&mut scratch);
-                exact
-            }
-            Err(_) => Vec::new(),
-        };
+        // Moved out into the exact size; the scratch keeps its room.
+        let entries = read.map(|()| {
+            let mut exact = Vec::with_capacity(scratch.len());
+            exact.append(&mut scratch);
+            exact
+        });
         scratch.clear();
         if scratch.capacity() <= SCRATCH_KEEP {
             SCRATCH.with(|s| s.set(scratch));
         }
-        read?;
+        let entries = entries?;
         if entries.windows(2).all(|w| w[0].0 < w[1].0) {
             // In key order, as keel and Pulumi write maps: kept as read.
             return Ok(PropertyMap::from_sorted(entries));

@@ -743,9 +743,7 @@ impl ProviderRef {
             .strip_prefix(PROVIDER_TYPE_PREFIX)
             .unwrap_or("")
     }
-}
 
-impl ProviderRef {
     /// The reference's text, `urn::id` (as `to_string`, in one exact
     /// allocation).
     pub fn text(&self) -> String {

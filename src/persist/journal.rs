@@ -317,13 +317,9 @@ pub enum ReplayError {
 
 /// Encodes one entry as a framed record.
 pub fn encode(entry: &Entry<'_>) -> Vec<u8> {
-    let mut out = vec![0; HEADER];
-    // Serializing an entry into memory cannot fail (string keys, finite
-    // numbers); were it to, the payload is empty, as it always was.
-    if serde_json::to_writer(&mut out, entry).is_err() {
-        out.truncate(HEADER);
-    }
-    seal(out)
+    let mut out = Vec::new();
+    append_record(entry, &mut out);
+    out
 }
 
 /// Appends the records of `keep`s, each a sequence number and the base
@@ -336,28 +332,23 @@ pub fn encode_keeps(keeps: &[(u64, Ref)], out: &mut Vec<u8>) {
             op: 0,
             change: ChangeRecord::Keep { old },
         };
-        let start = out.len();
-        out.extend_from_slice(&[0; HEADER]);
-        if serde_json::to_writer(&mut *out, &entry).is_err() {
-            out.truncate(start + HEADER);
-        }
-        seal_at(out, start);
+        append_record(&entry, out);
     }
 }
 
-/// Fills in the header of `out` (`HEADER` reserved bytes, then the
-/// payload): the payload's length and CRC.
-fn seal(mut out: Vec<u8>) -> Vec<u8> {
-    seal_at(&mut out, 0);
-    out
-}
-
-/// Fills in the header of the record starting at `start` of `out` (it
-/// runs to the end).
-fn seal_at(out: &mut [u8], start: usize) {
-    let payload = &out[start + HEADER..];
-    let len = (payload.len() as u32).to_le_bytes();
-    let crc = crc32c::crc32c(payload).to_le_bytes();
+/// Appends `payload`, serialized, to `out` as one framed record: the
+/// payload's length and CRC, then the payload.
+fn append_record(payload: &impl Serialize, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; HEADER]);
+    // Serializing an entry into memory cannot fail (string keys, finite
+    // numbers); were it to, the payload is empty, as it always was.
+    if serde_json::to_writer(&mut *out, payload).is_err() {
+        out.truncate(start + HEADER);
+    }
+    let body = &out[start + HEADER..];
+    let len = (body.len() as u32).to_le_bytes();
+    let crc = crc32c::crc32c(body).to_le_bytes();
     out[start..start + 4].copy_from_slice(&len);
     out[start + 4..start + HEADER].copy_from_slice(&crc);
 }
@@ -387,11 +378,9 @@ pub fn encode_with(
     }
     let mut value = serde_json::to_value(entry).unwrap_or_default();
     crypter.encrypt_json(&mut value)?;
-    let mut out = vec![0; HEADER];
-    if serde_json::to_writer(&mut out, &value).is_err() {
-        out.truncate(HEADER);
-    }
-    Ok(seal(out))
+    let mut out = Vec::new();
+    append_record(&value, &mut out);
+    Ok(out)
 }
 
 /// A record read back.

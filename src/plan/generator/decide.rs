@@ -165,7 +165,7 @@ impl Planner {
         if goal.custom && !goal.ty.is_provider() {
             // `request` is made exactly when no provider is given.
             let reference = if let Some(request) = &request {
-                let (r, planned, key) = self.default_provider_keyed(request)?;
+                let (r, planned, key) = self.default_provider(request)?;
                 default_provider = planned;
                 default_key = Some(key);
                 r
@@ -868,12 +868,11 @@ impl Planner {
                 ..Default::default()
             },
         };
-        let mut p = self.prepare(&as_goal)?;
-        let waits_for = std::mem::take(&mut p.waits_for);
+        let p = *self.prepare(&as_goal)?;
+        let waits_for = p.waits_for;
         if let Some(i) = p.old_index {
             self.handled[i] = true;
         }
-        let p = *p;
         let mut new = p.new;
         new.id = goal.id.clone();
         new.external = true;

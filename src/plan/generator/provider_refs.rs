@@ -21,21 +21,12 @@ impl Planner {
     }
 
     /// Plans the default provider a registration asks for (its package,
-    /// plugin version and download URL), returning its reference and, the
-    /// first time, its registration, to decide before the resource's.
+    /// plugin version and download URL), returning its reference, the
+    /// first time its registration (to decide before the resource's), and
+    /// the key it is known by (that of the declared parameterization,
+    /// when there is one): what a registration using it looks its decided
+    /// reference up by.
     pub(super) fn default_provider(
-        &mut self,
-        request: &DefaultProviderRequest,
-    ) -> Result<(ProviderRef, Option<Box<Prepared>>)> {
-        self.default_provider_keyed(request)
-            .map(|(reference, planned, _)| (reference, planned))
-    }
-
-    /// [`Planner::default_provider`], with the key the default provider
-    /// is known by (that of the declared parameterization, when there is
-    /// one): what a registration using it looks its decided reference up
-    /// by.
-    pub(super) fn default_provider_keyed(
         &mut self,
         request: &DefaultProviderRequest,
     ) -> Result<(ProviderRef, Option<Box<Prepared>>, String)> {
@@ -137,6 +128,7 @@ impl Planner {
         request: &DefaultProviderRequest,
     ) -> Result<(ProviderRef, Option<Box<Prepared>>)> {
         self.default_provider(request)
+            .map(|(reference, planned, _)| (reference, planned))
     }
 
     /// The comparison a provider resource with prior state `old` and new
