@@ -18,6 +18,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use crate::model::property::{OutputValue, ResourceReference, Secret};
+use crate::model::urn::split_reference;
 use crate::model::{PropertyMap, PropertyValue, State, Urn};
 
 /// A successor map: old URN -> new URN.
@@ -131,7 +132,7 @@ pub(crate) fn rewrite_provider(
     map: &SuccessorMap,
     identity: &dyn Fn(&Urn) -> Option<Identity>,
 ) -> Option<String> {
-    let (urn, id) = reference.rsplit_once("::")?;
+    let (urn, id) = split_reference(reference)?;
     let new = map.get(urn)?;
     let new_id = match identity(new) {
         Some(Identity { custom: true, id }) if !id.is_empty() => id,

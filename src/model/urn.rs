@@ -212,6 +212,14 @@ pub(crate) fn rfind_separator(s: &str) -> Option<usize> {
     None
 }
 
+/// A provider reference's text split at its last `::` into the provider's
+/// URN and ID (as `rsplit_once("::")`, without a substring searcher's
+/// setup, which costs more than the search on text this short). `None`
+/// without a separator.
+pub(crate) fn split_reference(s: &str) -> Option<(&str, &str)> {
+    rfind_separator(s).map(|i| (&s[..i], &s[i + 2..]))
+}
+
 /// The byte offset of the first `::` in `s` (a byte search for `:`, which
 /// costs less than a substring searcher's setup on short text).
 fn find_separator(s: &str) -> Option<usize> {
@@ -825,6 +833,7 @@ mod tests {
         ) {
             proptest::prop_assert_eq!(find_separator(&s), s.find(URN_SEPARATOR));
             proptest::prop_assert_eq!(rfind_separator(&s), s.rfind(URN_SEPARATOR));
+            proptest::prop_assert_eq!(split_reference(&s), s.rsplit_once(URN_SEPARATOR));
         }
     }
 

@@ -25,6 +25,7 @@
 
 use std::collections::HashSet;
 
+use crate::model::urn::split_reference;
 use crate::model::{PropertyPath, PropertyValue, ProviderRef, State, Urn};
 use crate::provider::{DiffKind, DiffResponse};
 
@@ -198,5 +199,5 @@ fn provider_urn(reference: &str) -> Option<&str> {
     if reference.is_empty() {
         return None;
     }
-    Some(reference.rsplit_once("::").map_or(reference, |(u, _)| u))
+    Some(split_reference(reference).map_or(reference, |(u, _)| u))
 }

@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, HashSet};
 
 use crate::model::fasthash::{FastMap, FastSet};
+use crate::model::urn::split_reference;
 
 use crate::model::{
     PropertyMap, PropertyPath, PropertyPathError, PropertyValue, ProviderRef, SharedIds, State,
@@ -508,7 +509,7 @@ fn provider_urn(reference: &str) -> Option<&str> {
     if reference.is_empty() {
         return None;
     }
-    Some(reference.rsplit_once("::").map_or(reference, |(u, _)| u))
+    Some(split_reference(reference).map_or(reference, |(u, _)| u))
 }
 
 #[cfg(test)]
