@@ -34,7 +34,7 @@ fn migrate(gate: &Gate, prior: &Prior, in_migration: &AtomicUsize) {
             Slot::Fresh(TestState::shared(&x, &[], generation)),
             Slot::Retained {
                 live: Arc::clone(&current[1]),
-                prepared: TestState::new("y", &[&x], generation),
+                prepared: Box::new(TestState::new("y", &[&x], generation)),
             },
         ],
     };

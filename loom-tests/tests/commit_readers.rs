@@ -51,7 +51,7 @@ fn readers_never_see_a_half_committed_deployment() {
                         Slot::Fresh(TestState::shared("a2", &[], 1)),
                         Slot::Retained {
                             live: b,
-                            prepared: TestState::new("b", &["a2"], 1),
+                            prepared: Box::new(TestState::new("b", &["a2"], 1)),
                         },
                     ],
                 };

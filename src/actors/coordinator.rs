@@ -83,30 +83,38 @@ impl Actor for CoordinatorActor {
         state: &mut CoordArgs,
     ) -> Result<(), ActorProcessingErr> {
         let CoordMsg::Migrate(req, reply) = msg;
-        let (outcome, copies) = migrate(state, *req).await;
+        let outcome = migrate(state, *req).await;
         let _ = reply.send(outcome);
-        // The migration's copy of the prior states is freed only now: the
-        // pipeline resumed and the registration has its answer, so freeing
-        // a whole deployment's states delays neither.
-        drop(copies);
         Ok(())
     }
 }
 
-fn snapshot_states(list: &StateList<State>) -> Vec<State> {
-    list.iter().map(|s| lock(s).clone()).collect()
+/// Runs `f` over the prior states read in place: every handle of `live`
+/// locked, in list order, for one synchronous step of the migration (no
+/// copy of a deployment's states is taken).
+///
+/// Only the coordinator writes a prior state while the pipeline is
+/// quiesced; others (the persister encoding a record, the generator
+/// answering a query) read one state at a time under its lock and never
+/// wait on the coordinator while holding it, so holding every lock here
+/// cannot deadlock: they wait for `f` to return. The guards live only in
+/// this synchronous call, never across an `.await` (they are not `Send`,
+/// so the compiler holds the coordinator's future to that).
+fn with_prior<T>(live: &StateList<State>, f: impl FnOnce(&[&State]) -> T) -> T {
+    let guards: Vec<std::sync::MutexGuard<'_, State>> = live.iter().map(lock).collect();
+    let prior: Vec<&State> = guards.iter().map(|g| &**g).collect();
+    f(&prior)
 }
 
-/// Runs one migration; returns its outcome and the copy of the prior
-/// states it worked on (for the caller to free once it has answered).
-async fn migrate(env: &CoordArgs, req: MigrationRequest) -> (MigrationOutcome, Vec<State>) {
+/// Runs one migration.
+async fn migrate(env: &CoordArgs, req: MigrationRequest) -> MigrationOutcome {
     // Without a prior root nothing runs and nothing pauses.
     if !has_root(
         env.prior.load_full().iter().map(lock),
         &req.registration,
         &req.aliases,
     ) {
-        return (MigrationOutcome::NoRoot, Vec::new());
+        return MigrationOutcome::NoRoot;
     }
     let started = Instant::now();
     // Quiesce: stop admitting events, then wait for every chain submitted.
@@ -116,12 +124,11 @@ async fn migrate(env: &CoordArgs, req: MigrationRequest) -> (MigrationOutcome, V
     let mut called = 0;
     // Re-read the prior list now that nothing runs.
     let live = env.prior.load_full();
-    let prior = snapshot_states(&live);
-    let result = run(env, &req, &quiesced, (&live, &prior), &mut called).await;
+    let result = run(env, &req, &quiesced, &live, &mut called).await;
     quiesced.resume();
     let _ = env.source.cast(SourceMsg::Unfence);
     let migrate_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let outcome = match result {
+    match result {
         Ok(None) => MigrationOutcome::Noop {
             callbacks_called: called,
         },
@@ -137,37 +144,135 @@ async fn migrate(env: &CoordArgs, req: MigrationRequest) -> (MigrationOutcome, V
             error,
             callbacks_called: called,
         },
-    };
-    (outcome, prior)
+    }
 }
 
 type Committed = (ChainOutcome, Urn, Vec<Urn>);
 
-async fn run(
-    env: &CoordArgs,
-    req: &MigrationRequest,
-    quiesced: &crate::sync::gate::Quiesced,
-    (live, prior): (&StateList<State>, &[State]),
-    called: &mut usize,
-) -> Result<Option<Committed>, MigrationError> {
-    let Some(root) = find_root(prior, &req.registration, &req.aliases) else {
-        return Ok(None);
-    };
-    let subtree = Subtree::collect(prior, root.index);
-    let ctx = Context {
+/// What the steps before the callbacks found: the prior subtree (indices
+/// into the live list, which does not change while quiesced), the chain
+/// over copies of its members, the prior root's URN and the subtree's URNs.
+struct Begun {
+    subtree: Subtree,
+    chain: Chain,
+    root: Urn,
+    before: HashSet<Urn>,
+}
+
+/// The context of the checks over `prior`.
+fn context<'a>(
+    req: &'a MigrationRequest,
+    prior: &'a [&'a State],
+    subtree: &'a Subtree,
+) -> Context<'a> {
+    Context {
         registration: &req.registration,
         prior,
-        subtree: &subtree,
+        subtree,
         claimed: &req.claimed,
         registered: &req.registered,
         extensions: &req.extensions,
         snippets: &req.snippets,
         pending_operations: req.pending_operations,
         options: req.options,
-    };
-    check::pre_callback(&ctx)?;
+    }
+}
 
-    let mut chain = Chain::new(req.registration.clone(), subtree.states(prior));
+/// The steps before the callbacks: the prior root, its subtree and the
+/// pre-callback checks. `None`: no prior root, nothing runs.
+fn begin(req: &MigrationRequest, prior: &[&State]) -> Result<Option<Begun>, MigrationError> {
+    let Some(root) = find_root(prior, &req.registration, &req.aliases) else {
+        return Ok(None);
+    };
+    let subtree = Subtree::collect(prior, root.index);
+    check::pre_callback(&context(req, prior, &subtree))?;
+    let chain = Chain::new(req.registration.clone(), subtree.states(prior));
+    let before = subtree
+        .all_sorted()
+        .iter()
+        .map(|&i| prior[i].urn.clone())
+        .collect();
+    Ok(Some(Begun {
+        root: prior[root.index].urn.clone(),
+        before,
+        chain,
+        subtree,
+    }))
+}
+
+/// The persisted list, the retained states' patches and the commit's list
+/// of a prepared migration.
+type Planned = (
+    Vec<ListItem>,
+    Vec<(StateRef, State)>,
+    Vec<CommitSlot<State>>,
+);
+
+/// The steps after the callbacks: the final checks and the transaction,
+/// as the persisted record's list and patches and the commit's list.
+fn plan(
+    req: &MigrationRequest,
+    prior: &[&State],
+    live: &StateList<State>,
+    subtree: &Subtree,
+    outcome: &ChainOutcome,
+) -> Result<Planned, MigrationError> {
+    check::validate(&context(req, prior, subtree), outcome)?;
+    let prepared = transaction::prepare(&req.registration, prior, subtree, outcome)?;
+
+    // The fresh handles are shared by the persisted record and the commit.
+    let mut fresh: Vec<Option<StateRef>> = prepared
+        .states
+        .iter()
+        .map(|s| Some(share(s.clone())))
+        .collect();
+    let mut list = Vec::with_capacity(prepared.order.len());
+    let mut base_patches = Vec::new();
+    let mut commit_list = Vec::with_capacity(prepared.order.len());
+    for slot in &prepared.order {
+        match slot {
+            Slot::Base { index, patched } => {
+                let handle = live[*index].clone();
+                list.push(ListItem::Retained(handle.clone()));
+                match patched {
+                    Some(p) => {
+                        base_patches.push((handle.clone(), (**p).clone()));
+                        commit_list.push(CommitSlot::Retained {
+                            live: handle,
+                            prepared: p.clone(),
+                        });
+                    }
+                    None => commit_list.push(CommitSlot::Fresh(handle)),
+                }
+            }
+            Slot::Result { index } => {
+                let handle = fresh[*index]
+                    .take()
+                    .unwrap_or_else(|| share(prepared.states[*index].clone()));
+                list.push(ListItem::Fresh(handle.clone()));
+                commit_list.push(CommitSlot::Fresh(handle));
+            }
+        }
+    }
+    Ok((list, base_patches, commit_list))
+}
+
+async fn run(
+    env: &CoordArgs,
+    req: &MigrationRequest,
+    quiesced: &crate::sync::gate::Quiesced,
+    live: &StateList<State>,
+    called: &mut usize,
+) -> Result<Option<Committed>, MigrationError> {
+    let Some(begun) = with_prior(live, |prior| begin(req, prior))? else {
+        return Ok(None);
+    };
+    let Begun {
+        subtree,
+        mut chain,
+        root: root_urn,
+        before,
+    } = begun;
     let n = req.migrations.callbacks.len();
     for (i, callback) in req.migrations.callbacks.iter().enumerate() {
         let input = chain.input_json();
@@ -197,53 +302,16 @@ async fn run(
     if outcome.noop {
         return Ok(None);
     }
-    check::validate(&ctx, &outcome)?;
-    let prepared = transaction::prepare(&req.registration, prior, &subtree, &outcome)?;
+    let (list, base_patches, commit_list) =
+        with_prior(live, |prior| plan(req, prior, live, &subtree, &outcome))?;
 
-    // The fresh handles are shared by the persisted record and the commit.
-    let mut fresh: Vec<Option<StateRef>> = prepared
-        .states
-        .iter()
-        .map(|s| Some(share(s.clone())))
-        .collect();
-    let mut list = Vec::with_capacity(prepared.order.len());
-    let mut base_patches = Vec::new();
-    let mut commit_list = Vec::with_capacity(prepared.order.len());
-    for slot in &prepared.order {
-        match slot {
-            Slot::Base { index, patched } => {
-                let handle = live[*index].clone();
-                list.push(ListItem::Retained(handle.clone()));
-                match patched {
-                    Some(p) => {
-                        base_patches.push((handle.clone(), (**p).clone()));
-                        commit_list.push(CommitSlot::Retained {
-                            live: handle,
-                            prepared: (**p).clone(),
-                        });
-                    }
-                    None => commit_list.push(CommitSlot::Fresh(handle)),
-                }
-            }
-            Slot::Result { index } => {
-                let handle = fresh[*index]
-                    .take()
-                    .unwrap_or_else(|| share(prepared.states[*index].clone()));
-                list.push(ListItem::Fresh(handle.clone()));
-                commit_list.push(CommitSlot::Fresh(handle));
-            }
-        }
-    }
     // Read now, quiesced: a chain that finished during the drain wrote its
     // state, and it needs the patches as much as any other.
     let new_patches: Vec<(StateRef, State)> = env
         .written
         .sorted()
         .iter()
-        .filter_map(|s| {
-            let current = lock(s).clone();
-            outcome.rewrite_outside(&current).map(|p| (s.clone(), p))
-        })
+        .filter_map(|s| outcome.rewrite_outside(&lock(s)).map(|p| (s.clone(), p)))
         .collect();
 
     // Persist; a failure changes nothing.
@@ -279,11 +347,6 @@ async fn run(
         },
     );
 
-    let before: HashSet<&Urn> = subtree
-        .all_sorted()
-        .iter()
-        .map(|&i| &prior[i].urn)
-        .collect();
     let added: Vec<Urn> = outcome
         .result
         .iter()
@@ -299,6 +362,5 @@ async fn run(
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect::<BTreeMap<_, _>>(),
     });
-    let root_urn = prior[root.index].urn.clone();
     Ok(Some((outcome, root_urn, added)))
 }

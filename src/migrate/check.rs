@@ -44,7 +44,7 @@ pub(crate) struct Context<'a> {
     /// The registration URN.
     pub registration: &'a Urn,
     /// The whole prior list.
-    pub prior: &'a [State],
+    pub prior: &'a [&'a State],
     /// The prior subtree (indices into `prior`; its root is the prior root).
     pub subtree: &'a Subtree,
     /// URNs claimed through an alias by earlier registrations of this
@@ -65,12 +65,12 @@ pub(crate) struct Context<'a> {
 impl<'a> Context<'a> {
     /// The prior root.
     pub(crate) fn prior_root(&self) -> &'a State {
-        &self.prior[self.subtree.root()]
+        self.prior[self.subtree.root()]
     }
 
     /// The live subtree members (the chain's original input), root first.
     fn members(&self) -> impl Iterator<Item = &'a State> + '_ {
-        self.subtree.members.iter().map(|&i| &self.prior[i])
+        self.subtree.members.iter().map(|&i| self.prior[i])
     }
 
     /// Every subtree member: the live ones, then those pending deletion.
@@ -79,7 +79,7 @@ impl<'a> Context<'a> {
             .members
             .iter()
             .chain(&self.subtree.pending_delete)
-            .map(|&i| &self.prior[i])
+            .map(|&i| self.prior[i])
     }
 
     /// The retained prior states: every prior state outside the subtree.
@@ -88,7 +88,7 @@ impl<'a> Context<'a> {
             .iter()
             .enumerate()
             .filter(|(i, _)| !self.subtree.contains(*i))
-            .map(|(_, s)| s)
+            .map(|(_, s)| *s)
     }
 
     fn fail(&self, rule: Rule, what: String, hint: &str) -> MigrationError {
@@ -825,7 +825,7 @@ mod tests {
     impl Env {
         fn new() -> Self {
             let prior = prior();
-            let subtree = Subtree::collect(&prior, 2);
+            let subtree = Subtree::collect(&prior.iter().collect::<Vec<_>>(), 2);
             Self {
                 prior,
                 subtree,
@@ -837,10 +837,11 @@ mod tests {
             }
         }
 
-        fn ctx(&self) -> Context<'_> {
-            Context {
+        fn with_ctx<T>(&self, f: impl FnOnce(&Context<'_>) -> T) -> T {
+            let prior: Vec<&State> = self.prior.iter().collect();
+            f(&Context {
                 registration: &self.reg,
-                prior: &self.prior,
+                prior: &prior,
                 subtree: &self.subtree,
                 claimed: &self.claimed,
                 registered: &self.registered,
@@ -848,7 +849,7 @@ mod tests {
                 snippets: &[],
                 pending_operations: false,
                 options: self.options,
-            }
+            })
         }
 
         /// Runs one callback returning `result` (after `edit` of the
@@ -858,7 +859,10 @@ mod tests {
             edit: impl FnOnce(&mut Vec<Value>),
             succ: &[(&str, &str)],
         ) -> Result<ChainOutcome> {
-            let mut chain = Chain::new(self.reg.clone(), self.subtree.states(&self.prior));
+            let mut chain = Chain::new(
+                self.reg.clone(),
+                self.subtree.states(&self.prior.iter().collect::<Vec<_>>()),
+            );
             let mut state = chain.input_json()["oldState"].as_array().unwrap().clone();
             edit(&mut state);
             chain.apply(
@@ -870,7 +874,7 @@ mod tests {
                 },
             )?;
             let o = chain.finish()?;
-            validate(&self.ctx(), &o)?;
+            self.with_ctx(|c| validate(c, &o))?;
             Ok(o)
         }
     }
@@ -898,23 +902,23 @@ mod tests {
     #[test]
     fn pre_callback_rules() {
         let mut env = Env::new();
-        pre_callback(&env.ctx()).unwrap();
+        env.with_ctx(pre_callback).unwrap();
         env.registered.insert(env.reg.clone());
-        pre_callback(&env.ctx()).unwrap();
+        env.with_ctx(pre_callback).unwrap();
         env.registered
             .insert(Urn::parse(&u("m:m:C$a:b:T::a")).unwrap());
         assert_eq!(
-            pre_callback(&env.ctx()).unwrap_err().rule,
+            env.with_ctx(pre_callback).unwrap_err().rule,
             Rule::AlreadyRegistered
         );
         env.claimed
             .insert(Urn::parse(&u("m:m:C$a:b:T::b")).unwrap());
         assert_eq!(
-            pre_callback(&env.ctx()).unwrap_err().rule,
+            env.with_ctx(pre_callback).unwrap_err().rule,
             Rule::ClaimedByAlias
         );
         env.prior[0].view_of = Urn::parse(&u("m:m:C$a:b:T::b")).unwrap().into();
-        assert_eq!(pre_callback(&env.ctx()).unwrap_err().rule, Rule::View);
+        assert_eq!(env.with_ctx(pre_callback).unwrap_err().rule, Rule::View);
     }
 
     #[test]
@@ -1168,7 +1172,7 @@ mod tests {
         );
         let mut env = Env::new();
         env.prior = prior;
-        env.subtree = Subtree::collect(&env.prior, 2);
+        env.subtree = Subtree::collect(&env.prior.iter().collect::<Vec<_>>(), 2);
         assert_eq!(
             rule(env.run(
                 |s| {

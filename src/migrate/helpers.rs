@@ -636,6 +636,7 @@ mod tests {
     ) -> Result<Option<(Vec<State>, BTreeMap<Urn, Urn>)>, String> {
         let reg = urn(reg);
         let aliases: Vec<Urn> = aliases.iter().map(|a| urn(a)).collect();
+        let prior: &[&State] = &prior.iter().collect::<Vec<_>>();
         let root = find_root(prior, &reg, &aliases).ok_or("no prior root")?;
         let subtree = Subtree::collect(prior, root.index);
         let (claimed, registered) = (HashSet::new(), HashSet::new());

@@ -24,7 +24,7 @@ pub(crate) struct RootMatch {
 /// Finds the prior root of a registration with URN `urn` and `aliases`:
 /// the live (not `delete`) prior resource with the registration's URN,
 /// else with each alias in order. `None`: no prior root, nothing runs.
-pub(crate) fn find_root(prior: &[State], urn: &Urn, aliases: &[Urn]) -> Option<RootMatch> {
+pub(crate) fn find_root(prior: &[&State], urn: &Urn, aliases: &[Urn]) -> Option<RootMatch> {
     let live = |u: &Urn| prior.iter().position(|s| live_at(s, u));
     if let Some(index) = live(urn) {
         return Some(RootMatch {
@@ -75,7 +75,7 @@ impl Subtree {
     ///
     /// # Panics
     /// When `root` is out of bounds.
-    pub(crate) fn collect(prior: &[State], root: usize) -> Self {
+    pub(crate) fn collect(prior: &[&State], root: usize) -> Self {
         let mut urns: FastSet<&str> = FastSet::default();
         urns.insert(prior[root].urn.as_str());
         let mut members = vec![root];
@@ -113,7 +113,7 @@ impl Subtree {
     }
 
     /// The live members' states, root first: the chain's original input.
-    pub(crate) fn states(&self, prior: &[State]) -> Vec<State> {
+    pub(crate) fn states(&self, prior: &[&State]) -> Vec<State> {
         self.members.iter().map(|&i| prior[i].clone()).collect()
     }
 }
@@ -156,7 +156,8 @@ mod tests {
     /// state pending deletion and no match.
     #[test]
     fn has_root_agrees_with_find_root() {
-        let prior = vec![st("live", None, false), st("gone", None, true)];
+        let states = [st("live", None, false), st("gone", None, true)];
+        let prior: Vec<&State> = states.iter().collect();
         let urn = |n: &str| Urn::parse(&format!("urn:pulumi:s::p::a:b:C::{n}")).unwrap();
         for (name, aliases) in [
             ("live", vec![]),
@@ -167,7 +168,7 @@ mod tests {
         ] {
             let found = find_root(&prior, &urn(name), &aliases).is_some();
             assert_eq!(
-                has_root(prior.iter(), &urn(name), &aliases),
+                has_root(states.iter(), &urn(name), &aliases),
                 found,
                 "{name} {aliases:?}"
             );
@@ -176,7 +177,7 @@ mod tests {
 
     #[test]
     fn collects_transitive_children_in_order() {
-        let prior = vec![
+        let states = [
             st("other", None, false),
             st("root", None, false),
             st("a", Some("root"), false),
@@ -184,7 +185,7 @@ mod tests {
             st("b", Some("a"), false),
             st("old", Some("a"), true),
         ];
-        let t = Subtree::collect(&prior, 1);
+        let t = Subtree::collect(&states.iter().collect::<Vec<_>>(), 1);
         assert_eq!(t.members, vec![1, 2, 4]);
         assert_eq!(t.pending_delete, vec![5]);
         assert!(t.contains(5) && t.contains(1) && !t.contains(3));
@@ -193,7 +194,8 @@ mod tests {
 
     #[test]
     fn finds_the_root_by_urn_then_aliases() {
-        let prior = vec![st("a", None, true), st("b", None, false)];
+        let states = [st("a", None, true), st("b", None, false)];
+        let prior: Vec<&State> = states.iter().collect();
         let u = |n: &str| Urn::parse(&format!("urn:pulumi:s::p::a:b:C::{n}")).unwrap();
         assert_eq!(find_root(&prior, &u("a"), &[]), None);
         assert_eq!(

@@ -80,6 +80,7 @@ fn run_core(
 ) -> std::result::Result<(usize, Result<Done>), String> {
     let reg = urn(&v["register"]["urn"])?;
     let aliases = urns(v["register"].get("aliases"))?;
+    let prior: &[&State] = &prior.iter().collect::<Vec<_>>();
     // Earlier registrations of this deployment (the harness registers the
     // stack and the top-level providers first).
     let mut registered: HashSet<Urn> = HashSet::new();

@@ -28,6 +28,7 @@ use crate::model::fasthash::FastMap;
 #[cfg(test)]
 use crate::model::fasthash::FastSet;
 use crate::model::state::Reference;
+use crate::model::urn::split_reference;
 use crate::model::{ProviderRef, State, Urn};
 #[cfg(test)]
 use crate::sync::shim::{Arc, Mutex};
@@ -130,19 +131,23 @@ pub(crate) struct Prepared {
 impl Prepared {
     #[cfg(test)]
     /// The state in slot `slot`, given the prior (base) list.
-    pub(crate) fn state_at<'a>(&'a self, base: &'a [State], slot: usize) -> &'a State {
+    pub(crate) fn state_at<'a, S: std::borrow::Borrow<State>>(
+        &'a self,
+        base: &'a [S],
+        slot: usize,
+    ) -> &'a State {
         match &self.order[slot] {
             Slot::Base {
                 patched: Some(p), ..
             } => p,
-            Slot::Base { index, .. } => &base[*index],
+            Slot::Base { index, .. } => base[*index].borrow(),
             Slot::Result { index } => &self.states[*index],
         }
     }
 
     #[cfg(test)]
     /// The URNs of the prepared prior list, in order.
-    pub(crate) fn urns<'a>(&'a self, base: &'a [State]) -> Vec<&'a Urn> {
+    pub(crate) fn urns<'a, S: std::borrow::Borrow<State>>(&'a self, base: &'a [S]) -> Vec<&'a Urn> {
         (0..self.order.len())
             .map(|i| &self.state_at(base, i).urn)
             .collect()
@@ -151,7 +156,7 @@ impl Prepared {
     #[cfg(test)]
     /// The prepared prior list as owned states (what full-checkpoint
     /// persistence writes).
-    pub(crate) fn prior_list(&self, base: &[State]) -> Vec<State> {
+    pub(crate) fn prior_list<S: std::borrow::Borrow<State>>(&self, base: &[S]) -> Vec<State> {
         (0..self.order.len())
             .map(|i| self.state_at(base, i).clone())
             .collect()
@@ -195,7 +200,7 @@ impl Prepared {
                     patched: Some(prepared),
                 } => CommitSlot::Retained {
                     live: live[index].clone(),
-                    prepared: *prepared,
+                    prepared,
                 },
                 Slot::Base {
                     index,
@@ -252,7 +257,7 @@ enum Candidate {
 /// list fails integrity (`checkpoint.md` §4).
 pub(crate) fn prepare(
     registration: &Urn,
-    prior: &[State],
+    prior: &[&State],
     subtree: &Subtree,
     outcome: &ChainOutcome,
 ) -> Result<Prepared> {
@@ -284,7 +289,7 @@ pub(crate) fn prepare(
         let list: Vec<&State> = candidates
             .iter()
             .map(|c| match *c {
-                Candidate::Base(i) => patched.get(&i).unwrap_or(&prior[i]),
+                Candidate::Base(i) => patched.get(&i).unwrap_or(prior[i]),
                 Candidate::Result(r) => &outcome.result[r],
             })
             .collect();
@@ -423,10 +428,8 @@ impl Graph {
                 ));
             }
             if !s.provider.is_empty() {
-                let found = s
-                    .provider
-                    .rsplit_once("::")
-                    .and_then(|(u, id)| resolve(u, v, Some(id)));
+                let found =
+                    split_reference(&s.provider).and_then(|(u, id)| resolve(u, v, Some(id)));
                 match found {
                     Some(t) => edges.push(t),
                     None => note(match ProviderRef::parse(&s.provider) {
@@ -542,9 +545,7 @@ pub(crate) fn verify(list: &[&State]) -> std::result::Result<(), String> {
             return Err(format!("component resource {urn} has an ID (`{}`)", s.id));
         }
         if !s.provider.is_empty() {
-            let known = s
-                .provider
-                .rsplit_once("::")
+            let known = split_reference(&s.provider)
                 .is_some_and(|(u, id)| providers.get(u).is_some_and(|ids| ids.contains(&id)));
             if !known {
                 return Err(match ProviderRef::parse(&s.provider) {
@@ -688,10 +689,11 @@ mod tests {
                       "provider": prov}),
             ),
         ];
-        let subtree = Subtree::collect(&prior, 1);
+        let refs: Vec<&State> = prior.iter().collect();
+        let subtree = Subtree::collect(&refs, 1);
         let mut chain = Chain::new(
             Urn::parse(&u("m:m:Root::root")).unwrap(),
-            subtree.states(&prior),
+            subtree.states(&refs),
         );
         let mut s = chain.input_json()["oldState"].as_array().unwrap().clone();
         s[1]["urn"] = json!(u("m:m:Root$a:b:T::new"));
@@ -716,7 +718,7 @@ mod tests {
     fn the_worked_example() {
         let (prior, subtree, outcome) = example();
         let reg = Urn::parse(&u("m:m:Root::root")).unwrap();
-        let p = prepare(&reg, &prior, &subtree, &outcome).unwrap();
+        let p = prepare(&reg, &prior.iter().collect::<Vec<_>>(), &subtree, &outcome).unwrap();
         assert_eq!(
             names(&p, &prior),
             ["default", "root", "new", "consumer", "tail"]
@@ -782,7 +784,7 @@ mod tests {
     fn malformed_layouts_are_refused() {
         let (prior, subtree, outcome) = example();
         let reg = Urn::parse(&u("m:m:Root::root")).unwrap();
-        let p = prepare(&reg, &prior, &subtree, &outcome).unwrap();
+        let p = prepare(&reg, &prior.iter().collect::<Vec<_>>(), &subtree, &outcome).unwrap();
         let patch = |i: usize| vec![(i, prior[i].clone())];
         let l = &p.layout;
         assert!(apply_layout(&prior, &[LayoutItem::Base(9)], &[], &[]).is_err());
@@ -990,7 +992,7 @@ mod props {
 
     /// The URNs `s` refers to, its provider's included.
     fn targets(s: &State) -> Vec<String> {
-        let provider = s.provider.rsplit_once("::").map(|(u, _)| u.to_owned());
+        let provider = split_reference(&s.provider).map(|(u, _)| u.to_owned());
         provider
             .into_iter()
             .chain(s.references().map(|(_, u)| u.as_str().to_owned()))
