@@ -806,3 +806,80 @@ async fn a_state_written_during_the_drain_follows_the_rename() {
         "the consumer, written during the drain, names the successor"
     );
 }
+
+/// The coordinator reads the prior states in place, every one locked for
+/// its synchronous steps, while the journal persister still holds the
+/// `keep`s of the unchanged registrations before it (encoded, each under
+/// its state's lock, only when the migration's entry goes out) and other
+/// registrations arrive behind it. The update finishes (a deadlock fails
+/// the timeout instead of hanging), and the journal replays to the
+/// committed list with every unchanged state and the renamed one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_behind_many_unchanged_registrations_reads_them_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let backend = Backend::new(dir.path());
+    let cloud = SimCloud::new(SimConfig::default());
+    let engine = Engine::new(
+        EngineConfig {
+            project: "proj".into(),
+            report_migration_states: true,
+            ..EngineConfig::default()
+        },
+        ProviderRegistry::simulated(cloud.clone()),
+    );
+    let others = |from: usize, to: usize| (from..to).map(|i| bucket(&format!("b{i}"), &[]));
+    let program_of = |app: Res, child: &str| -> Vec<Res> {
+        let mut v: Vec<Res> = others(0, 300).collect();
+        v.push(app);
+        v.push(bucket(child, &[]).parent("app"));
+        v.extend(others(300, 400));
+        v
+    };
+    let open = backend.open("dev", "test").unwrap();
+    let p = open
+        .persister(PersistenceKind::Journal, JournalOptions::default())
+        .unwrap();
+    engine
+        .update(
+            open.deployment.clone(),
+            program(program_of(component("app"), "old")),
+            p,
+        )
+        .await
+        .unwrap();
+    drop(open);
+
+    let open = backend.open("dev", "test").unwrap();
+    let p = open
+        .persister(PersistenceKind::Journal, JournalOptions::default())
+        .unwrap();
+    let v2 = program_of(
+        migrating(component("app"), vec![rename("old", "new")]),
+        "new",
+    );
+    let outcome = tokio::time::timeout(
+        Duration::from_secs(120),
+        engine.update(open.deployment.clone(), program(v2), p),
+    )
+    .await
+    .expect("the update finishes")
+    .unwrap();
+    drop(open);
+    assert_eq!(committed(&outcome), 1);
+    let prepared = outcome.migrations[0]
+        .prior_states
+        .clone()
+        .expect("the committed prior list");
+    assert_eq!(
+        prepared.len(),
+        404,
+        "400 buckets, the component, the child, the stack and the provider"
+    );
+    assert!(prepared.iter().any(|s| s.urn.name() == "new"));
+    assert!(!prepared.iter().any(|s| s.urn.name() == "old"));
+    let replayed = backend.load("dev").unwrap().deployment;
+    assert_eq!(replayed.resources.len(), 404);
+    assert!(replayed.resources.iter().any(|s| s.urn.name() == "new"));
+    assert_eq!(cloud.counters().creates, 401, "nothing re-created");
+    assert_eq!(cloud.counters().deletes, 0);
+}
