@@ -414,6 +414,13 @@ impl Graph {
         };
         let mut starts: Vec<usize> = Vec::with_capacity(list.len() + 1);
         let mut edges: Vec<usize> = Vec::with_capacity(list.len() * 2);
+        // The last provider reference and the last other target resolved
+        // from a state not pending deletion (whose edges do not depend on
+        // where it stands): neighbours mostly share their provider and
+        // parent, and comparing the text costs less than hashing it and
+        // probing a table of every URN.
+        let mut last_provider: Option<(&str, Option<usize>)> = None;
+        let mut last_target: Option<(&str, Option<usize>)> = None;
         for (v, s) in list.iter().enumerate() {
             let from = edges.len();
             starts.push(from);
@@ -428,8 +435,17 @@ impl Graph {
                 ));
             }
             if !s.provider.is_empty() {
-                let found =
-                    split_reference(&s.provider).and_then(|(u, id)| resolve(u, v, Some(id)));
+                let found = match last_provider {
+                    Some((text, found)) if !s.delete && text == s.provider => found,
+                    _ => {
+                        let found = split_reference(&s.provider)
+                            .and_then(|(u, id)| resolve(u, v, Some(id)));
+                        if !s.delete {
+                            last_provider = Some((&s.provider, found));
+                        }
+                        found
+                    }
+                };
                 match found {
                     Some(t) => edges.push(t),
                     None => note(match ProviderRef::parse(&s.provider) {
@@ -444,7 +460,17 @@ impl Graph {
                 }
             }
             for (kind, target) in s.references() {
-                match resolve(target.as_str(), v, None) {
+                let found = match last_target {
+                    Some((text, found)) if !s.delete && text == target.as_str() => found,
+                    _ => {
+                        let found = resolve(target.as_str(), v, None);
+                        if !s.delete {
+                            last_target = Some((target.as_str(), found));
+                        }
+                        found
+                    }
+                };
+                match found {
                     Some(t) => edges.push(t),
                     None => note(format!(
                         "resource {}'s {kind} {target} is not in the list",
@@ -841,6 +867,43 @@ mod tests {
         ];
         let refs: Vec<&State> = list.iter().collect();
         assert_eq!(sort(&refs).unwrap(), [0, 2, 1]);
+
+        // [a(live, depends on t), b(deleted, depends on t), t(deleted),
+        // t(live)]: the same target text resolves to the live copy for a
+        // and to the deleted copy for b, though b follows a (an edge
+        // resolved once is not reused for a state pending deletion).
+        let list = [
+            mk("a", &["t"], false),
+            mk("b", &["t"], true),
+            mk("t", &[], true),
+            mk("t", &[], false),
+        ];
+        let refs: Vec<&State> = list.iter().collect();
+        assert_eq!(sort(&refs).unwrap(), [3, 0, 2, 1]);
+
+        // The same with one provider reference and two copies of the
+        // provider (same URN and ID).
+        let prov = u("pulumi:providers:pkgA::p");
+        let uses = |name: &str, delete: bool| {
+            st(
+                json!({"urn": u(&format!("a:b:T::{name}")), "custom": true, "id": name, "type": "a:b:T",
+                      "provider": format!("{prov}::1"), "delete": delete}),
+            )
+        };
+        let provider = |delete: bool| {
+            st(
+                json!({"urn": prov, "custom": true, "id": "1", "type": "pulumi:providers:pkgA",
+                      "delete": delete}),
+            )
+        };
+        let list = [
+            uses("a", false),
+            uses("b", true),
+            provider(true),
+            provider(false),
+        ];
+        let refs: Vec<&State> = list.iter().collect();
+        assert_eq!(sort(&refs).unwrap(), [3, 0, 2, 1]);
     }
 
     #[test]
