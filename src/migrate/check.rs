@@ -693,6 +693,13 @@ pub(crate) fn structure(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()>
             if let Some(p) = want_providers.get(&(s.urn.as_str(), s.id.as_str())) {
                 found_providers.insert(*p);
             }
+            // What a result refers to outside itself is mostly the stack and
+            // a provider, near the top of the list: once everything wanted
+            // is found, the rest of the list has nothing to add.
+            if found_urns.len() == want_urns.len() && found_providers.len() == want_providers.len()
+            {
+                break;
+            }
         }
     }
     for (r, p) in &provider_refs {
