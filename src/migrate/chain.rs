@@ -23,7 +23,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use super::rewrite::{identity_in, rewrite, Identity, SuccessorMap};
+use super::rewrite::{identity_in, rewrite, rewrite_noting, Identity, SuccessorMap, Unmapped};
 use super::rules::{MigrationError, Result, Rule};
 use crate::model::{State, TypeToken, Urn};
 
@@ -165,6 +165,21 @@ impl ChainOutcome {
     /// `None` when nothing changes.
     pub(crate) fn rewrite_outside(&self, state: &State) -> Option<State> {
         rewrite(state, &self.original_to_final, &identity_in(&self.result))
+    }
+
+    /// [`Self::rewrite_outside`] for one state of a pass over many (see
+    /// [`rewrite_noting`]).
+    pub(crate) fn rewrite_outside_noting<'s>(
+        &self,
+        state: &'s State,
+        unmapped: &mut Unmapped<'s>,
+    ) -> Option<State> {
+        rewrite_noting(
+            state,
+            &self.original_to_final,
+            &identity_in(&self.result),
+            unmapped,
+        )
     }
 }
 

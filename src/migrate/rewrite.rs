@@ -60,6 +60,27 @@ pub(crate) fn rewrite(
     map: &SuccessorMap,
     identity: &dyn Fn(&Urn) -> Option<Identity>,
 ) -> Option<State> {
+    rewrite_noting(state, map, identity, &mut Unmapped::default())
+}
+
+/// Texts a pass of [`rewrite_noting`] found unmapped: the last parent URN
+/// and the last provider reference. Neighbours in a list mostly share
+/// them, and comparing the text costs less than looking it up again.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Unmapped<'s> {
+    parent: Option<&'s str>,
+    provider: Option<&'s str>,
+}
+
+/// [`rewrite`], for one state of a pass over many with the same `map` and
+/// `identity`: a parent or provider reference `unmapped` names is not
+/// looked up again, and the ones found unmapped are noted there.
+pub(crate) fn rewrite_noting<'s>(
+    state: &'s State,
+    map: &SuccessorMap,
+    identity: &dyn Fn(&Urn) -> Option<Identity>,
+    unmapped: &mut Unmapped<'s>,
+) -> Option<State> {
     if map.is_empty() {
         return None;
     }
@@ -70,8 +91,11 @@ pub(crate) fn rewrite(
             out.get_or_insert_with(|| state.clone())
         };
     }
-    if let Some(p) = map.get(&state.parent) {
-        edit!().parent = p.clone();
+    if unmapped.parent != Some(state.parent.as_str()) {
+        match map.get(&state.parent) {
+            Some(p) => edit!().parent = p.clone(),
+            None => unmapped.parent = Some(state.parent.as_str()),
+        }
     }
     if let Some(d) = map.get(&*state.deleted_with) {
         edit!().deleted_with = d.clone().into();
@@ -92,8 +116,11 @@ pub(crate) fn rewrite(
     if let Some(rw) = map_list(&state.replace_with, map) {
         edit!().replace_with = rw.into();
     }
-    if let Some(p) = rewrite_provider(&state.provider, map, identity) {
-        edit!().provider = p;
+    if unmapped.provider != Some(state.provider.as_str()) {
+        match rewrite_provider(&state.provider, map, identity) {
+            Some(p) => edit!().provider = p,
+            None => unmapped.provider = Some(state.provider.as_str()),
+        }
     }
     if let Some(m) = rewrite_map(&state.inputs, map, identity) {
         edit!().inputs = m;
@@ -344,5 +371,46 @@ mod tests {
             "urn:pulumi:s::p::pulumi:providers:a::new::id-old"
         );
         assert!(rewrite_provider("", &map, &known).is_none());
+    }
+
+    /// A pass with one `Unmapped` over states whose parents and provider
+    /// references alternate between mapped and unmapped rewrites exactly
+    /// the states `rewrite` alone rewrites, as `rewrite` does.
+    #[test]
+    fn a_pass_noting_unmapped_texts_rewrites_as_rewrite_does() {
+        let old_p = "urn:pulumi:s::p::pulumi:providers:a::old";
+        let other_p = "urn:pulumi:s::p::pulumi:providers:a::other";
+        let map: SuccessorMap = [
+            (urn("old"), urn("new")),
+            (Urn::parse(old_p).unwrap(), urn("new")),
+        ]
+        .into();
+        let mk = |parent: &str, provider: &str| {
+            state(json!({
+                "urn": urn("x").as_str(), "custom": true, "type": "a:b:C", "id": "1",
+                "parent": urn(parent).as_str(), "provider": format!("{provider}::1")
+            }))
+        };
+        let states = [
+            mk("p", other_p),
+            mk("p", other_p),
+            mk("old", other_p),
+            mk("old", other_p),
+            mk("p", old_p),
+            mk("p", old_p),
+            mk("old", old_p),
+            mk("p", other_p),
+        ];
+        let mut unmapped = Unmapped::default();
+        for (i, s) in states.iter().enumerate() {
+            let alone = rewrite(s, &map, &ids(true));
+            let noting = rewrite_noting(s, &map, &ids(true), &mut unmapped);
+            assert_eq!(
+                noting.as_ref().map(|n| serde_json::to_value(n).unwrap()),
+                alone.as_ref().map(|n| serde_json::to_value(n).unwrap()),
+                "state {i}"
+            );
+            assert_eq!(noting.is_some(), matches!(i, 2..=6), "state {i}");
+        }
     }
 }

@@ -22,6 +22,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
 use super::chain::ChainOutcome;
+use super::rewrite::Unmapped;
 use super::rules::{MigrationError, Result};
 use super::subtree::Subtree;
 use crate::model::fasthash::FastMap;
@@ -263,9 +264,10 @@ pub(crate) fn prepare(
 ) -> Result<Prepared> {
     // 1. Retained rewrites (sparse: most states do not change).
     let mut patched: FastMap<usize, State> = FastMap::default();
+    let mut unmapped = Unmapped::default();
     for (i, s) in prior.iter().enumerate() {
         if !subtree.contains(i) {
-            if let Some(p) = outcome.rewrite_outside(s) {
+            if let Some(p) = outcome.rewrite_outside_noting(s, &mut unmapped) {
                 patched.insert(i, p);
             }
         }
