@@ -502,6 +502,33 @@ impl Persister for DiesAfterMigration {
     }
 }
 
+/// An engine on `cloud` that reports each committed migration's prior list.
+fn reporting_engine(cloud: &Arc<SimCloud>) -> Engine {
+    Engine::new(
+        EngineConfig {
+            project: "proj".into(),
+            report_migration_states: true,
+            ..EngineConfig::default()
+        },
+        ProviderRegistry::simulated(cloud.clone()),
+    )
+}
+
+/// One update of `resources` on stack `dev` of `backend`, journaled.
+async fn journal_update(
+    engine: &Engine,
+    backend: &Backend,
+    resources: Vec<Res>,
+) -> Result<Outcome, EngineError> {
+    let open = backend.open("dev", "test").unwrap();
+    let p = open
+        .persister(PersistenceKind::Journal, JournalOptions::default())
+        .unwrap();
+    engine
+        .update(open.deployment.clone(), program(resources), p)
+        .await
+}
+
 fn by_urn(states: &[State]) -> std::collections::BTreeMap<String, Value> {
     states
         .iter()
@@ -515,14 +542,7 @@ async fn a_persisted_migration_replays_exactly_and_survives_a_later_failure() {
         let dir = tempfile::tempdir().unwrap();
         let backend = Backend::new(dir.path());
         let cloud = SimCloud::new(SimConfig::default());
-        let engine = Engine::new(
-            EngineConfig {
-                project: "proj".into(),
-                report_migration_states: true,
-                ..EngineConfig::default()
-            },
-            ProviderRegistry::simulated(cloud.clone()),
-        );
+        let engine = reporting_engine(&cloud);
         let v1 = vec![
             component("app"),
             bucket("old", &[]).parent("app"),
@@ -819,14 +839,7 @@ async fn a_migration_behind_many_unchanged_registrations_reads_them_in_place() {
     let dir = tempfile::tempdir().unwrap();
     let backend = Backend::new(dir.path());
     let cloud = SimCloud::new(SimConfig::default());
-    let engine = Engine::new(
-        EngineConfig {
-            project: "proj".into(),
-            report_migration_states: true,
-            ..EngineConfig::default()
-        },
-        ProviderRegistry::simulated(cloud.clone()),
-    );
+    let engine = reporting_engine(&cloud);
     let others = |from: usize, to: usize| (from..to).map(|i| bucket(&format!("b{i}"), &[]));
     let program_of = |app: Res, child: &str| -> Vec<Res> {
         let mut v: Vec<Res> = others(0, 300).collect();
@@ -835,36 +848,21 @@ async fn a_migration_behind_many_unchanged_registrations_reads_them_in_place() {
         v.extend(others(300, 400));
         v
     };
-    let open = backend.open("dev", "test").unwrap();
-    let p = open
-        .persister(PersistenceKind::Journal, JournalOptions::default())
-        .unwrap();
-    engine
-        .update(
-            open.deployment.clone(),
-            program(program_of(component("app"), "old")),
-            p,
-        )
+    journal_update(&engine, &backend, program_of(component("app"), "old"))
         .await
         .unwrap();
-    drop(open);
 
-    let open = backend.open("dev", "test").unwrap();
-    let p = open
-        .persister(PersistenceKind::Journal, JournalOptions::default())
-        .unwrap();
     let v2 = program_of(
         migrating(component("app"), vec![rename("old", "new")]),
         "new",
     );
     let outcome = tokio::time::timeout(
         Duration::from_secs(120),
-        engine.update(open.deployment.clone(), program(v2), p),
+        journal_update(&engine, &backend, v2),
     )
     .await
     .expect("the update finishes")
     .unwrap();
-    drop(open);
     assert_eq!(committed(&outcome), 1);
     let prepared = outcome.migrations[0]
         .prior_states
