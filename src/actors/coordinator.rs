@@ -218,37 +218,31 @@ fn plan(
     outcome: &ChainOutcome,
 ) -> Result<Planned, MigrationError> {
     check::validate(&context(req, prior, subtree), outcome)?;
-    let prepared = transaction::prepare(&req.registration, prior, subtree, outcome)?;
-
+    let transaction::Prepared { order, states, .. } =
+        transaction::prepare(&req.registration, prior, subtree, outcome)?;
     // The fresh handles are shared by the persisted record and the commit.
-    let mut fresh: Vec<Option<StateRef>> = prepared
-        .states
-        .iter()
-        .map(|s| Some(share(s.clone())))
-        .collect();
-    let mut list = Vec::with_capacity(prepared.order.len());
+    let fresh: Vec<StateRef> = states.into_iter().map(share).collect();
+    let mut list = Vec::with_capacity(order.len());
     let mut base_patches = Vec::new();
-    let mut commit_list = Vec::with_capacity(prepared.order.len());
-    for slot in &prepared.order {
+    let mut commit_list = Vec::with_capacity(order.len());
+    for slot in order {
         match slot {
             Slot::Base { index, patched } => {
-                let handle = live[*index].clone();
+                let handle = live[index].clone();
                 list.push(ListItem::Retained(handle.clone()));
                 match patched {
                     Some(p) => {
-                        base_patches.push((handle.clone(), (**p).clone()));
+                        base_patches.push((handle.clone(), (*p).clone()));
                         commit_list.push(CommitSlot::Retained {
                             live: handle,
-                            prepared: p.clone(),
+                            prepared: p,
                         });
                     }
                     None => commit_list.push(CommitSlot::Fresh(handle)),
                 }
             }
             Slot::Result { index } => {
-                let handle = fresh[*index]
-                    .take()
-                    .unwrap_or_else(|| share(prepared.states[*index].clone()));
+                let handle = fresh[index].clone();
                 list.push(ListItem::Fresh(handle.clone()));
                 commit_list.push(CommitSlot::Fresh(handle));
             }
