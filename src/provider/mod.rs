@@ -15,6 +15,8 @@ mod sim_db;
 mod sim_file;
 #[cfg(feature = "sim")]
 mod sim_functions;
+#[cfg(feature = "sim")]
+mod sim_timer;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

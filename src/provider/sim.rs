@@ -91,6 +91,7 @@ pub use super::sim_db::CloudLog;
 use super::sim_db::DbLog;
 use super::sim_file::{key, CloudFile, CloudState, Key, Record};
 pub use super::sim_file::{CloudFileError, CloudFileStats};
+use super::sim_timer::SimTimer;
 
 /// Where the cloud's objects are kept: a file, or a log shared through a
 /// database.
@@ -403,6 +404,8 @@ pub struct SimCloud {
     migrations: Mutex<Vec<SimMigration>>,
     /// The test gates.
     gates: Gates,
+    /// The clock of the simulated latencies, started by the first one.
+    timer: std::sync::OnceLock<SimTimer>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -606,6 +609,7 @@ impl SimCloud {
             file: Mutex::new(None),
             secrets: Mutex::new(None),
             gates: Gates::default(),
+            timer: std::sync::OnceLock::new(),
         }
     }
 
@@ -1124,8 +1128,17 @@ impl SimCloud {
     }
 
     async fn sleep(&self) {
-        if !self.config.latency.is_zero() {
-            tokio::time::sleep(self.config.latency).await;
+        self.wait(self.config.latency).await;
+    }
+
+    /// Waits `duration` on the simulated cloud's own timer, which keeps
+    /// the configured latency (tokio's rounds it up by a millisecond).
+    async fn wait(&self, duration: Duration) {
+        if !duration.is_zero() {
+            self.timer
+                .get_or_init(SimTimer::start)
+                .sleep(duration)
+                .await;
         }
     }
 
@@ -1140,7 +1153,7 @@ impl SimCloud {
     ) -> Result<()> {
         match timeout {
             Some(t) if self.config.latency > t => {
-                tokio::time::sleep(t).await;
+                self.wait(t).await;
                 self.counters.failures.fetch_add(1, Ordering::SeqCst);
                 Err(ProviderError::Failed {
                     operation,
