@@ -62,8 +62,8 @@ struct Args {
     /// Seed for the dag shape.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Operations begun ahead of their calls (`EngineConfig::pending_window`;
-    /// default the pool size).
+    /// The ceiling of the operations begun ahead of their calls
+    /// (`EngineConfig::pending_window`; 0: the engine's default).
     #[arg(long, default_value_t = 0)]
     window: usize,
 }

@@ -95,12 +95,19 @@ pub struct Outcome {
     pub migrations: Vec<MigrationReport>,
 }
 
-/// The pending-operation window when [`EngineConfig::pending_window`] is 0
-/// (and `parallel` is smaller): enough `begin` records per fsync that an
-/// `up` at the default parallelism is not bound by one fsync per
-/// `parallel` resources, while a quiesce at `parallel` 64 still waits for
-/// one round of calls only (BENCHMARKS.md, "Issue 20, second slice B").
+/// The least default ceiling of the pending-operation window (when
+/// [`EngineConfig::pending_window`] is 0; the default ceiling is the larger
+/// of this and [`DEFAULT_WINDOW_ROUNDS`] x `parallel`): enough `begin`
+/// records per fsync that an `up` at the default parallelism is not bound
+/// by one fsync per `parallel` resources (BENCHMARKS.md, "Issue 20, second
+/// slice B").
 pub const DEFAULT_PENDING_WINDOW: usize = 64;
+
+/// Rounds of `parallel` provider calls the default window ceiling holds.
+/// The window in use stays at `parallel` unless calls are short enough
+/// that the extra rounds cost a quiesce little (BENCHMARKS.md, "Issue 20,
+/// tenth slice").
+pub const DEFAULT_WINDOW_ROUNDS: usize = 4;
 
 /// The engine's configuration.
 #[derive(Debug, Clone)]
@@ -111,13 +118,17 @@ pub struct EngineConfig {
     pub project: String,
     /// Provider calls running at once (default 4 x cores; 1 = serial).
     pub parallel: usize,
-    /// Operations whose `begin` may be durable ahead of their provider
-    /// calls, and chains calling a provider handed to the executor at once
-    /// (0, the default: [`DEFAULT_PENDING_WINDOW`]; never less than
-    /// `parallel`). A crash leaves at most this many operations pending; a
-    /// migration's quiesce waits for at most this many chains (window /
-    /// parallel rounds of the longest step). Larger windows let more
-    /// `begin` records share an fsync.
+    /// The ceiling of the pending-operation window: operations whose
+    /// `begin` may be durable ahead of their provider calls, and chains
+    /// calling a provider handed to the executor at once (0, the default:
+    /// the larger of [`DEFAULT_PENDING_WINDOW`] and
+    /// [`DEFAULT_WINDOW_ROUNDS`] x `parallel`; never less than `parallel`).
+    /// A crash leaves at most this many operations pending. The window in
+    /// use is `parallel` plus extra rounds of `parallel` only while
+    /// provider calls are short enough that a migration's quiesce, which
+    /// waits for every chain handed over, waits at most 5 ms for them
+    /// (ARCHITECTURE.md, "Execution"). Wider windows let more `begin`
+    /// records share an fsync and keep the permits busy between them.
     pub pending_window: usize,
     /// Keep going after a step fails, skipping its dependents.
     pub continue_on_error: bool,
@@ -268,11 +279,13 @@ impl Engine {
         e
     }
 
-    /// The pending-operation window: `pending_window` (0:
-    /// [`DEFAULT_PENDING_WINDOW`]), at least `parallel`.
+    /// The ceiling of the pending-operation window: `pending_window` (0:
+    /// the larger of [`DEFAULT_PENDING_WINDOW`] and
+    /// [`DEFAULT_WINDOW_ROUNDS`] x `parallel`), at least `parallel`.
     pub fn pending_window(&self) -> usize {
         let w = match self.config.pending_window {
-            0 => DEFAULT_PENDING_WINDOW,
+            0 => DEFAULT_PENDING_WINDOW
+                .max(DEFAULT_WINDOW_ROUNDS.saturating_mul(self.config.parallel)),
             w => w,
         };
         w.max(self.config.parallel).max(1)
@@ -618,7 +631,6 @@ impl Engine {
                 done: done_tx,
                 preview,
                 migration: migration_env,
-                window: self.pending_window(),
             },
             cell.clone(),
         )

@@ -1343,3 +1343,69 @@ async fn a_no_op_rewrites_nothing_and_later_updates_replay_onto_its_base() {
     let loaded = backend.load(STACK).unwrap();
     assert!(json(&loaded.deployment.resources) == json(&again.snapshot.resources));
 }
+
+/// The operations begun and not ended in the journal file as it stands.
+fn pending_in_journal(backend: &Backend) -> usize {
+    let bytes = std::fs::read(backend.paths(STACK).journal).unwrap_or_default();
+    let records = keel::persist::journal::decode(&bytes).unwrap().records;
+    let mut open = std::collections::BTreeSet::new();
+    for r in &records {
+        match &r.entry {
+            Entry::Begin { op, .. } => {
+                open.insert(*op);
+            }
+            Entry::Success { op, .. } | Entry::Failure { op, .. } => {
+                open.remove(op);
+            }
+            _ => {}
+        }
+    }
+    open.len()
+}
+
+/// With provider calls slower than the quiesce slack (5 ms), the window in
+/// use stays at the pool whatever its ceiling: the executor holds at most
+/// `parallel` chains that call a provider, so a migration's quiesce waits
+/// for one round of calls (P8) and a crash leaves at most `parallel`
+/// operations pending. (With the window at its ceiling, all eight begins
+/// of the first batch would be in the journal.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_calls_keep_the_window_at_the_pool_whatever_its_ceiling() {
+    let dir = tempfile::tempdir().unwrap();
+    let cloud = SimCloud::new(SimConfig {
+        latency: Duration::from_millis(20),
+        ..SimConfig::default()
+    });
+    // Two rounds of two calls end (the latency is observed), then the
+    // third round stays in flight.
+    cloud.hold_from(4);
+    let run = {
+        let (path, cloud) = (dir.path().to_owned(), cloud.clone());
+        tokio::spawn(async move {
+            let buckets = (0..12).map(|i| bucket(&format!("b{i}"), &[])).collect();
+            let backend = Backend::new(&path);
+            up_with(&backend, &cloud, buckets, PersistenceKind::Journal, 2, 8).await
+        })
+    };
+    let backend = Backend::new(dir.path());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while cloud.counters().creates < 6 || cloud.counters().in_flight < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the third round of calls never started: {:?}",
+            cloud.counters()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // What a wider window would have begun is in the same group commits
+    // as the held calls' begins; give any stragglers time to land.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        pending_in_journal(&backend),
+        2,
+        "only the two held calls are begun"
+    );
+    assert_eq!(cloud.counters().creates, 6);
+    run.abort();
+    let _ = run.await;
+}

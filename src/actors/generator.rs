@@ -116,11 +116,9 @@ pub(crate) struct GenState {
     gated: VecDeque<(crate::plan::step::Chain, Option<RegisterReply>)>,
     /// A task waits for a gate reservation for the first of `gated`.
     awaiting_gate: bool,
-    /// Chains calling a provider in the executor (at most `window`).
+    /// Chains calling a provider in the executor (at most the window,
+    /// `ExecShared::window`).
     calls_submitted: usize,
-    /// The most chains calling a provider in the executor at once (the
-    /// pending-operation window).
-    window: usize,
     draining: bool,
     reports: Vec<MigrationReport>,
     rules: Vec<crate::model::rule::Rule>,
@@ -196,9 +194,6 @@ pub(crate) struct GenArgs {
     pub preview: bool,
     /// What migrations need.
     pub migration: MigrationEnv,
-    /// The most chains calling a provider handed to the executor at once
-    /// (the pending-operation window, `Engine::pending_window`).
-    pub window: usize,
 }
 
 impl GenState {
@@ -233,7 +228,7 @@ impl GenState {
         };
         while let Some((chain, reply)) = self.gated.pop_front() {
             let calls = super::executor::calls_provider(&chain);
-            if calls && self.calls_submitted >= self.window {
+            if calls && self.calls_submitted >= self.exec.window() {
                 self.gated.push_front((chain, reply));
                 return;
             }
@@ -1234,7 +1229,6 @@ impl Actor for GeneratorActor {
             gated: VecDeque::new(),
             awaiting_gate: false,
             calls_submitted: 0,
-            window: args.window.max(1),
             draining: false,
             reports: Vec::new(),
             rules: Vec::new(),

@@ -6,8 +6,8 @@
 //! chain submitted after it starts until resume. A chain first waits for
 //! the chains of what it depends on, then runs its steps in order. Each
 //! provider call is bracketed by a `begin` and an end mutation that the
-//! persister makes durable. An operation holds a pending slot (the window,
-//! `Engine::pending_window`) from before its `begin` is queued until its end
+//! persister makes durable. An operation holds a pending slot (the window's
+//! ceiling, `Engine::pending_window`) from before its `begin` is queued until its end
 //! record is queued, so at most that many operations are ever pending;
 //! its provider call holds a pool permit (`parallel`, default 4 x cores)
 //! only while it runs, once its `begin` is durable. The end record of a
@@ -21,6 +21,7 @@
 mod same;
 mod shared;
 mod step;
+mod window;
 
 use std::collections::HashSet;
 use std::sync::Arc;

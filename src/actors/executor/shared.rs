@@ -76,9 +76,12 @@ pub(crate) struct ExecShared {
     /// Provider-call permits (`parallel`): taken once the call's `begin`
     /// is durable, given back when the call returns.
     pub(super) pool: Semaphore,
-    /// Pending-operation slots (`window`): taken before a `begin` is
-    /// queued, given back once its end record is queued.
+    /// Pending-operation slots (`window`, the ceiling): taken before a
+    /// `begin` is queued, given back once its end record is queued.
     pub(super) pending: Semaphore,
+    /// How long provider calls take, which sizes the window of chains the
+    /// generator hands over ([`ExecShared::window`]).
+    pub(super) latency: super::window::CallLatency,
     pub(super) status: FastDashMap<Urn, watch::Sender<Status>>,
     pub(super) news: Arc<Written>,
     pub(super) registry: ProviderRegistry,
@@ -126,6 +129,7 @@ impl ExecShared {
         Arc::new(Self {
             pool: Semaphore::new(config.parallel.max(1)),
             pending: Semaphore::new(config.window.max(config.parallel).max(1)),
+            latency: super::window::CallLatency::default(),
             config,
             gate,
             status: FastDashMap::default(),
@@ -140,6 +144,14 @@ impl ExecShared {
             next_op: AtomicU64::new(1),
             component_after: FastDashMap::default(),
         })
+    }
+
+    /// How many chains that call a provider the generator may hand over
+    /// at once now: `parallel`, plus as many extra rounds of it as the
+    /// observed call latency lets a quiesce wait for, up to the configured
+    /// window (`executor::window`).
+    pub(crate) fn window(&self) -> usize {
+        super::window::window(self.config.parallel, self.config.window, self.latency.get())
     }
 
     /// Steps completed per kind.

@@ -290,7 +290,12 @@ async fn bracket<'a, T>(
             .await?;
     }
     let result = match shared.pool.acquire().await {
-        Ok(_permit) => call.await,
+        Ok(_permit) => {
+            let started = std::time::Instant::now();
+            let result = call.await;
+            shared.latency.record(started.elapsed());
+            result
+        }
         Err(_) => return Err(StepError::Other("the executor stopped".into())),
     };
     match result {
