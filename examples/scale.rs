@@ -18,6 +18,13 @@
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
+
+/// The `keel` binary's allocator (src/bin/keel.rs): the harness measures
+/// the engine as the command runs it.
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
