@@ -93,6 +93,11 @@ pub struct Outcome {
     pub plan: Option<crate::plan::saved::SavedPlan>,
     /// What each registration's component migration did.
     pub migrations: Vec<MigrationReport>,
+    /// The wall time of the provider calls that act on the cloud
+    /// (creates, updates, deletes, reads, imports), summed over all of
+    /// them, in milliseconds: divided by `parallel`, the least time the
+    /// operation could have taken with its calls as they were.
+    pub provider_call_ms: f64,
 }
 
 /// The least default ceiling of the pending-operation window (when
@@ -816,6 +821,7 @@ impl Engine {
             fsyncs,
             plan,
             migrations,
+            provider_call_ms: shared.provider_time().as_secs_f64() * 1000.0,
         };
         if outcome.summary.succeeded() {
             Ok(outcome)

@@ -596,3 +596,32 @@ async fn a_bad_property_path_is_an_error_naming_the_resource() {
         assert_eq!(h.cloud.counters().updates, 0);
     }
 }
+
+/// An operation reports the time its provider calls took, summed: with
+/// 5 ms per simulated operation, three creates take at least 15 ms, a
+/// no-op none, and an update of one at least 5 ms (lower bounds only: the
+/// simulated latency is a floor, a loaded machine adds to it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operation_reports_its_provider_time() {
+    let mut h = Harness::new(SimConfig {
+        latency: std::time::Duration::from_millis(5),
+        ..SimConfig::default()
+    });
+    let created = h.up(prog("1")).await.unwrap();
+    assert!(
+        created.provider_call_ms >= 15.0,
+        "three 5 ms creates: {} ms",
+        created.provider_call_ms
+    );
+    let noop = h.up(prog("1")).await.unwrap();
+    assert_eq!(noop.provider_call_ms, 0.0, "a no-op calls no provider");
+    let mut one = prog("1");
+    one[2] = bucket("c", &[("size", "2")]);
+    let updated = h.up(one).await.unwrap();
+    assert_eq!(updated.summary.count(Update), 1);
+    assert!(
+        updated.provider_call_ms >= 5.0,
+        "one 5 ms update: {} ms",
+        updated.provider_call_ms
+    );
+}

@@ -154,6 +154,12 @@ impl ExecShared {
         super::window::window(self.config.parallel, self.config.window, self.latency.get())
     }
 
+    /// The wall time of this operation's provider calls (those holding a
+    /// pool permit: creates, updates, deletes, reads, imports), summed.
+    pub(crate) fn provider_time(&self) -> std::time::Duration {
+        self.latency.total()
+    }
+
     /// Steps completed per kind.
     pub(crate) fn counts(&self) -> BTreeMap<StepKind, usize> {
         self.counts.locked().clone()

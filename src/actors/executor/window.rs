@@ -58,12 +58,15 @@ pub(crate) fn window(parallel: usize, ceiling: usize, latency: Option<Duration>)
 pub(crate) struct CallLatency {
     /// Microseconds; `u64::MAX` before the first call returned.
     micros: AtomicU64,
+    /// Every call's time, summed (microseconds).
+    total_micros: AtomicU64,
 }
 
 impl Default for CallLatency {
     fn default() -> Self {
         Self {
             micros: AtomicU64::new(u64::MAX),
+            total_micros: AtomicU64::new(0),
         }
     }
 }
@@ -77,12 +80,18 @@ impl CallLatency {
         }
     }
 
+    /// The time of every call recorded, summed.
+    pub(crate) fn total(&self) -> Duration {
+        Duration::from_micros(self.total_micros.load(Ordering::Relaxed))
+    }
+
     /// Records a call that took `took`: a slower one raises the estimate to
     /// it, a faster one lowers it by an eighth of the difference.
     pub(crate) fn record(&self, took: Duration) {
         let took = u64::try_from(took.as_micros())
             .unwrap_or(u64::MAX - 1)
             .min(u64::MAX - 1);
+        self.total_micros.fetch_add(took, Ordering::Relaxed);
         // `fetch_update` retries on a race; the closure always answers.
         let _ = self
             .micros
@@ -138,6 +147,7 @@ mod tests {
     fn the_estimate_rises_at_once_and_falls_slowly() {
         let latency = CallLatency::default();
         assert_eq!(latency.get(), None);
+        assert_eq!(latency.total(), Duration::ZERO);
         latency.record(Duration::from_millis(2));
         assert_eq!(latency.get(), Some(Duration::from_millis(2)));
         // One slow call: the window narrows before the next submission.
@@ -147,6 +157,7 @@ mod tests {
         // Fast calls bring it down an eighth of the way each.
         latency.record(Duration::from_millis(2));
         assert_eq!(latency.get(), Some(Duration::from_millis(44)));
+        assert_eq!(latency.total(), Duration::from_millis(54));
         for _ in 0..40 {
             latency.record(Duration::from_millis(2));
         }
