@@ -301,12 +301,7 @@ async fn run(
 
     // Read now, quiesced: a chain that finished during the drain wrote its
     // state, and it needs the patches as much as any other.
-    let new_patches: Vec<(StateRef, State)> = env
-        .written
-        .sorted()
-        .iter()
-        .filter_map(|s| outcome.rewrite_outside(&lock(s)).map(|p| (s.clone(), p)))
-        .collect();
+    let new_patches: Vec<(StateRef, State)> = env.written.patches(|s| outcome.rewrite_outside(s));
 
     // Persist; a failure changes nothing.
     let mutation = Mutation::Migration(Box::new(MigrationMutation {

@@ -146,16 +146,30 @@ pub struct PropertyChange {
 pub struct Written(pub(crate) FastDashMap<Urn, StateRef>);
 
 impl Written {
-    /// The states, in URN order (deterministic: the order of a journal's
-    /// `newStatePatches`).
-    pub fn sorted(&self) -> Vec<StateRef> {
-        let mut v: Vec<(Urn, StateRef)> = self
+    /// The patches `patch` makes to the written states (each read under
+    /// its lock), in URN order (deterministic: the order of a journal's
+    /// `newStatePatches`). Only the states patched are sorted: a migration
+    /// late in a large operation patches few of many.
+    pub fn patches(
+        &self,
+        mut patch: impl FnMut(&State) -> Option<State>,
+    ) -> Vec<(StateRef, State)> {
+        // The handles first, the locks after: no state lock is taken
+        // while a shard of the map is held.
+        let handles: Vec<(Urn, StateRef)> = self
             .0
             .iter()
             .map(|e| (e.key().clone(), e.value().clone()))
             .collect();
+        let mut v: Vec<(Urn, StateRef, State)> = handles
+            .into_iter()
+            .filter_map(|(urn, h)| {
+                let p = patch(&lock(&h))?;
+                Some((urn, h, p))
+            })
+            .collect();
         v.sort_by(|a, b| a.0.cmp(&b.0));
-        v.into_iter().map(|(_, s)| s).collect()
+        v.into_iter().map(|(_, s, p)| (s, p)).collect()
     }
 }
 
@@ -170,5 +184,41 @@ impl Written {
     /// The state of `urn` written (or read) so far in this operation.
     pub fn get(&self, urn: &Urn) -> Option<State> {
         self.0.get(urn).map(|s| lock(s.value()).clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::TypeToken;
+
+    #[test]
+    fn patches_come_in_urn_order_and_only_for_the_states_patched() {
+        let written = Written::default();
+        let ty = TypeToken::parse("a:b:C").expect("type");
+        let mut handles = Vec::new();
+        for name in ["m", "z", "a", "q"] {
+            let urn = Urn::parse(&format!("urn:pulumi:d::p::a:b:C::{name}")).expect("urn");
+            let h = share(State::new(urn.clone(), ty.clone(), true));
+            written.0.insert(urn, h.clone());
+            handles.push((name, h));
+        }
+        // Every state but `q` is patched: its ID becomes its name.
+        let patches = written.patches(|s| {
+            (s.urn.name() != "q").then(|| {
+                let mut p = s.clone();
+                p.id = s.urn.name().into();
+                p
+            })
+        });
+        let names: Vec<String> = patches.iter().map(|(_, p)| p.id.to_string()).collect();
+        assert_eq!(names, ["a", "m", "z"]);
+        for (h, p) in &patches {
+            let (_, want) = handles
+                .iter()
+                .find(|(n, _)| *n == p.id.as_str())
+                .expect("a patched state");
+            assert!(Arc::ptr_eq(h, want), "the patch carries its own handle");
+        }
     }
 }
