@@ -274,7 +274,7 @@ pub fn write_base_with(
     // without holding the whole encoding in memory.
     let extra = base_extra(seq, split);
     atomic_write_with(path, true, counters, |w| {
-        CheckpointFile::export_to_writer(d, &extra, w)
+        super::encode::export_to_writer(d, &extra, w)
     })
     .map_err(io)
 }

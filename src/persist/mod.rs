@@ -6,6 +6,7 @@
 
 pub mod backend;
 pub mod checkpoint_file;
+mod encode;
 pub mod fs;
 pub mod history;
 pub mod journal;

@@ -1,0 +1,262 @@
+//! A base checkpoint encoded on two cores, byte for byte what the serial
+//! encoder writes.
+//!
+//! A large `up` ends with a compaction that encodes every state into the
+//! new base: at 100,000 states the encoding and write were 222-294 ms of a
+//! 1.9 s run (BENCHMARKS.md, "Issue 20, tenth slice"), on one core while
+//! the other waited. [`export_to_writer`] splits the states into chunks and
+//! encodes every other chunk on a second thread while this one encodes the
+//! rest, writing them in order. At most a few chunks are encoded ahead, so
+//! the peak memory (the compaction is P6's peak) grows by those, not by a
+//! copy of the base.
+//!
+//! The deployment's own fields (manifest, pending operations, unmodeled
+//! keys) keep their encoder: a shell of the deployment whose one state is
+//! a sentinel (a URN carrying a fresh random name) is encoded as usual,
+//! and the states' chunks are written where the sentinel's bytes are. A
+//! shell whose bytes do not hold the sentinel exactly once (which a random
+//! 128-bit name makes impossible in practice) is encoded serially.
+
+use std::hash::{BuildHasher, Hasher};
+use std::io::Write;
+use std::sync::mpsc;
+
+use crate::model::{CheckpointFile, Deployment, State, TypeToken, Urn};
+
+/// Below this many states the serial encoder is used: a thread costs more
+/// than it saves.
+pub(crate) const PARALLEL_FROM: usize = 4096;
+
+/// States per chunk.
+const CHUNK: usize = 1024;
+
+/// Chunks the second thread may have encoded ahead of the writer.
+const AHEAD: usize = 2;
+
+/// Writes the checkpoint file of `deployment` with the `extra` top-level
+/// keys to `w`: the bytes [`CheckpointFile::export_to_writer`] writes, with
+/// the states encoded on two threads when there are at least
+/// [`PARALLEL_FROM`] of them.
+///
+/// # Errors
+/// What writing to `w` returns, or an encoding error.
+pub(crate) fn export_to_writer(
+    deployment: &Deployment,
+    extra: &std::collections::BTreeMap<String, serde_json::Value>,
+    w: &mut dyn Write,
+) -> std::io::Result<()> {
+    export_chunked(deployment, extra, w, PARALLEL_FROM, CHUNK)
+}
+
+/// [`export_to_writer`] with its thresholds as arguments (the tests use
+/// small ones).
+fn export_chunked(
+    deployment: &Deployment,
+    extra: &std::collections::BTreeMap<String, serde_json::Value>,
+    w: &mut dyn Write,
+    from: usize,
+    chunk: usize,
+) -> std::io::Result<()> {
+    let states = &deployment.resources;
+    if states.len() < from.max(1) {
+        return CheckpointFile::export_to_writer(deployment, extra, w);
+    }
+    let Some((head, tail)) = shell_around_states(deployment, extra)? else {
+        return CheckpointFile::export_to_writer(deployment, extra, w);
+    };
+    w.write_all(&head)?;
+    let chunk = chunk.max(1);
+    let chunks: Vec<&[State]> = states.chunks(chunk).collect();
+    std::thread::scope(|scope| -> std::io::Result<()> {
+        let (tx, rx) = mpsc::sync_channel::<std::io::Result<Vec<u8>>>(AHEAD);
+        let odd = &chunks;
+        scope.spawn(move || {
+            for c in odd.iter().skip(1).step_by(2) {
+                // A closed channel: the writer failed and stopped reading.
+                if tx.send(encode_chunk(c)).is_err() {
+                    return;
+                }
+            }
+        });
+        for (i, c) in chunks.iter().enumerate() {
+            if i > 0 {
+                w.write_all(b",")?;
+            }
+            if i % 2 == 0 {
+                w.write_all(&encode_chunk(c)?)?;
+            } else {
+                let bytes = rx.recv().map_err(|_| {
+                    std::io::Error::other("the checkpoint encoder's second thread stopped")
+                })??;
+                w.write_all(&bytes)?;
+            }
+        }
+        Ok(())
+    })?;
+    w.write_all(&tail)
+}
+
+/// The states of `chunk`, encoded and separated by commas.
+fn encode_chunk(chunk: &[State]) -> std::io::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(chunk.len() * 512);
+    for (i, s) in chunk.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut out, s).map_err(std::io::Error::from)?;
+    }
+    Ok(out)
+}
+
+/// The file's bytes before and after its states: a shell of `d` with one
+/// sentinel state is encoded and cut where the sentinel is. `None` when
+/// the sentinel's bytes are not found exactly once.
+fn shell_around_states(
+    d: &Deployment,
+    extra: &std::collections::BTreeMap<String, serde_json::Value>,
+) -> std::io::Result<Option<(Vec<u8>, Vec<u8>)>> {
+    let sentinel = sentinel()?;
+    let marker = serde_json::to_vec(&sentinel).map_err(std::io::Error::from)?;
+    let shell = Deployment {
+        manifest: d.manifest.clone(),
+        secrets_providers: d.secrets_providers.clone(),
+        resources: vec![sentinel],
+        pending_operations: d.pending_operations.clone(),
+        metadata: d.metadata.clone(),
+        snippets: d.snippets.clone(),
+        extensions: d.extensions.clone(),
+        keys: d.keys,
+        extra: d.extra.clone(),
+    };
+    let mut bytes = Vec::new();
+    CheckpointFile::export_to_writer(&shell, extra, &mut bytes)?;
+    let Some(at) = find(&bytes, &marker) else {
+        return Ok(None);
+    };
+    if find(&bytes[at + 1..], &marker).is_some() {
+        return Ok(None);
+    }
+    let tail = bytes.split_off(at + marker.len());
+    bytes.truncate(at);
+    Ok(Some((bytes, tail)))
+}
+
+/// The first position of `needle` in `hay`.
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    if needle.is_empty() || needle.len() > hay.len() {
+        return None;
+    }
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// A state whose URN's name is 128 random bits (two keys of the standard
+/// library's randomly seeded hasher): no real state encodes to its bytes.
+fn sentinel() -> std::io::Result<State> {
+    let random = || {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(0x6b65_656c);
+        h.finish()
+    };
+    let name = format!("keel-split-{:016x}{:016x}", random(), random());
+    let urn = Urn::parse(&format!(
+        "urn:pulumi:keel::split::keel:split:Sentinel::{name}"
+    ))
+    .map_err(std::io::Error::other)?;
+    let ty = TypeToken::parse("keel:split:Sentinel").map_err(std::io::Error::other)?;
+    Ok(State::new(urn, ty, false))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every fixture written by Pulumi, and a synthetic deployment, encode
+    /// to the serial encoder's bytes at every chunk size.
+    #[test]
+    fn check() {
+        let mut deployments = Vec::new();
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures");
+        let mut files = Vec::new();
+        collect(&dir, &mut files);
+        assert!(!files.is_empty(), "fixtures under {}", dir.display());
+        for f in files {
+            let bytes = std::fs::read(&f).expect("a fixture");
+            if let Ok(file) = CheckpointFile::from_slice(&bytes) {
+                if let Some(d) = file.deployment_ref() {
+                    deployments.push((f.display().to_string(), d.clone()));
+                }
+            }
+        }
+        assert!(deployments.len() > 5, "fixtures decode");
+        let mut extra = std::collections::BTreeMap::new();
+        extra.insert("keel".to_owned(), serde_json::json!({"seq": 7}));
+        for (name, d) in &deployments {
+            let mut serial = Vec::new();
+            CheckpointFile::export_to_writer(d, &extra, &mut serial).expect("serial");
+            for chunk in [1, 2, 3, 7, 1024] {
+                let mut parallel = Vec::new();
+                export_chunked(d, &extra, &mut parallel, 0, chunk).expect("parallel");
+                assert!(
+                    parallel == serial,
+                    "{name}: chunks of {chunk} differ from the serial bytes"
+                );
+            }
+        }
+    }
+
+    /// A writer that fails is an error, not a hang or a panic, whichever
+    /// thread's chunk it fails on.
+    #[test]
+    fn a_failing_writer_fails_the_export() {
+        struct FailAfter(usize);
+        impl Write for FailAfter {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                if self.0 < buf.len() {
+                    return Err(std::io::Error::other("disk full"));
+                }
+                self.0 -= buf.len();
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let d = many_states(40);
+        let mut serial = Vec::new();
+        CheckpointFile::export_to_writer(&d, &Default::default(), &mut serial).expect("serial");
+        for limit in [0, 10, serial.len() / 3, serial.len() / 2, serial.len() - 1] {
+            let mut w = FailAfter(limit);
+            let r = export_chunked(&d, &Default::default(), &mut w, 0, 3);
+            assert!(r.is_err(), "a writer failing after {limit} bytes");
+        }
+        let mut w = FailAfter(serial.len());
+        export_chunked(&d, &Default::default(), &mut w, 0, 3).expect("exactly enough room");
+    }
+
+    fn many_states(n: usize) -> Deployment {
+        let ty = TypeToken::parse("aws:s3/bucket:Bucket").expect("type");
+        let mut d = Deployment::default();
+        for i in 0..n {
+            let urn =
+                Urn::parse(&format!("urn:pulumi:dev::p::aws:s3/bucket:Bucket::b{i}")).expect("urn");
+            let mut s = State::new(urn, ty.clone(), true);
+            s.id = format!("id-{i}");
+            d.resources.push(s);
+        }
+        d
+    }
+
+    fn collect(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                collect(&p, out);
+            } else if p.extension().is_some_and(|x| x == "json") {
+                out.push(p);
+            }
+        }
+    }
+}
