@@ -130,23 +130,20 @@ fn shell_around_states(
     };
     let mut bytes = Vec::new();
     CheckpointFile::export_to_writer(&shell, extra, &mut bytes)?;
-    let Some(at) = find(&bytes, &marker) else {
+    // Serde's JSON is UTF-8: searched as text, in linear time (two-way).
+    let (Ok(text), Ok(marker)) = (std::str::from_utf8(&bytes), std::str::from_utf8(&marker)) else {
         return Ok(None);
     };
-    if find(&bytes[at + 1..], &marker).is_some() {
+    let (Some(at), Some(last)) = (text.find(marker), text.rfind(marker)) else {
+        return Ok(None);
+    };
+    if at != last {
         return Ok(None);
     }
-    let tail = bytes.split_off(at + marker.len());
+    let marker_len = marker.len();
+    let tail = bytes.split_off(at + marker_len);
     bytes.truncate(at);
     Ok(Some((bytes, tail)))
-}
-
-/// The first position of `needle` in `hay`.
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    if needle.is_empty() || needle.len() > hay.len() {
-        return None;
-    }
-    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// A state whose URN's name is 128 random bits (two keys of the standard
