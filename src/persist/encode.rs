@@ -171,16 +171,19 @@ mod tests {
     /// to the serial encoder's bytes at every chunk size.
     #[test]
     fn check() {
+        // Read in place, as tests/checkpoint_fixtures.rs reads them.
+        let dir = std::env::var_os("KEEL_FIXTURES").map_or_else(
+            || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/pulumi"),
+            std::path::PathBuf::from,
+        );
+        let entries = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()));
         let mut deployments = Vec::new();
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures");
-        let mut files = Vec::new();
-        collect(&dir, &mut files);
-        assert!(!files.is_empty(), "fixtures under {}", dir.display());
-        for f in files {
-            let bytes = std::fs::read(&f).expect("a fixture");
+        for path in entries.flatten().map(|e| e.path()).filter(|p| p.is_file()) {
+            let bytes = std::fs::read(&path).expect("a fixture");
             if let Ok(file) = CheckpointFile::from_slice(&bytes) {
                 if let Some(d) = file.deployment_ref() {
-                    deployments.push((f.display().to_string(), d.clone()));
+                    deployments.push((path.display().to_string(), d.clone()));
                 }
             }
         }
@@ -241,19 +244,5 @@ mod tests {
             d.resources.push(s);
         }
         d
-    }
-
-    fn collect(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-        let Ok(entries) = std::fs::read_dir(dir) else {
-            return;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                collect(&p, out);
-            } else if p.extension().is_some_and(|x| x == "json") {
-                out.push(p);
-            }
-        }
     }
 }
