@@ -869,6 +869,15 @@ impl Planner {
             },
         };
         let p = *self.prepare(&as_goal)?;
+        // A read's state is written whether or not it is targeted: one that
+        // refers to a skipped create would refer to nothing (a stack no
+        // load accepts), so it is refused before anything is recorded.
+        if let Some((_, d)) = p.new.references().find(|(_, d)| self.skipped.contains(*d)) {
+            return Err(PlanError::ReadOfSkipped {
+                urn: p.urn,
+                dependency: d.clone(),
+            });
+        }
         let waits_for = p.waits_for;
         if let Some(i) = p.old_index {
             self.handled[i] = true;

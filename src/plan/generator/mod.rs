@@ -119,6 +119,15 @@ pub enum PlanError {
         /// The untargeted dependency.
         dependency: Urn,
     },
+    /// A read (or action) refers to a resource whose create a targeted
+    /// operation skipped: its state would refer to nothing.
+    #[error("resource {urn} is read, but it refers to {dependency}, which is not targeted and has no prior state (its create was skipped); add `--target {dependency}` to the operation")]
+    ReadOfSkipped {
+        /// The read resource.
+        urn: Urn,
+        /// The skipped resource it refers to.
+        dependency: Urn,
+    },
     /// The program deviates from the saved plan being applied.
     #[error("resource {urn} deviates from the plan: {difference}; run `keel preview --save-plan` again, or change the program back")]
     PlanDeviation {
