@@ -368,3 +368,66 @@ fn targets_may_be_globs_as_pulumis() {
     assert_eq!(k.cloud().len(), before);
     verified(&k);
 }
+
+/// Found by running the README's fleet commands out of order: a targeted
+/// update of a destroyed stack skips `disk[0]`'s create, and the
+/// `migrate` action refers to `disk[0]`. The action must be refused before
+/// any record, not journaled with a dependency on nothing (which left the
+/// stack unloadable). Repeated because the old failure was a race.
+#[test]
+fn a_targeted_update_after_destroy_refuses_an_action_on_a_skipped_create() {
+    let k = Keel::new();
+    let fleet = example("fleet.yaml");
+    k.ok(&["up", "--program", &fleet]);
+    k.ok(&["up", "--program", &fleet]);
+    k.ok(&["destroy", "--yes"]);
+    assert_eq!(k.cloud(), Vec::<serde_json::Value>::new());
+    let mut after_first = None;
+    for _ in 0..3 {
+        let (_, err) = k.expect(
+            1,
+            &[
+                "up",
+                "--program",
+                &fleet,
+                "--target",
+                r#"network["east"]/server"#,
+            ],
+        );
+        for needle in ["migrate", "disk[0]", "--target"] {
+            assert!(err.contains(needle), "{needle}: {err}");
+        }
+        verified(&k);
+        // What completed before the refusal stays, as in Pulumi (the
+        // stack, its default provider, the image's read); nothing the
+        // program manages was created, and a retry changes nothing more.
+        let state = k.resources();
+        for urn in state.keys() {
+            for managed in ["Server", "Disk", "runSchemaMigration", "Network"] {
+                assert!(!urn.contains(managed), "{urn}: {state:?}");
+            }
+        }
+        assert_eq!(after_first.get_or_insert_with(|| state.clone()), &state);
+        assert_eq!(k.cloud(), Vec::<serde_json::Value>::new(), "no object");
+    }
+    // Targeting what the servers and the action need as well, it runs.
+    k.ok(&[
+        "up",
+        "--program",
+        &fleet,
+        "--target",
+        r#"network["east"]"#,
+        "--target",
+        r#"network["east"]/server"#,
+        // `${disk[0].id}` waits for the whole declaration, as a Terraform
+        // reference to one instance does.
+        "--target",
+        "disk",
+        "--target",
+        "migrate",
+    ]);
+    verified(&k);
+    assert!(!k.cloud().is_empty());
+    k.ok(&["up", "--program", &fleet]);
+    verified(&k);
+}

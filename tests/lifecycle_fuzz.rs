@@ -9,8 +9,8 @@
 //! sub-component, retype, and split a resource's `tier` setting out into a
 //! facet resource of its own with an external `command:` migration; top-level
 //! `forEach` fan-outs whose keys are added, removed and reordered, and
-//! actions whose inputs change) and runs one command: `up`
-//! (with either persister, any parallelism, injected provider failures,
+//! actions whose inputs change, some on the ID of a resource not yet
+//! created) and runs one command: `up` (with either persister, any parallelism, injected provider failures,
 //! `--continue-on-error`, `--target`, `--exclude`, or SIGKILL at a random
 //! moment), `preview`, `refresh` or `destroy` (whole or targeted). After
 //! every step:
@@ -170,8 +170,10 @@ enum Extra {
         keys: Vec<String>,
         size: u64,
     },
-    /// `action: fz:ops:runJob` with `size` as its argument.
-    Action { size: u64 },
+    /// `action: fz:ops:runJob` with `size` as its argument and, when
+    /// `on` is set, the ID of that custom resource (the action waits for
+    /// it; a targeted `up` that skips its create must refuse the action).
+    Action { size: u64, on: Option<String> },
 }
 
 /// The function the fuzzer's actions run (the simulated cloud answers
@@ -262,6 +264,13 @@ impl Model {
                 }
             }
         }
+        for e in self.extras.values_mut() {
+            if let Extra::Action { on: Some(k), .. } = e {
+                if k == old {
+                    *k = new.to_owned();
+                }
+            }
+        }
     }
 
     fn program(&self) -> Value {
@@ -315,10 +324,13 @@ impl Model {
                     "forEach": keys,
                     "properties": { "size": size, "zone": "${each.key}" },
                 }),
-                Extra::Action { size } => json!({
-                    "action": ACTION_FN,
-                    "properties": { "size": size },
-                }),
+                Extra::Action { size, on } => {
+                    let mut props = json!({ "size": size });
+                    if let Some(k) = on {
+                        props["on"] = json!(format!("${{{k}.id}}"));
+                    }
+                    json!({ "action": ACTION_FN, "properties": props })
+                }
             };
             resources.insert(k.clone(), body);
         }
@@ -430,6 +442,20 @@ fn mutate(m: &mut Model, rng: &mut Rng) -> String {
                     host: None,
                 },
             );
+            // An action on a resource not yet created: a targeted `up`
+            // that skips the create must refuse the action.
+            if rng.chance(15) {
+                let x = m.fresh("x");
+                let what = format!("add custom {key} and action {x} on it");
+                m.extras.insert(
+                    x,
+                    Extra::Action {
+                        size: 0,
+                        on: Some(key),
+                    },
+                );
+                return what;
+            }
             format!("add custom {key}")
         }
         25..=34 => {
@@ -498,6 +524,13 @@ fn mutate(m: &mut Model, rng: &mut Rng) -> String {
                 r.refs.retain(|x| !gone.contains(x));
                 r.depends_on.retain(|x| !gone.contains(x));
             }
+            for e in m.extras.values_mut() {
+                if let Extra::Action { on, .. } = e {
+                    if on.as_ref().is_some_and(|x| gone.contains(x)) {
+                        *on = None;
+                    }
+                }
+            }
             format!("delete {k} and below ({} resources)", gone.len())
         }
         74..=81 => {
@@ -554,15 +587,21 @@ fn mutate_extra(m: &mut Model, rng: &mut Rng) -> String {
             return what;
         }
         let key = m.fresh("x");
-        m.extras.insert(key.clone(), Extra::Action { size: 0 });
-        return format!("add action {key}");
+        let on = if rng.chance(50) {
+            rng.pick(&m.keys(|r| !r.component))
+        } else {
+            None
+        };
+        let what = format!("add action {key} on {on:?}");
+        m.extras.insert(key, Extra::Action { size: 0, on });
+        return what;
     };
     if rng.chance(15) {
         m.extras.remove(&k);
         return format!("remove {k}");
     }
     match m.extras.get_mut(&k).unwrap() {
-        Extra::Action { size } => {
+        Extra::Action { size, .. } => {
             *size += 1;
             format!("change action {k}'s input (it runs again)")
         }
