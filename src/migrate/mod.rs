@@ -12,6 +12,8 @@
 //! - `rewrite`: reference rewriting (§8).
 //! - `transaction`: transaction preparation, the deterministic sort, the
 //!   journal layout and its replay (§6, §10).
+//! - `incremental`: the sort and integrity check of a transaction in time
+//!   proportional to the migration, declining to the full sort.
 //! - `record`: the rewrites kept after commits, applied in commit order
 //!   to later events, and `predecessor-reused` (§9).
 //!
@@ -24,6 +26,7 @@
 pub(crate) mod chain;
 pub(crate) mod check;
 pub mod helpers;
+pub(crate) mod incremental;
 pub(crate) mod record;
 pub(crate) mod rewrite;
 pub mod rules;

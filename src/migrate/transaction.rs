@@ -6,7 +6,8 @@
 //! the candidate list (the prior list without the subtree, the whole result
 //! inserted at the position of the last prior subtree member), sorts it
 //! with the deterministic topological sort of §6.3 ([`sort`]) and verifies
-//! the integrity of the sorted list ([`verify`]). The [`Prepared`] result
+//! the integrity of the sorted list ([`verify`]) — in time proportional to
+//! the migration when [`Shortcut`] can decide, else over the whole list. The [`Prepared`] result
 //! says, slot by slot, where each state of the new prior list comes from,
 //! so that a committer can keep the `Arc` of every retained state
 //! ([`Prepared::into_transaction`]), and carries the journal entry's
@@ -22,6 +23,7 @@ use serde::ser::{SerializeMap, Serializer};
 use serde::{Deserialize, Serialize};
 
 use super::chain::ChainOutcome;
+use super::incremental::Shortcut;
 use super::rewrite::Unmapped;
 use super::rules::{MigrationError, Result};
 use super::subtree::Subtree;
@@ -262,46 +264,23 @@ pub(crate) fn prepare(
     subtree: &Subtree,
     outcome: &ChainOutcome,
 ) -> Result<Prepared> {
-    // 1. Retained rewrites (sparse: most states do not change).
-    let mut patched: FastMap<usize, State> = FastMap::default();
-    let mut unmapped = Unmapped::default();
-    for (i, s) in prior.iter().enumerate() {
-        if !subtree.contains(i) {
-            if let Some(p) = outcome.rewrite_outside_noting(s, &mut unmapped) {
-                patched.insert(i, p);
-            }
+    let Scanned {
+        mut patched,
+        candidates,
+        shortcut,
+    } = scan(prior, subtree, outcome);
+    let order = match shortcut.and_then(|sc| sc.sort(prior, subtree, &patched)) {
+        Some(order) => {
+            debug_assert_eq!(
+                Ok(&order),
+                full_order(prior, outcome, &patched, &candidates).as_ref(),
+                "the incremental sort agrees with the full sort"
+            );
+            order
         }
-    }
-    // 2. The candidate list.
-    let last = subtree
-        .all_sorted()
-        .last()
-        .copied()
-        .unwrap_or(subtree.root());
-    let mut candidates: Vec<Candidate> = Vec::with_capacity(prior.len() + outcome.result.len());
-    for i in 0..prior.len() {
-        if i == last {
-            candidates.extend((0..outcome.result.len()).map(Candidate::Result));
-        }
-        if !subtree.contains(i) {
-            candidates.push(Candidate::Base(i));
-        }
-    }
-    let order = {
-        let list: Vec<&State> = candidates
-            .iter()
-            .map(|c| match *c {
-                Candidate::Base(i) => patched.get(&i).unwrap_or(prior[i]),
-                Candidate::Result(r) => &outcome.result[r],
-            })
-            .collect();
-        // 3. Sort; 4. verify.
-        let order =
-            sort_verified(&list).map_err(|e| MigrationError::invalid_snapshot(registration, e))?;
-        debug_assert!(verify(&order.iter().map(|&i| list[i]).collect::<Vec<_>>()).is_ok());
-        order
+        None => full_order(prior, outcome, &patched, &candidates)
+            .map_err(|e| MigrationError::invalid_snapshot(registration, e))?,
     };
-
     let mut prepared = Prepared {
         order: Vec::with_capacity(order.len()),
         states: Vec::with_capacity(outcome.result.len()),
@@ -325,6 +304,95 @@ pub(crate) fn prepare(
     }
     prepared.base_patches.sort_unstable();
     Ok(prepared)
+}
+
+/// Steps 1 and 2 of [`prepare`]: the retained rewrites, the candidate
+/// list, and the incremental sort fed with every retained state.
+struct Scanned<'a> {
+    /// Rewritten copies of the retained states whose references changed,
+    /// by prior index (sparse: most states do not change).
+    patched: FastMap<usize, State>,
+    /// The candidate list: the retained states in prior order, the result
+    /// inserted where the subtree's last member stood.
+    candidates: Vec<Candidate>,
+    /// The incremental sort, unless it declined already.
+    shortcut: Option<Shortcut<'a>>,
+}
+
+fn scan<'a>(prior: &[&'a State], subtree: &Subtree, outcome: &'a ChainOutcome) -> Scanned<'a> {
+    // 1. Retained rewrites, and what the shortcut needs to know.
+    let mut patched: FastMap<usize, State> = FastMap::default();
+    let mut unmapped = Unmapped::default();
+    let mut shortcut = Shortcut::new(prior, subtree, outcome);
+    for (i, s) in prior.iter().enumerate() {
+        if !subtree.contains(i) {
+            if let Some(p) = outcome.rewrite_outside_noting(s, &mut unmapped) {
+                patched.insert(i, p);
+            }
+            if let Some(sc) = &mut shortcut {
+                sc.note(i, s);
+            }
+        }
+    }
+    // 2. The candidate list.
+    let last = subtree
+        .all_sorted()
+        .last()
+        .copied()
+        .unwrap_or(subtree.root());
+    let mut candidates: Vec<Candidate> = Vec::with_capacity(prior.len() + outcome.result.len());
+    for i in 0..prior.len() {
+        if i == last {
+            candidates.extend((0..outcome.result.len()).map(Candidate::Result));
+        }
+        if !subtree.contains(i) {
+            candidates.push(Candidate::Base(i));
+        }
+    }
+    Scanned {
+        patched,
+        candidates,
+        shortcut,
+    }
+}
+
+/// Steps 3 and 4 over the whole candidate list: [`sort_verified`].
+///
+/// # Errors
+/// A description of a cycle or of a broken integrity rule.
+fn full_order(
+    prior: &[&State],
+    outcome: &ChainOutcome,
+    patched: &FastMap<usize, State>,
+    candidates: &[Candidate],
+) -> std::result::Result<Vec<usize>, String> {
+    let list: Vec<&State> = candidates
+        .iter()
+        .map(|c| match *c {
+            Candidate::Base(i) => patched.get(&i).unwrap_or(prior[i]),
+            Candidate::Result(r) => &outcome.result[r],
+        })
+        .collect();
+    let order = sort_verified(&list)?;
+    debug_assert!(verify(&order.iter().map(|&i| list[i]).collect::<Vec<_>>()).is_ok());
+    Ok(order)
+}
+
+/// Both orders of a transaction, for tests: the incremental sort's (`None`:
+/// it declined) and the full sort's.
+#[cfg(test)]
+pub(crate) fn both_orders(
+    prior: &[&State],
+    subtree: &Subtree,
+    outcome: &ChainOutcome,
+) -> (Option<Vec<usize>>, std::result::Result<Vec<usize>, String>) {
+    let Scanned {
+        patched,
+        candidates,
+        shortcut,
+    } = scan(prior, subtree, outcome);
+    let fast = shortcut.and_then(|sc| sc.sort(prior, subtree, &patched));
+    (fast, full_order(prior, outcome, &patched, &candidates))
 }
 
 #[cfg(test)]
