@@ -41,6 +41,24 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
+/// Receives from a oneshot filled by a thread outside the runtime: on a
+/// multi-threaded runtime by blocking this worker (`block_in_place`, which
+/// hands its other tasks on), so the answer needs no wake-up through the
+/// runtime's shared queue; elsewhere by awaiting.
+///
+/// # Errors
+/// The sender was dropped.
+pub(crate) async fn wait_off_runtime<T>(
+    rx: tokio::sync::oneshot::Receiver<T>,
+) -> Result<T, tokio::sync::oneshot::error::RecvError> {
+    match tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(tokio::runtime::RuntimeFlavor::MultiThread) => {
+            tokio::task::block_in_place(|| rx.blocking_recv())
+        }
+        _ => rx.await,
+    }
+}
+
 /// Persists `m` (its caller applied it to `builder` already, or applies
 /// it once durable), on the blocking capacity only when the persister
 /// says the call may block.
@@ -103,7 +121,11 @@ impl Actor for PersisterActor {
                     let _ = tx.send(r);
                 });
                 persist(persister.as_mut(), builder, &m, ack);
-                let r = rx.await.unwrap_or_else(|_| {
+                // The writer's acknowledgement comes from its own thread:
+                // awaited, its wake-up would queue behind every task the
+                // program has ready (a migration is quiesced, so that is
+                // all the runtime has to do); blocked on, it needs none.
+                let r = wait_off_runtime(rx).await.unwrap_or_else(|_| {
                     Err(PersistError::Stopped(
                         "the persister dropped a write".into(),
                     ))

@@ -82,7 +82,10 @@ impl MigrationCallback {
     ///
     /// # Cancel safety
     /// Dropping the future abandons the callback (a synchronous one runs to
-    /// its end on the blocking pool; its answer is discarded).
+    /// its end on the blocking pool; its answer is discarded). On a
+    /// multi-threaded runtime a synchronous callback is waited for in place
+    /// (`block_in_place`, up to the timeout), so the future completes
+    /// without yielding: it cannot be dropped during that wait.
     pub async fn call(
         &self,
         args: StateMigrationArgs,
@@ -91,6 +94,13 @@ impl MigrationCallback {
         // The message of a failure quotes no secret it was given.
         let mut redactor = Redactor::default();
         args.old_state.iter().for_each(|s| redactor.collect(s));
+        if let Self::Sync(f) = self {
+            if let Ok(tokio::runtime::RuntimeFlavor::MultiThread) =
+                tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor())
+            {
+                return call_blocking(f.clone(), args, timeout).map_err(|e| redactor.message(&e));
+            }
+        }
         let run = async {
             match self {
                 Self::Sync(f) => {
@@ -247,14 +257,46 @@ impl<T> Drop for AbortOnDrop<T> {
 
 fn panic_text(e: tokio::task::JoinError) -> String {
     match e.try_into_panic() {
-        Ok(p) => match p.downcast::<String>() {
-            Ok(s) => format!("it panicked: {s}"),
-            Err(p) => match p.downcast::<&str>() {
-                Ok(s) => format!("it panicked: {s}"),
-                Err(_) => "it panicked".into(),
-            },
-        },
+        Ok(p) => payload_text(p),
         Err(e) => format!("it was cancelled: {e}"),
+    }
+}
+
+/// The message of a panic's payload.
+fn payload_text(p: Box<dyn std::any::Any + Send>) -> String {
+    match p.downcast::<String>() {
+        Ok(s) => format!("it panicked: {s}"),
+        Err(p) => match p.downcast::<&str>() {
+            Ok(s) => format!("it panicked: {s}"),
+            Err(_) => "it panicked".into(),
+        },
+    }
+}
+
+/// A synchronous callback on a multi-threaded runtime: run on the blocking
+/// pool while this worker blocks for its answer (`block_in_place`, which
+/// hands the worker's other tasks on), up to `timeout`. Awaited instead,
+/// the answer would wake the coordinator through the runtime's shared
+/// queue, behind every task the program has ready; a migration is
+/// quiesced, so waiting here holds nothing else up. Past the timeout the
+/// callback runs on to its end and its answer is discarded.
+fn call_blocking(
+    f: Arc<dyn Fn(StateMigrationArgs) -> CallbackResult + Send + Sync>,
+    args: StateMigrationArgs,
+    timeout: Duration,
+) -> Result<Option<StateMigrationResult>, String> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    tokio::task::spawn_blocking(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(args)));
+        let _ = tx.send(r);
+    });
+    match tokio::task::block_in_place(|| rx.recv_timeout(timeout)) {
+        Ok(Ok(r)) => r.map_err(|e| e.to_string()),
+        Ok(Err(p)) => Err(payload_text(p)),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+            Err(format!("it did not answer within {timeout:?}"))
+        }
+        Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => Err("it was cancelled".into()),
     }
 }
 
@@ -344,6 +386,17 @@ mod tests {
 
     #[tokio::test]
     async fn a_failing_callbacks_message_quotes_no_secret_it_was_given() {
+        quotes_no_secret().await;
+    }
+
+    /// The same on a multi-threaded runtime, where a synchronous callback
+    /// is waited for in place.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failing_callbacks_message_quotes_no_secret_it_was_given_multi_threaded() {
+        quotes_no_secret().await;
+    }
+
+    async fn quotes_no_secret() {
         use crate::model::property::{SIG_KEY, SIG_SECRET};
         let cb = MigrationCallback::sync(|a: StateMigrationArgs| {
             Err(format!("cannot handle {}", serde_json::Value::from(a.old_state)).into())
@@ -368,6 +421,17 @@ mod tests {
 
     #[tokio::test]
     async fn sync_async_errors_panics_and_timeouts() {
+        outcomes().await;
+    }
+
+    /// The same on a multi-threaded runtime, where a synchronous callback
+    /// is waited for in place.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn sync_async_errors_panics_and_timeouts_multi_threaded() {
+        outcomes().await;
+    }
+
+    async fn outcomes() {
         let none = MigrationCallback::sync(|_| Ok(None));
         assert_eq!(none.call(args(), DEFAULT_TIMEOUT).await, Ok(None));
         let some = MigrationCallback::new_async(|a: StateMigrationArgs| async move {
@@ -390,6 +454,15 @@ mod tests {
             Ok(None)
         });
         assert!(slow
+            .call(args(), Duration::from_millis(20))
+            .await
+            .unwrap_err()
+            .contains("did not answer"));
+        let slow_sync = MigrationCallback::sync(|_| {
+            std::thread::sleep(Duration::from_millis(300));
+            Ok(None)
+        });
+        assert!(slow_sync
             .call(args(), Duration::from_millis(20))
             .await
             .unwrap_err()
