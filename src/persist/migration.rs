@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::journal::ReplayError;
 use super::{key, SnapshotBuilder};
+use crate::model::fasthash::FastMap;
 use crate::model::step::{lock, share, StateRef};
 use crate::model::{Deployment, State};
 
@@ -221,26 +222,35 @@ impl SnapshotBuilder {
     /// Re-orders the base once a migration is durable (the commit updates
     /// the live handles' fields; they are shared with this builder).
     pub fn apply_migration(&mut self, m: &MigrationMutation) {
-        let lead: Vec<StateRef> = self.olds[..self.split].to_vec();
-        let lead_keys: std::collections::HashSet<usize> = lead.iter().map(key).collect();
-        let done: HashMap<usize, bool> = self
-            .olds
-            .iter()
-            .zip(&self.old_done)
-            .map(|(s, d)| (key(s), *d))
-            .collect();
-        let mut olds = lead;
-        olds.extend(m.list.iter().filter_map(|item| match item {
-            ListItem::Fresh(s) => Some(s.clone()),
-            ListItem::Retained(s) => {
-                (!lead_keys.contains(&key(s)) && done.contains_key(&key(s))).then(|| s.clone())
+        // The leading states written by this operation stay first; every
+        // other prior state is taken in the list's order, keeping whether
+        // it was written; a fresh state is not written yet. One lookup per
+        // state in the index the builder keeps (no set or map of the whole
+        // list is built).
+        let split = self.split;
+        let mut olds: Vec<StateRef> = Vec::with_capacity(split + m.list.len());
+        let mut old_done: Vec<bool> = Vec::with_capacity(split + m.list.len());
+        olds.extend_from_slice(&self.olds[..split]);
+        old_done.extend_from_slice(&self.old_done[..split]);
+        for item in &m.list {
+            let s = item.state();
+            match (item, self.old_pos.get(&key(s))) {
+                (ListItem::Fresh(_), at) => {
+                    olds.push(s.clone());
+                    old_done.push(at.is_some_and(|&i| self.old_done[i]));
+                }
+                (ListItem::Retained(_), Some(&i)) if i >= split => {
+                    olds.push(s.clone());
+                    old_done.push(self.old_done[i]);
+                }
+                (ListItem::Retained(_), _) => {}
             }
-        }));
-        self.old_done = olds
-            .iter()
-            .map(|s| done.get(&key(s)).copied().unwrap_or(false))
-            .collect();
-        self.old_pos = olds.iter().enumerate().map(|(i, s)| (key(s), i)).collect();
+        }
+        let mut old_pos = FastMap::default();
+        old_pos.reserve(olds.len());
+        old_pos.extend(olds.iter().enumerate().map(|(i, s)| (key(s), i)));
+        self.old_pos = old_pos;
+        self.old_done = old_done;
         self.olds = olds;
     }
 
