@@ -426,14 +426,17 @@ async fn run(args: Args) -> Result<serde_json::Value, String> {
     if args.operation == "load" {
         // Read + verify + replay the persisted stack, as an operation does.
         let started = Instant::now();
+        // What was loaded is dropped after the clock stops: a load hands
+        // it to the operation, which keeps it.
         if kind.is_some() {
             let loaded = backend.load("scale").map_err(|e| e.to_string())?;
+            load_ms = started.elapsed().as_secs_f64() * 1000.0;
             drop(loaded);
         } else {
             let file = CheckpointFile::from_slice_verified(&bytes).map_err(|e| e.to_string())?;
+            load_ms = started.elapsed().as_secs_f64() * 1000.0;
             drop(file);
         }
-        load_ms = started.elapsed().as_secs_f64() * 1000.0;
     }
     let customs = specs.iter().filter(|s| s.custom).count() as f64;
     let critical = critical_path_ms(&specs, args.latency_ms);

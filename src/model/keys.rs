@@ -179,7 +179,9 @@ impl Visitor<'_> for KeySeed {
 /// Declares a presence-preserving JSON object type (see the module doc).
 ///
 /// Each field is `"jsonKey" => rust_name: Type`, optionally followed by
-/// `[always]` for keys that are written even when empty. Field types need
+/// `[always]` for keys that are written even when empty, or by
+/// `[seed EXPR]` for a field read through a `DeserializeSeed` whose value
+/// is `Option<Type>` (`null` is `None`). Field types need
 /// `Default`, `Serialize`, `Deserialize` and [`JsonEmpty`].
 macro_rules! json_object {
     (
@@ -187,7 +189,7 @@ macro_rules! json_object {
         $vis:vis struct $name:ident {
             $(
                 $(#[$fmeta:meta])*
-                $key:literal => $field:ident : $ty:ty $([$always:ident])?,
+                $key:literal => $field:ident : $ty:ty $([$($attr:tt)*])?,
             )*
         }
     ) => {
@@ -231,7 +233,7 @@ macro_rules! json_object {
                     let mut m = s.serialize_map(None)?;
                     $(
                         let i = Field::$field as usize;
-                        let always = json_object!(@always $($always)?);
+                        let always = json_object!(@always $($($attr)*)?);
                         let empty = self.$field.json_empty();
                         if always || self.keys.present(i) || !empty {
                             if empty && self.keys.null(i) {
@@ -268,7 +270,7 @@ macro_rules! json_object {
                                         next = i + 1;
                                         $(
                                             if i == Field::$field as usize {
-                                                match map.next_value::<Option<$ty>>()? {
+                                                match json_object!(@value map, $ty, $($($attr)*)?) {
                                                     Some(v) => {
                                                         out.$field = v;
                                                         out.keys.mark(i, false);
@@ -297,7 +299,12 @@ macro_rules! json_object {
         };
     };
     (@always always) => { true };
+    (@always seed $seed:expr) => { false };
     (@always) => { false };
+    // A field read through a `DeserializeSeed` whose value is
+    // `Option<$ty>` (`null` is `None`).
+    (@value $map:ident, $ty:ty, seed $seed:expr) => { $map.next_value_seed($seed)? };
+    (@value $map:ident, $ty:ty, $($attr:tt)*) => { $map.next_value::<Option<$ty>>()? };
 }
 
 pub(crate) use json_object;

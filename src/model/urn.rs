@@ -660,6 +660,17 @@ pub(crate) fn with_interning<T>(f: impl FnOnce() -> T) -> T {
     f()
 }
 
+/// Makes room for `n` more URNs in this thread's interning table, if a
+/// decode is interning (a deployment's states each bring their own URN:
+/// growing the table by doubling hashes every URN again each time).
+pub(crate) fn reserve_interned_urns(n: usize) {
+    INTERNER.with(|i| {
+        if let Some(interner) = i.borrow_mut().as_mut() {
+            interner.urns.reserve(n);
+        }
+    });
+}
+
 /// `parse` of `s`, or the value already read for the same text while
 /// interning.
 fn interned<T: Clone + std::hash::Hash + Eq + std::borrow::Borrow<str>>(

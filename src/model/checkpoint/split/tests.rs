@@ -1,0 +1,307 @@
+//! The split decode against the one-thread decode: whenever it answers, the
+//! answer is the one-thread decode's, and it answers the files keel and
+//! Pulumi write.
+
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+use super::*;
+
+/// The one-thread decode of `text` (`None` where it would fall back or
+/// fail).
+fn whole(text: &str) -> Option<CheckpointFile> {
+    match with_interning(|| serde_json::from_str::<Fast>(text)) {
+        Ok(Fast::Read(file)) => Some(*file),
+        _ => None,
+    }
+}
+
+/// Decodes `text` split at `at`; an answer must equal the one-thread
+/// decode. Returns whether the split answered.
+fn check(text: &str, at: usize) -> bool {
+    match decode_at(text, at) {
+        None => false,
+        Some(split) => {
+            let one = whole(text).unwrap_or_else(|| {
+                panic!("split at {at} answered a file the one-thread decode refuses")
+            });
+            assert!(
+                split == one,
+                "split at {at} differs from the one-thread decode"
+            );
+            true
+        }
+    }
+}
+
+fn state(i: usize, outputs: Value) -> Value {
+    json!({
+        "urn": format!("urn:pulumi:dev::p::sim:index:Thing::r{i}"),
+        "custom": true,
+        "id": format!("r{i}-id"),
+        "type": "sim:index:Thing",
+        "inputs": {"name": format!("r{i}")},
+        "outputs": outputs,
+        "parent": "urn:pulumi:dev::p::pulumi:pulumi:Stack::p-dev",
+        "dependencies": if i > 0 { json!([format!("urn:pulumi:dev::p::sim:index:Thing::r{}", i - 1)]) } else { json!([]) },
+    })
+}
+
+fn stack() -> Value {
+    json!({"urn": "urn:pulumi:dev::p::pulumi:pulumi:Stack::p-dev", "custom": false, "type": "pulumi:pulumi:Stack"})
+}
+
+/// An export file of `n` states whose outputs are `outputs(i)`.
+fn file(n: usize, outputs: impl Fn(usize) -> Value) -> Value {
+    let mut resources = vec![stack()];
+    resources.extend((0..n).map(|i| state(i, outputs(i))));
+    json!({
+        "version": 3,
+        "deployment": {
+            "manifest": {"time": "2026-12-04T00:00:00Z", "magic": "", "version": ""},
+            "resources": resources,
+        },
+    })
+}
+
+/// `f` as keel writes it (the URN first in each state), compact or
+/// indented.
+fn text(f: &Value, pretty: bool) -> String {
+    let file = whole(&f.to_string()).expect("the test file decodes");
+    if pretty {
+        serde_json::to_string_pretty(&file).unwrap()
+    } else {
+        serde_json::to_string(&file).unwrap()
+    }
+}
+
+/// `v` compact with `urn` first in every object (as keel writes states),
+/// for a file keel's reader may refuse.
+fn urn_first(v: &Value) -> String {
+    match v {
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(urn_first).collect::<Vec<_>>().join(",")
+        ),
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort_by_key(|k| *k != "urn");
+            let fields: Vec<String> = keys
+                .into_iter()
+                .map(|k| format!("{}:{}", Value::from(k.as_str()), urn_first(&m[k])))
+                .collect();
+            format!("{{{}}}", fields.join(","))
+        }
+        scalar => scalar.to_string(),
+    }
+}
+
+/// Every split point from the array's start to the end, `step` bytes
+/// apart; how many the split answered.
+fn sweep(text: &str, step: usize) -> usize {
+    (0..text.len())
+        .step_by(step)
+        .filter(|&at| check(text, at))
+        .count()
+}
+
+#[test]
+fn compact_and_indented_files_split_wherever_an_element_follows() {
+    let f = file(60, |i| json!({"arn": format!("arn:sim:{i}"), "n": i}));
+    for text in [text(&f, false), text(&f, true)] {
+        let answered = sweep(&text, 37);
+        // Every point before the last element's start finds an element.
+        let last = text.rfind("\"urn\"").unwrap();
+        assert!(
+            answered >= last / 37 - 2,
+            "{answered} of {} answered",
+            last / 37
+        );
+        // Past the last element there is nothing to cut.
+        assert!(!check(&text, last + 1));
+    }
+}
+
+#[test]
+fn a_file_past_the_threshold_is_split_and_a_smaller_one_is_not() {
+    let big = text(
+        &file(
+            3_600,
+            |i| json!({"arn": format!("arn:sim:sim:index:Thing:r{i}")}),
+        ),
+        false,
+    );
+    assert!(big.len() >= SPLIT_MIN_BYTES, "{} bytes", big.len());
+    let split = decode(&big).expect("a large file keel writes is split");
+    assert!(split == whole(&big).unwrap());
+    // Through the public decoder too.
+    assert!(CheckpointFile::from_slice(big.as_bytes()).unwrap() == split);
+    let small = text(&file(100, |i| json!({"n": i})), false);
+    assert!(decode(&small).is_none());
+}
+
+#[test]
+fn the_backend_form_splits_too() {
+    let f = file(40, |i| json!({"n": i}));
+    let f = json!({
+        "version": 3,
+        "checkpoint": {"stack": "dev", "latest": f["deployment"]},
+    });
+    let text = text(&f, false);
+    assert!(check(&text, text.len() / 2));
+}
+
+fn look_alikes(i: usize) -> Value {
+    // Strings and nested objects that look like the array or an element.
+    json!({
+        "text": r#",{"urn":"urn:pulumi:dev::p::sim:index:Thing::fake"}"#,
+        "resources": [{"urn": format!("u{i}")}, {"urn": "v"}],
+        "nested": [[{"a": 1}, {"urn": "w"}]],
+        "quote": "\\\",{\"urn\":",
+    })
+}
+
+#[test]
+fn the_cut_array_must_be_the_deployment_the_file_is_read_as() {
+    // Both forms in one file, the backend form first: the first
+    // `resources` array is `checkpoint.latest`'s, but the file is read as
+    // its `deployment`.
+    let latest = file(60, |i| json!({"n": i}))["deployment"].clone();
+    let deployment = file(3, |i| json!({"m": i}))["deployment"].clone();
+    let f = json!({
+        "version": 3,
+        "checkpoint": {"stack": "dev", "latest": latest},
+        "deployment": deployment,
+    });
+    let text = urn_first(&f);
+    assert!(text.find("\"checkpoint\"") < text.find("\"deployment\""));
+    assert_eq!(
+        whole(&text)
+            .unwrap()
+            .deployment_ref()
+            .unwrap()
+            .resources
+            .len(),
+        4
+    );
+    assert_eq!(sweep(&text, 13), 0);
+}
+
+#[test]
+fn look_alikes_inside_states_never_change_the_answer() {
+    let f = file(50, look_alikes);
+    for text in [text(&f, false), text(&f, true)] {
+        // Answers match (`check`); cuts that land on look-alikes decline.
+        let answered = sweep(&text, 11);
+        assert!(answered > text.len() / 11 / 4, "{answered} answered");
+    }
+}
+
+#[test]
+fn a_resources_array_ahead_of_the_real_one_declines_every_split() {
+    let mut f = file(50, look_alikes);
+    f["deployment"]["manifest"]["plugins"] =
+        json!([{"name": "x", "resources": [{"urn": "y"}, {"urn": "z"}]}]);
+    for text in [text(&f, false), text(&f, true)] {
+        assert!(text.find("\"resources\"") < text.find("Thing::r0"));
+        assert_eq!(sweep(&text, 11), 0);
+    }
+}
+
+#[test]
+fn a_bad_head_is_left_to_the_one_thread_decode() {
+    let text = text(&file(40, |i| json!({"n": i})), false);
+    let at = text.len() / 2;
+    // A malformed URN, a truncated element, a missing comma: all before
+    // the cut.
+    let bad_urn = text.replacen("Thing::r3\"", "Thing r3\"", 1);
+    let missing_comma = text.replacen(
+        "},{\"urn\":\"urn:pulumi:dev::p::sim:index:Thing::r5\"",
+        "}{\"urn\":\"urn:pulumi:dev::p::sim:index:Thing::r5\"",
+        1,
+    );
+    for bad in [bad_urn, missing_comma, text[..text.len() - 3].to_owned()] {
+        assert!(whole(&bad).is_none());
+        assert!(decode_at(&bad, at).is_none());
+    }
+}
+
+#[test]
+fn a_state_nested_past_the_readers_limit_is_not_read_by_the_split() {
+    let deep = |levels: usize| (0..levels).fold(json!(1), |v, _| json!([v]));
+    // In a file, a state sits under three levels (file, deployment,
+    // resources): its `outputs` object and its value add two more.
+    for (levels, readable) in [(118, true), (122, true), (123, false), (126, false)] {
+        let f = file(40, |i| {
+            if i == 2 {
+                json!({"v": deep(levels)})
+            } else {
+                json!({"n": i})
+            }
+        });
+        let text = urn_first(&f);
+        assert_eq!(whole(&text).is_some(), readable, "{levels} levels");
+        let at = text.len() / 2;
+        // Answered only when the one-thread decode reads it (`check`), and
+        // then only when the state is within the split's limit.
+        assert_eq!(
+            check(&text, at),
+            readable && levels + 2 <= MAX_ELEMENT_DEPTH,
+            "{levels} levels"
+        );
+    }
+}
+
+#[test]
+fn the_sentinel_is_unique_per_decode() {
+    let (a, b) = (nonce().unwrap(), nonce().unwrap());
+    assert_eq!(a.len(), 32);
+    assert_ne!(a, b);
+}
+
+/// Text fragments that look like the places the split cuts.
+fn tricky() -> impl Strategy<Value = String> {
+    prop::sample::select(vec![
+        "plain",
+        r#",{"urn":""#,
+        "},{",
+        "[",
+        "]",
+        r#"\""#,
+        r#""resources":["#,
+        "\\",
+        "urn",
+        " ",
+    ])
+    .prop_map(str::to_owned)
+}
+
+fn value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        prop::collection::vec(tricky(), 0..4).prop_map(|v| Value::String(v.concat())),
+        any::<i32>().prop_map(Value::from),
+        Just(Value::Null),
+    ];
+    leaf.prop_recursive(4, 24, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map(prop_oneof![tricky(), Just("urn".to_owned())], inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn an_answer_is_always_the_one_thread_decode(
+        outputs in prop::collection::vec(value(), 2..30),
+        pretty in any::<bool>(),
+        cut in 0.0f64..1.0,
+    ) {
+        let f = file(outputs.len(), |i| json!({"v": outputs[i]}));
+        let text = text(&f, pretty);
+        check(&text, (text.len() as f64 * cut) as usize);
+    }
+}
