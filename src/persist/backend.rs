@@ -813,7 +813,7 @@ impl Backend {
             stack: stack.to_owned(),
             source,
         };
-        let base = match std::fs::read(&paths.base) {
+        let base = match fs::read(&paths.base) {
             Ok(bytes) => Some(bytes),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(source) => {

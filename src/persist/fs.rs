@@ -39,6 +39,51 @@ impl IoCounters {
     }
 }
 
+/// Files at least this large are read by two threads (see [`read`]).
+const PARALLEL_READ_MIN: usize = 1 << 20;
+
+/// Reads a whole file, as `std::fs::read`. A large one (a base checkpoint)
+/// is read in two halves by two threads with positioned reads: most of a
+/// large read is the kernel copying into fresh pages, which then runs on
+/// two cores. A file that changes length while it is read is read again
+/// the plain way.
+///
+/// # Errors
+/// The OS error.
+pub fn read(path: &Path) -> std::io::Result<Vec<u8>> {
+    #[cfg(unix)]
+    if let Some(bytes) = read_in_halves(path)? {
+        return Ok(bytes);
+    }
+    std::fs::read(path)
+}
+
+/// [`read`]'s two threads: `None` for a small file, or one that changed
+/// length while it was read.
+#[cfg(unix)]
+fn read_in_halves(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+    use std::os::unix::fs::FileExt;
+    let file = File::open(path)?;
+    let len = match usize::try_from(file.metadata()?.len()) {
+        Ok(len) if len >= PARALLEL_READ_MIN => len,
+        _ => return Ok(None),
+    };
+    let mut bytes = vec![0u8; len];
+    let half = len / 2;
+    let (head, tail) = bytes.split_at_mut(half);
+    let whole = std::thread::scope(|scope| {
+        let tail = std::thread::Builder::new()
+            .name("keel-read".into())
+            .spawn_scoped(scope, || file.read_exact_at(tail, half as u64));
+        let head = file.read_exact_at(head, 0);
+        let tail = tail.map(|t| t.join());
+        // Nothing past the length read: the file did not grow meanwhile.
+        let end = file.read_at(&mut [0u8; 1], len as u64);
+        head.is_ok() && matches!(tail, Ok(Ok(Ok(())))) && matches!(end, Ok(0))
+    });
+    Ok(whole.then_some(bytes))
+}
+
 /// Makes a directory entry change (create, rename) durable.
 ///
 /// # Errors
@@ -233,5 +278,32 @@ impl Drop for StackLock {
     fn drop(&mut self) {
         let _ = self.file.set_len(0);
         let _ = self.file.unlock();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_read_whole_at_every_size_around_the_parallel_threshold() {
+        let dir = tempfile::tempdir().unwrap();
+        for len in [
+            0,
+            1,
+            PARALLEL_READ_MIN - 1,
+            PARALLEL_READ_MIN,
+            PARALLEL_READ_MIN + 1,
+            3 * PARALLEL_READ_MIN + 7,
+        ] {
+            // Every byte differs from its neighbours, so a half read at the
+            // wrong offset shows.
+            let bytes: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+            let path = dir.path().join(format!("f{len}"));
+            std::fs::write(&path, &bytes).unwrap();
+            assert!(read(&path).unwrap() == bytes, "{len} bytes");
+        }
+        let missing = read(&dir.path().join("missing")).unwrap_err();
+        assert_eq!(missing.kind(), std::io::ErrorKind::NotFound);
     }
 }
