@@ -27,6 +27,8 @@ use super::snapshot::Deployment;
 
 mod split;
 
+pub(crate) use split::sentinel;
+
 /// The format version keel writes.
 pub const CURRENT_VERSION: u64 = 3;
 /// The newest format version keel reads.

@@ -17,11 +17,10 @@
 //! shell whose bytes do not hold the sentinel exactly once (which a random
 //! 128-bit name makes impossible in practice) is encoded serially.
 
-use std::hash::{BuildHasher, Hasher};
 use std::io::Write;
 use std::sync::mpsc;
 
-use crate::model::{CheckpointFile, Deployment, State, TypeToken, Urn};
+use crate::model::{CheckpointFile, Deployment, State};
 
 /// Below this many states the serial encoder is used: a thread costs more
 /// than it saves.
@@ -146,26 +145,16 @@ fn shell_around_states(
     Ok(Some((bytes, tail)))
 }
 
-/// A state whose URN's name is 128 random bits (two keys of the standard
-/// library's randomly seeded hasher): no real state encodes to its bytes.
+/// A state no real state encodes to the bytes of.
 fn sentinel() -> std::io::Result<State> {
-    let random = || {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u64(0x6b65_656c);
-        h.finish()
-    };
-    let name = format!("keel-split-{:016x}{:016x}", random(), random());
-    let urn = Urn::parse(&format!(
-        "urn:pulumi:keel::split::keel:split:Sentinel::{name}"
-    ))
-    .map_err(std::io::Error::other)?;
-    let ty = TypeToken::parse("keel:split:Sentinel").map_err(std::io::Error::other)?;
-    Ok(State::new(urn, ty, false))
+    crate::model::checkpoint::sentinel()
+        .ok_or_else(|| std::io::Error::other("the OS gave no random bytes for a sentinel"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::{TypeToken, Urn};
 
     /// Every fixture written by Pulumi, and a synthetic deployment, encode
     /// to the serial encoder's bytes at every chunk size.

@@ -35,7 +35,7 @@
 use super::{CheckpointFile, Fast};
 use crate::model::snapshot::{with_states_hint, MIN_STATE_BYTES};
 use crate::model::state::State;
-use crate::model::urn::{reserve_interned_urns, with_interning};
+use crate::model::urn::{reserve_interned_urns, with_interning, TypeToken, Urn};
 
 /// Files smaller than this are decoded on one thread: below it the thread
 /// and the copy of the text cost about what they save.
@@ -68,10 +68,8 @@ pub(super) fn decode(text: &str) -> Option<CheckpointFile> {
 pub(super) fn decode_at(text: &str, at: usize) -> Option<CheckpointFile> {
     let open = array_of(text, "\"resources\"")?;
     let cut = element_at_or_after(text, at.max(open + 1))?;
-    let nonce = nonce()?;
-    let sentinel_urn = format!("urn:pulumi:keel::split::keel:split:Sentinel::n{nonce}");
-    let sentinel =
-        format!(r#"{{"urn":"{sentinel_urn}","custom":false,"type":"keel:split:Sentinel"}},"#);
+    let sentinel = sentinel()?;
+    let sentinel_json = format!("{},", serde_json::to_string(&sentinel).ok()?);
     std::thread::scope(|scope| {
         // The head, on a second thread (`None` if the thread cannot start:
         // the whole file is then decoded here).
@@ -79,9 +77,10 @@ pub(super) fn decode_at(text: &str, at: usize) -> Option<CheckpointFile> {
             .name("keel-decode".into())
             .spawn_scoped(scope, || states_between(text, open + 1, cut))
             .ok();
-        let mut spliced = String::with_capacity(open + 1 + sentinel.len() + (text.len() - cut));
+        let mut spliced =
+            String::with_capacity(open + 1 + sentinel_json.len() + (text.len() - cut));
         spliced.push_str(&text[..=open]);
-        spliced.push_str(&sentinel);
+        spliced.push_str(&sentinel_json);
         spliced.push_str(&text[cut..]);
         let tail = with_interning(|| {
             with_states_hint(spliced.len(), || serde_json::from_str::<Fast>(&spliced))
@@ -92,7 +91,7 @@ pub(super) fn decode_at(text: &str, at: usize) -> Option<CheckpointFile> {
             return None;
         };
         let resources = &mut file.deployment_mut()?.resources;
-        if resources.first()?.urn.as_str() != sentinel_urn {
+        if resources.first()?.urn != sentinel.urn {
             return None;
         }
         head.extend(resources.drain(1..));
@@ -230,11 +229,19 @@ fn before_ws(bytes: &[u8], i: usize) -> Option<usize> {
         .rposition(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
 }
 
-/// 128 random bits, in hex (`None` if the OS gives none).
-fn nonce() -> Option<String> {
+/// A state no real state equals: its URN's name is 128 random bits from
+/// the OS (`None` if it gives none). Both the split decode and the base
+/// encoder (`persist::encode`) cut files where one is.
+pub(crate) fn sentinel() -> Option<State> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).ok()?;
-    Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    let name: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let urn = Urn::parse(&format!(
+        "urn:pulumi:keel::split::keel:split:Sentinel::keel-split-{name}"
+    ))
+    .ok()?;
+    let ty = TypeToken::parse("keel:split:Sentinel").ok()?;
+    Some(State::new(urn, ty, false))
 }
 
 #[cfg(test)]

@@ -254,9 +254,9 @@ fn a_state_nested_past_the_readers_limit_is_not_read_by_the_split() {
 
 #[test]
 fn the_sentinel_is_unique_per_decode() {
-    let (a, b) = (nonce().unwrap(), nonce().unwrap());
-    assert_eq!(a.len(), 32);
-    assert_ne!(a, b);
+    let (a, b) = (sentinel().unwrap(), sentinel().unwrap());
+    assert_eq!(a.urn.name().len(), "keel-split-".len() + 32);
+    assert_ne!(a.urn, b.urn);
 }
 
 /// Text fragments that look like the places the split cuts.
