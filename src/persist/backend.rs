@@ -965,4 +965,49 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), expected);
         assert_eq!(counters.bytes(), expected.len() as u64);
     }
+
+    #[test]
+    fn a_base_of_megabytes_loads_as_it_was_written() {
+        // Past the sizes at which the base is read in halves and decoded on
+        // two threads.
+        use crate::model::{PropertyMap, PropertyValue, State, TypeToken, Urn};
+        let ty = TypeToken::parse("sim:index:Thing").unwrap();
+        let resources = (0..4_000)
+            .map(|i| {
+                let urn = Urn::parse(&format!("urn:pulumi:dev::p::sim:index:Thing::r{i}")).unwrap();
+                let mut s = State::new(urn, ty.clone(), true);
+                s.id = format!("r{i}-id");
+                let mut outputs = PropertyMap::new();
+                outputs.insert(
+                    "arn".into(),
+                    PropertyValue::String(format!("arn:sim:r{i}:{}", "x".repeat(i % 300))),
+                );
+                s.outputs = outputs;
+                s
+            })
+            .collect();
+        let d = Deployment {
+            resources,
+            ..Deployment::default()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let backend = Backend::new(dir.path());
+        let paths = backend.paths("dev");
+        std::fs::create_dir_all(&paths.dir).unwrap();
+        write_base_with(
+            &paths.base,
+            &d,
+            0,
+            0,
+            &IoCounters::default(),
+            &Crypter::default(),
+        )
+        .unwrap();
+        let written = std::fs::read(&paths.base).unwrap();
+        assert!(written.len() > 1 << 20, "{} bytes", written.len());
+        let loaded = backend.load("dev").unwrap();
+        assert_eq!(loaded.deployment.resources.len(), 4_000);
+        let again = base_bytes(&loaded.deployment, 0, 0, &Crypter::default()).unwrap();
+        assert!(again == written, "the loaded base encodes to other bytes");
+    }
 }
