@@ -199,8 +199,26 @@ fn each_rule_has_its_error() {
     rw.replace_with = vec![a.urn.clone()].into();
     check(
         "replaceWith after",
-        vec![provider(), rw, a],
+        vec![provider(), rw, a.clone()],
         |r| matches!(r, Err(IntegrityError::DependencyAfterDependent { kind, .. }) if kind == "replaceWith"),
+    );
+
+    // An empty dependency is missing, also where nothing was found yet to
+    // compare it with.
+    let mut e = bucket("e");
+    e.dependencies = vec![Urn::default()];
+    check("empty dependency", vec![provider(), e], |r| {
+        matches!(r, Err(IntegrityError::MissingDependency { .. }))
+    });
+    // A dependency found for one state is checked again for the next only
+    // by comparison: the next one's, different, is still missing.
+    let (mut f, mut g) = (bucket("f"), bucket("g"));
+    f.dependencies = vec![a.urn.clone()];
+    g.dependencies = vec![bucket("h").urn];
+    check(
+        "second state's dependency missing",
+        vec![provider(), a.clone(), f, g],
+        |r| matches!(r, Err(IntegrityError::MissingDependency { dependency, .. }) if dependency.ends_with("::h")),
     );
 
     check(

@@ -241,6 +241,10 @@ pub fn verify_resources(resources: &[State]) -> Result<()> {
         FastMap::with_capacity_and_hasher(resources.len(), Default::default());
     // Provider URN -> IDs of provider resources seen.
     let mut providers: FastMap<&str, Vec<&str>> = FastMap::default();
+    // The last reference target and provider reference found: both maps
+    // only grow, so what was found stays found, and neighbouring states
+    // mostly share a parent and a provider (a comparison, not a hash).
+    let (mut found_target, mut found_provider): (Option<&str>, Option<&str>) = (None, None);
     for (index, s) in resources.iter().enumerate() {
         if s.urn.is_empty() {
             return Err(IntegrityError::MissingUrn { index });
@@ -256,11 +260,13 @@ pub fn verify_resources(resources: &[State]) -> Result<()> {
             });
         }
         check_category(s)?;
-        if !s.provider.is_empty() {
+        if !s.provider.is_empty() && found_provider != Some(s.provider.as_str()) {
             check_provider(s, &providers, resources)?;
+            found_provider = Some(&s.provider);
         }
         for (kind, target) in s.references() {
-            if seen.contains_key(target.as_str()) {
+            if found_target == Some(target.as_str()) || seen.contains_key(target.as_str()) {
+                found_target = Some(target.as_str());
                 continue;
             }
             let later = resources[index..].iter().any(|r| r.urn == *target);
