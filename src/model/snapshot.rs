@@ -136,6 +136,18 @@ pub(crate) fn with_states_hint<T>(len: usize, f: impl FnOnce() -> T) -> T {
     f()
 }
 
+/// An empty `Vec` of states with room for `room`, and room for as many
+/// URNs in this thread's interning table. The reservations are tried: a
+/// system that refuses that much address space (strict overcommit) gets
+/// the unreserved, growing `Vec`, not an aborted process.
+pub(crate) fn reserved_states(room: usize) -> Vec<State> {
+    let mut out = Vec::new();
+    if out.try_reserve_exact(room).is_ok() {
+        super::urn::reserve_interned_urns(room);
+    }
+    out
+}
+
 /// Reads `resources` (`null` is `None`) into a `Vec` reserved by
 /// [`with_states_hint`].
 struct StatesSeed;
@@ -168,9 +180,7 @@ impl<'de> serde::de::DeserializeSeed<'de> for StatesSeed {
             ) -> Result<Self::Value, A::Error> {
                 // Taken: one deployment per hint (a nested one reserves nothing).
                 let hint = STATES_HINT.with(std::cell::Cell::take);
-                let room = hint.max(seq.size_hint().unwrap_or(0));
-                let mut out = Vec::with_capacity(room);
-                super::urn::reserve_interned_urns(room);
+                let mut out = reserved_states(hint.max(seq.size_hint().unwrap_or(0)));
                 while let Some(state) = seq.next_element::<State>()? {
                     out.push(state);
                 }

@@ -33,9 +33,9 @@
 //! caller decodes the whole file on one thread, which also names any error.
 
 use super::{CheckpointFile, Fast};
-use crate::model::snapshot::{with_states_hint, MIN_STATE_BYTES};
+use crate::model::snapshot::{reserved_states, with_states_hint, MIN_STATE_BYTES};
 use crate::model::state::State;
-use crate::model::urn::{reserve_interned_urns, with_interning, TypeToken, Urn};
+use crate::model::urn::{with_interning, TypeToken, Urn};
 
 /// Files smaller than this are decoded on one thread: below it the thread
 /// and the copy of the text cost about what they save.
@@ -152,8 +152,7 @@ fn states_between(text: &str, from: usize, to: usize) -> Option<Vec<State>> {
     with_interning(|| {
         // Room for the whole array: the other half is appended here.
         let room = text.len() / MIN_STATE_BYTES;
-        let mut out = Vec::with_capacity(room);
-        reserve_interned_urns(room);
+        let mut out = reserved_states(room);
         let mut pos = 0;
         loop {
             let mut values =

@@ -253,6 +253,15 @@ fn a_state_nested_past_the_readers_limit_is_not_read_by_the_split() {
 }
 
 #[test]
+fn a_reservation_the_system_refuses_leaves_a_growing_vec() {
+    // More than the address space: refused, not an aborted process.
+    let states = reserved_states(usize::MAX / 1024);
+    assert!(states.is_empty());
+    assert!(states.capacity() < 1024);
+    assert!(reserved_states(10).capacity() >= 10);
+}
+
+#[test]
 fn the_sentinel_is_unique_per_decode() {
     let (a, b) = (sentinel().unwrap(), sentinel().unwrap());
     assert_eq!(a.urn.name().len(), "keel-split-".len() + 32);
