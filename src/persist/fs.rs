@@ -51,23 +51,26 @@ const PARALLEL_READ_MIN: usize = 1 << 20;
 /// # Errors
 /// The OS error.
 pub fn read(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut file = File::open(path)?;
+    let len = usize::try_from(file.metadata()?.len()).unwrap_or(0);
     #[cfg(unix)]
-    if let Some(bytes) = read_in_halves(path)? {
-        return Ok(bytes);
+    if len >= PARALLEL_READ_MIN {
+        if let Some(bytes) = read_in_halves(&file, len) {
+            return Ok(bytes);
+        }
+        file.seek(SeekFrom::Start(0))?;
     }
-    std::fs::read(path)
+    let mut bytes = Vec::with_capacity(len);
+    file.read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
-/// [`read`]'s two threads: `None` for a small file, or one that changed
-/// length while it was read.
+/// [`read`]'s two threads over `len` bytes of `file`: `None` when the
+/// file changed length while it was read, or a read failed (the plain
+/// read then tells).
 #[cfg(unix)]
-fn read_in_halves(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+fn read_in_halves(file: &File, len: usize) -> Option<Vec<u8>> {
     use std::os::unix::fs::FileExt;
-    let file = File::open(path)?;
-    let len = match usize::try_from(file.metadata()?.len()) {
-        Ok(len) if len >= PARALLEL_READ_MIN => len,
-        _ => return Ok(None),
-    };
     let mut bytes = vec![0u8; len];
     let half = len / 2;
     let (head, tail) = bytes.split_at_mut(half);
@@ -81,7 +84,7 @@ fn read_in_halves(path: &Path) -> std::io::Result<Option<Vec<u8>>> {
         let end = file.read_at(&mut [0u8; 1], len as u64);
         head.is_ok() && matches!(tail, Ok(Ok(Ok(())))) && matches!(end, Ok(0))
     });
-    Ok(whole.then_some(bytes))
+    whole.then_some(bytes)
 }
 
 /// Makes a directory entry change (create, rename) durable.
