@@ -3,10 +3,11 @@
 //!
 //! One pass over the resources in order, with a map of the URNs seen so far,
 //! so "appears earlier" is a lookup (or, for the target and the provider
-//! reference the previous lookup found, a comparison: the maps only grow). Each rule has its own typed error naming
-//! the resources involved and a stable [`IntegrityError::rule`] id; when a
-//! reference is not among the earlier resources the verifier tells whether
-//! it is missing altogether or only comes later.
+//! reference the previous lookup found, a comparison: the maps only grow).
+//! Each rule has its own typed error naming the resources involved and a
+//! stable [`IntegrityError::rule`] id; when a reference is not among the
+//! earlier resources the verifier tells whether it is missing altogether
+//! or only comes later.
 
 use std::collections::HashSet;
 

@@ -112,7 +112,12 @@ json_object! {
 /// decode reserves (a compact state with a short URN and type; keel's
 /// states are 300-600 bytes, Pulumi's indented ones about 270). A guess too
 /// high only costs the `Vec` its growth.
-pub(crate) const MIN_STATE_BYTES: usize = 160;
+const MIN_STATE_BYTES: usize = 160;
+
+/// How many states `len` bytes of JSON can hold, at most about.
+pub(crate) fn states_room(len: usize) -> usize {
+    len / MIN_STATE_BYTES
+}
 
 std::thread_local! {
     /// The capacity the next `resources` array decoded on this thread
@@ -132,7 +137,7 @@ pub(crate) fn with_states_hint<T>(len: usize, f: impl FnOnce() -> T) -> T {
             STATES_HINT.with(|h| h.set(self.0));
         }
     }
-    let _restore = Restore(STATES_HINT.with(|h| h.replace(len / MIN_STATE_BYTES)));
+    let _restore = Restore(STATES_HINT.with(|h| h.replace(states_room(len))));
     f()
 }
 

@@ -33,7 +33,7 @@
 //! caller decodes the whole file on one thread, which also names any error.
 
 use super::{CheckpointFile, Fast};
-use crate::model::snapshot::{reserved_states, with_states_hint, MIN_STATE_BYTES};
+use crate::model::snapshot::{reserved_states, states_room, with_states_hint};
 use crate::model::state::State;
 use crate::model::urn::{with_interning, TypeToken, Urn};
 
@@ -151,8 +151,7 @@ fn states_between(text: &str, from: usize, to: usize) -> Option<Vec<State>> {
     let bytes = region.as_bytes();
     with_interning(|| {
         // Room for the whole array: the other half is appended here.
-        let room = text.len() / MIN_STATE_BYTES;
-        let mut out = reserved_states(room);
+        let mut out = reserved_states(states_room(text.len()));
         let mut pos = 0;
         loop {
             let mut values =
