@@ -160,6 +160,7 @@ impl Drop for SimTimer {
 /// The timer thread: wakes every due entry, then sleeps until the earliest
 /// deadline or until an earlier one arrives.
 fn run(shared: &Shared) {
+    let mut due = Vec::new();
     let mut queue = shared.queue.locked();
     loop {
         if queue.stop {
@@ -168,9 +169,20 @@ fn run(shared: &Shared) {
         let now = Instant::now();
         while queue.heap.peek().is_some_and(|Reverse(e)| e.at <= now) {
             if let Some(Reverse(entry)) = queue.heap.pop() {
-                // A dropped receiver is a cancelled operation.
-                let _ = entry.wake.send(());
+                due.push(entry.wake);
             }
+        }
+        if !due.is_empty() {
+            // Woken without the lock: a wake-up may enter the kernel to
+            // unpark a runtime worker, and the workers take this lock to
+            // start their own waits.
+            drop(queue);
+            for wake in due.drain(..) {
+                // A dropped receiver is a cancelled operation.
+                let _ = wake.send(());
+            }
+            queue = shared.queue.locked();
+            continue;
         }
         queue = match queue.heap.peek() {
             Some(Reverse(next)) => {
