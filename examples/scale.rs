@@ -5,7 +5,7 @@
 //! ```text
 //! cargo run --release --example scale -- --resources N --shape SHAPE
 //!     [--latency-ms L] [--parallel P] [--persistence journal|checkpoint|memory]
-//!     [--operation up|noop|migrate|load] [--migrate-subtree K] [--seed S]
+//!     [--operation up|noop|migrate|load|cloud] [--migrate-subtree K] [--seed S]
 //!     [--window W]
 //! ```
 //! Shapes: `flat`, `components` (customs in components of 10), `chain`,
@@ -15,6 +15,9 @@
 //! component of `--migrate-subtree K` resources (added after the N) renames
 //! a child through a migration callback; with latency, that update also
 //! changes every other resource so steps are in flight when it arrives.
+//! `cloud` (not in `performance.md`) runs no engine: every custom's create
+//! is called straight on the simulated cloud, `--parallel` at a time, to
+//! measure the floor the cloud and the machine leave any engine (P3's).
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -35,7 +38,9 @@ use keel::model::{CheckpointFile, Deployment, PropertyMap, PropertyValue, TypeTo
 use keel::persist::backend::{Backend, PersistenceKind};
 use keel::persist::journal_file::JournalOptions;
 use keel::persist::{MemoryPersister, Persister};
-use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
+use keel::provider::{
+    Provider, ProviderRegistry, ResourceRequest, SimCloud, SimConfig, SimProvider,
+};
 use keel::source::goal::{Goal, ResourceOptions};
 use keel::source::migration::{
     MigrationCallback, StateMigrationArgs, StateMigrationResult, StateMigrations,
@@ -60,7 +65,7 @@ struct Args {
     /// journal | checkpoint | memory.
     #[arg(long, default_value = "journal")]
     persistence: String,
-    /// up | noop | load.
+    /// up | noop | migrate | load | cloud (the simulated cloud alone).
     #[arg(long, default_value = "up")]
     operation: String,
     /// Size of the migrated subtree (migrate only).
@@ -325,9 +330,12 @@ async fn run(args: Args) -> Result<serde_json::Value, String> {
         "memory" => None,
         other => Some(other.parse()?),
     };
-    if !matches!(args.operation.as_str(), "up" | "noop" | "load" | "migrate") {
+    if !matches!(
+        args.operation.as_str(),
+        "up" | "noop" | "load" | "migrate" | "cloud"
+    ) {
         return Err(format!(
-            "unknown --operation {} (up, noop, migrate, load)",
+            "unknown --operation {} (up, noop, migrate, load, cloud)",
             args.operation
         ));
     }
@@ -347,6 +355,9 @@ async fn run(args: Args) -> Result<serde_json::Value, String> {
     }
     config.pending_window = args.window;
     let parallel = config.parallel;
+    if args.operation == "cloud" {
+        return cloud_only(&args, &specs, cloud, parallel).await;
+    }
     let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let backend = Backend::new(dir.path());
@@ -467,6 +478,66 @@ async fn run(args: Args) -> Result<serde_json::Value, String> {
         // again), summed, and that over `parallel`: the bound those calls
         // allowed, beside `lower_bound_ms`, the one the configured latency
         // allows.
+        "provider_call_ms": provider_call_ms,
+        "call_bound_ms": provider_call_ms / parallel as f64,
+    }))
+}
+
+/// `--operation cloud`: no engine, no program, no persistence. Every
+/// custom's create is called straight on the simulated cloud, `parallel` at
+/// a time through a semaphore, dependencies ignored (P3's lower bound is the
+/// provider time over `parallel`, not the critical path). `makespan_ms` over
+/// `lower_bound_ms` is then the floor this cloud and this machine leave an
+/// engine with nothing else to do.
+async fn cloud_only(
+    args: &Args,
+    specs: &[Spec],
+    cloud: Arc<SimCloud>,
+    parallel: usize,
+) -> Result<serde_json::Value, String> {
+    let provider = Arc::new(SimProvider::new(cloud, "sim"));
+    let permits = Arc::new(tokio::sync::Semaphore::new(parallel.max(1)));
+    let mut calls = tokio::task::JoinSet::new();
+    let started = Instant::now();
+    for s in specs.iter().filter(|s| s.custom) {
+        let ty = TypeToken::parse(s.ty).map_err(|e| e.to_string())?;
+        let urn = Urn::new("scale", "scale", None, &ty, &s.name).map_err(|e| e.to_string())?;
+        let inputs: PropertyMap =
+            std::iter::once(("name".to_owned(), PropertyValue::String(s.name.clone()))).collect();
+        let (provider, permits) = (Arc::clone(&provider), Arc::clone(&permits));
+        calls.spawn(async move {
+            let _permit = permits.acquire_owned().await.map_err(|e| e.to_string())?;
+            let call = Instant::now();
+            provider
+                .create(ResourceRequest::new(&urn, &ty, "", &inputs))
+                .await
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>(call.elapsed())
+        });
+    }
+    let mut provider_time = Duration::ZERO;
+    while let Some(done) = calls.join_next().await {
+        provider_time += done.map_err(|e| e.to_string())??;
+    }
+    let makespan_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let customs = specs.iter().filter(|s| s.custom).count() as f64;
+    let provider_call_ms = provider_time.as_secs_f64() * 1000.0;
+    Ok(serde_json::json!({
+        "resources": args.resources,
+        "shape": args.shape,
+        "operation": args.operation,
+        "parallel": parallel,
+        "wall_ms": makespan_ms,
+        "engine_ms": 0.0,
+        "makespan_ms": makespan_ms,
+        "critical_path_ms": 0.0,
+        "lower_bound_ms": customs * args.latency_ms / parallel as f64,
+        "bytes_written": 0,
+        "fsyncs": 0,
+        "checkpoint_bytes": 0,
+        "peak_rss_kb": peak_rss_kb(),
+        "migrate_ms": 0.0,
+        "quiesce_ms": 0.0,
         "provider_call_ms": provider_call_ms,
         "call_bound_ms": provider_call_ms / parallel as f64,
     }))
