@@ -361,9 +361,10 @@ async fn run(args: Args) -> Result<serde_json::Value, String> {
     let engine = Engine::new(config, ProviderRegistry::simulated(cloud));
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let backend = Backend::new(dir.path());
-    let wall = Instant::now();
     let mut state = Deployment::default();
     let mut engine_ms = 0.0;
+    // The last pass as a user runs it: the stack's load, then the update.
+    let mut pass_ms = 0.0;
     let mut makespan_ms = 0.0;
     let (mut bytes_written, mut fsyncs) = (0, 0);
     let mut provider_call_ms = 0.0;
@@ -377,14 +378,17 @@ async fn run(args: Args) -> Result<serde_json::Value, String> {
     // resource, so their steps are in flight when the migration arrives.
     let change_others = args.operation == "migrate" && args.latency_ms > 0.0;
     for pass in 1..=passes {
+        let opened = Instant::now();
         let (prior, persister, open): (Deployment, Box<dyn Persister>, _) = match kind {
             None => (state, Box::new(MemoryPersister::new()), None),
             Some(kind) => {
-                let open = backend.open("scale", "scale").map_err(|e| e.to_string())?;
+                let mut open = backend.open("scale", "scale").map_err(|e| e.to_string())?;
                 let p = open
                     .persister(kind, JournalOptions::default())
                     .map_err(|e| e.to_string())?;
-                (open.deployment.clone(), p, Some(open))
+                // Moved out, as `keel up` does (a copy of 100,000 states
+                // costs ~35 ms).
+                (std::mem::take(&mut open.deployment), p, Some(open))
             }
         };
         let started = Instant::now();
@@ -397,6 +401,7 @@ async fn run(args: Args) -> Result<serde_json::Value, String> {
             .await
             .map_err(|e| e.to_string())?;
         engine_ms = started.elapsed().as_secs_f64() * 1000.0;
+        pass_ms = opened.elapsed().as_secs_f64() * 1000.0;
         makespan_ms = outcome.summary.duration_ms;
         provider_call_ms = outcome.provider_call_ms;
         // The last pass's I/O (noop: the second update's).
@@ -452,10 +457,14 @@ async fn run(args: Args) -> Result<serde_json::Value, String> {
     let customs = specs.iter().filter(|s| s.custom).count() as f64;
     let critical = critical_path_ms(&specs, args.latency_ms);
     let lower_bound = critical.max(customs * args.latency_ms / parallel as f64);
+    // `wall_ms`: the measured pass as a user runs it, the stack's load
+    // included (a no-op's load of 100,000 states is 140-165 ms);
+    // `engine_ms`: the update alone. Neither counts the harness's own
+    // work (the program's specs, the checkpoint's size).
     let (engine_ms, wall_ms) = if args.operation == "load" {
         (load_ms, load_ms)
     } else {
-        (engine_ms, wall.elapsed().as_secs_f64() * 1000.0)
+        (engine_ms, pass_ms)
     };
     Ok(serde_json::json!({
         "resources": args.resources,
