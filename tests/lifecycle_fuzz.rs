@@ -59,8 +59,11 @@ const FACET_SUFFIX: &str = "Settings";
 /// the host is not in the state, or when the host no longer has the keys
 /// (split already: a facet destroyed since must not be brought back into
 /// the state by the migration that made it, as a real split migration
-/// checks what it moves). The prior states may record aliases
-/// of earlier renames, which a result may not carry: it drops them.
+/// checks what it moves; a refresh can read the moved setting back from
+/// the host, so the model also takes the migration out of the program once
+/// a targeted destroy removes its facet: `Model::forget_split`). The prior
+/// states may record aliases of earlier renames, which a result may not
+/// carry: it drops them.
 const SPLIT_PY: &str = r#"import json, sys
 
 spec = json.loads(sys.argv[1])
@@ -382,6 +385,33 @@ impl Model {
             r.migrations.clear();
         }
         self.pending_splits.clear();
+    }
+
+    /// A targeted destroy removed the facet `urn` from the state. The split
+    /// migration that made it stays in the program until a clean `up`
+    /// settles it, and its guard (the host still has the moved setting)
+    /// no longer holds once a refresh has read the setting back from the
+    /// host, which still carries it (as Pulumi does, a refresh takes the
+    /// inputs a read returns): the migration would split the facet into
+    /// the state again with no object behind it, every time. A team whose
+    /// split has run takes the migration out; so does the model, and the
+    /// program's facet is then created on its host.
+    /// Whether it did.
+    fn forget_split(&mut self, urn: &str) -> bool {
+        let Some(at) = self.pending_splits.iter().position(|f| self.urn(f) == urn) else {
+            return false;
+        };
+        self.pending_splits.remove(at);
+        let made_it = |m: &Value| {
+            m["command"][2]
+                .as_str()
+                .and_then(|spec| serde_json::from_str::<Value>(spec).ok())
+                .is_some_and(|spec| spec["urn"] == urn)
+        };
+        for r in self.res.values_mut() {
+            r.migrations.retain(|m| !made_it(m));
+        }
+        true
     }
 
     fn pending_renames(&self) -> bool {
@@ -1153,6 +1183,7 @@ impl Fuzz {
         let mut clean_up = false;
         let mut kill = None;
         let mut lenient = false;
+        let mut destroyed = None;
         let (args, preview_before) = match roll {
             0..=5 => {
                 let a = self.base_args("preview", Some(&program));
@@ -1163,7 +1194,8 @@ impl Fuzz {
             14..=16 => {
                 let mut a = self.base_args("destroy", Some(&program));
                 if let Some(u) = self.some_urn() {
-                    a.extend(["--target".into(), u]);
+                    a.extend(["--target".into(), u.clone()]);
+                    destroyed = Some(u);
                 }
                 lenient = true;
                 (a, None)
@@ -1223,6 +1255,13 @@ impl Fuzz {
             self.fail(step, &format!("a clean up failed:\n{output}"));
         }
         let w = self.check(step, &output);
+        if let Some(u) = destroyed {
+            if self.model.forget_split(&u) {
+                self.transcript.push(format!(
+                    "(the split migration that made {u} leaves the program)"
+                ));
+            }
+        }
         if let Some(before) = preview_before {
             if before.state["resources"] != w.state["resources"] || before.cloud != w.cloud {
                 self.fail(step, "a preview changed the state or the cloud");
