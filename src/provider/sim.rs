@@ -40,6 +40,9 @@
 //!   and an update of it writes the facet's object. Once a facet is
 //!   deleted, the cloud records that its host no longer carries it (a
 //!   `facetRemoved` record), so it reads as gone until it is created again.
+//!   A read of the host still returns the settings it was given, carried
+//!   ones included (a refresh puts a split setting back into the host's
+//!   inputs), as a provider that still reports them on the host would.
 //!
 //! [`SimCloud::objects`] lists facets that have an object (created or
 //! updated) as objects of their own, keyed by their type and ID like any

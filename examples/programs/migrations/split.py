@@ -7,7 +7,13 @@ an `assets-website` resource (same physical ID and provider: a migration
 cannot create cloud objects) and prints {"newState": [...], "successors":
 {}}, dropping the `aliases` earlier renames left in the prior states (a
 result may not carry them); prints null (no change) once the state has that
-shape, so it can stay attached to the component.
+shape, so it can stay attached to the component while the split rolls out.
+
+Take it out of the program once every stack has run it: the cloud keeps the
+website settings on the bucket, so a `keel refresh` reads them back into the
+bucket's inputs (a refresh takes the inputs a read returns, as Pulumi's
+does), and should `assets-website` then be destroyed on its own, this
+callback would split it off again with no settings object behind it.
 """
 
 import json
