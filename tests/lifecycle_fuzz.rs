@@ -398,7 +398,9 @@ impl Model {
     /// program's facet is then created on its host.
     /// Whether it did.
     fn forget_split(&mut self, urn: &str) -> bool {
-        let Some(at) = self.pending_splits.iter().position(|f| self.urn(f) == urn) else {
+        // A facet the program has dropped since has no URN to compare.
+        let named = |f: &String| self.res.contains_key(f) && self.urn(f) == urn;
+        let Some(at) = self.pending_splits.iter().position(named) else {
             return false;
         };
         self.pending_splits.remove(at);
