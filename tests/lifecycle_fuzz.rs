@@ -387,33 +387,27 @@ impl Model {
         self.pending_splits.clear();
     }
 
-    /// A targeted destroy removed the facet `urn` from the state. The split
-    /// migration that made it stays in the program until a clean `up`
-    /// settles it, and its guard (the host still has the moved setting)
-    /// no longer holds once a refresh has read the setting back from the
-    /// host, which still carries it (as Pulumi does, a refresh takes the
-    /// inputs a read returns): the migration would split the facet into
-    /// the state again with no object behind it, every time. A team whose
-    /// split has run takes the migration out; so does the model, and the
-    /// program's facet is then created on its host.
-    /// Whether it did.
+    /// A targeted destroy removed the facet `urn` from the state; returns
+    /// whether its split was still pending. The split migration that made
+    /// it stays in the program until a clean `up` settles it, and its guard
+    /// (the host still has the moved setting) no longer holds once a
+    /// refresh has read the setting back from the host, which still carries
+    /// it (as Pulumi does, a refresh takes the inputs a read returns): the
+    /// migration would split the facet into the state again with no object
+    /// behind it, every time. A team whose split has run takes the migration
+    /// out; so does the model, and the program's facet is then created on
+    /// its host. It is the only migration in the program: `migrate` adds
+    /// none while one is pending.
     fn forget_split(&mut self, urn: &str) -> bool {
         // A facet the program has dropped since has no URN to compare.
-        let named = |f: &String| self.res.contains_key(f) && self.urn(f) == urn;
-        let Some(at) = self.pending_splits.iter().position(named) else {
-            return false;
-        };
-        self.pending_splits.remove(at);
-        let made_it = |m: &Value| {
-            m["command"][2]
-                .as_str()
-                .and_then(|spec| serde_json::from_str::<Value>(spec).ok())
-                .is_some_and(|spec| spec["urn"] == urn)
-        };
-        for r in self.res.values_mut() {
-            r.migrations.retain(|m| !made_it(m));
+        let pending = self
+            .pending_splits
+            .iter()
+            .any(|f| self.res.contains_key(f) && self.urn(f) == urn);
+        if pending {
+            self.drop_migrations();
         }
-        true
+        pending
     }
 
     fn pending_renames(&self) -> bool {
