@@ -141,14 +141,14 @@ pub(crate) fn with_states_hint<T>(len: usize, f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// An empty `Vec` of states with room for `room`, and room for as many
+/// An empty `Vec` of states with room for `room`, and room for `urns`
 /// URNs in this thread's interning table. The reservations are tried: a
 /// system that refuses that much address space (strict overcommit) gets
 /// the unreserved, growing `Vec`, not an aborted process.
-pub(crate) fn reserved_states(room: usize) -> Vec<State> {
+pub(crate) fn reserved_states(room: usize, urns: usize) -> Vec<State> {
     let mut out = Vec::new();
     if out.try_reserve_exact(room).is_ok() {
-        super::urn::reserve_interned_urns(room);
+        super::urn::reserve_interned_urns(urns);
     }
     out
 }
@@ -185,7 +185,8 @@ impl<'de> serde::de::DeserializeSeed<'de> for StatesSeed {
             ) -> Result<Self::Value, A::Error> {
                 // Taken: one deployment per hint (a nested one reserves nothing).
                 let hint = STATES_HINT.with(std::cell::Cell::take);
-                let mut out = reserved_states(hint.max(seq.size_hint().unwrap_or(0)));
+                let room = hint.max(seq.size_hint().unwrap_or(0));
+                let mut out = reserved_states(room, room);
                 while let Some(state) = seq.next_element::<State>()? {
                     out.push(state);
                 }

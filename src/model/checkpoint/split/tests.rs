@@ -255,10 +255,10 @@ fn a_state_nested_past_the_readers_limit_is_not_read_by_the_split() {
 #[test]
 fn a_reservation_the_system_refuses_leaves_a_growing_vec() {
     // More than the address space: refused, not an aborted process.
-    let states = reserved_states(usize::MAX / 1024);
+    let states = reserved_states(usize::MAX / 1024, 0);
     assert!(states.is_empty());
     assert!(states.capacity() < 1024);
-    assert!(reserved_states(10).capacity() >= 10);
+    assert!(reserved_states(10, 10).capacity() >= 10);
 }
 
 #[test]
@@ -313,4 +313,22 @@ proptest! {
         let text = text(&f, pretty);
         check(&text, (text.len() as f64 * cut) as usize);
     }
+}
+
+#[test]
+fn touching_the_spare_room_changes_no_state() {
+    let mut states = reserved_states(10, 0);
+    states.extend((0..2).map(|_| sentinel().unwrap()));
+    let before = states.clone();
+    // From the end of the states on, at most `n` slots, never past the
+    // room; the length and the states stay as they were.
+    assert_eq!(touch(&mut states, 2, 3), 5);
+    let room = states.capacity();
+    assert_eq!(touch(&mut states, 5, 100), room);
+    assert_eq!(touch(&mut states, room, 4), room);
+    assert_eq!(states, before);
+    let more: Vec<State> = (0..8).map(|_| sentinel().unwrap()).collect();
+    states.extend(more.iter().cloned());
+    assert_eq!(states[..2], before[..]);
+    assert_eq!(states[2..], more[..]);
 }
