@@ -209,6 +209,30 @@ fn a_resources_array_ahead_of_the_real_one_declines_every_split() {
 }
 
 #[test]
+fn element_look_alikes_after_the_array_decline_every_cut_among_them() {
+    // An unmodeled key after `resources` holds a long array of objects
+    // that start with `"urn"`, as states do: a cut among them must not
+    // be taken for one inside `resources` (the first run would end at
+    // `resources`' `]`, short of the cut).
+    let mut f = file(20, |i| json!({"n": i}));
+    let fakes: Vec<Value> = (0..200)
+        .map(|i| json!({"urn": format!("urn:pulumi:dev::p::sim:index:Thing::x{i}"), "custom": true, "type": "sim:index:Thing"}))
+        .collect();
+    f["deployment"]["zzLater"] = Value::Array(fakes);
+    for text in [urn_first(&f), text(&f, true)] {
+        let fakes_at = text.find("Thing::x0").unwrap();
+        assert!(text.find("Thing::r19").unwrap() < fakes_at);
+        let answered = (fakes_at..text.len())
+            .step_by(29)
+            .filter(|&at| check(&text, at))
+            .count();
+        assert_eq!(answered, 0);
+        // Cuts inside `resources` still answer.
+        assert!(sweep(&text[..], 29) > 0);
+    }
+}
+
+#[test]
 fn a_bad_head_is_left_to_the_one_thread_decode() {
     let text = text(&file(40, |i| json!({"n": i})), false);
     let at = text.len() / 2;
@@ -311,6 +335,32 @@ proptest! {
     ) {
         let f = file(outputs.len(), |i| json!({"v": outputs[i]}));
         let text = text(&f, pretty);
+        check(&text, (text.len() as f64 * cut) as usize);
+    }
+
+    /// Damaged files (a few bytes cut out and a look-alike put in, or the
+    /// end cut off): the split answers only what the one-thread decode
+    /// answers, and the same.
+    #[test]
+    fn a_damaged_file_is_answered_only_as_the_one_thread_decode(
+        n in 4usize..24,
+        pretty in any::<bool>(),
+        edits in prop::collection::vec((0.0f64..1.0, 0usize..6, tricky()), 1..4),
+        truncate in prop::option::of(0.5f64..1.0),
+        cut in 0.0f64..1.0,
+    ) {
+        let f = file(n, |i| json!({"arn": format!("arn:sim:{i}")}));
+        let mut text = text(&f, pretty).into_bytes();
+        for (at, cut_out, put_in) in edits {
+            let at = (text.len() as f64 * at) as usize;
+            let end = (at + cut_out).min(text.len());
+            text.splice(at..end, put_in.into_bytes());
+        }
+        if let Some(keep) = truncate {
+            text.truncate((text.len() as f64 * keep) as usize);
+        }
+        // Every edit is ASCII over ASCII text, so the text stays UTF-8.
+        let text = String::from_utf8(text).unwrap();
         check(&text, (text.len() as f64 * cut) as usize);
     }
 }
