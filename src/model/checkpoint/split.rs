@@ -27,11 +27,12 @@
 //! sentinel as after the original's last element; the original decodes to
 //! the rest's deployment with the sentinel replaced by the two runs'
 //! states, in order. No part of the file is copied but the rest (its head
-//! and end, usually a few hundred bytes). One difference remains: each element is
-//! read at the top level, three or four levels less deep than in the file,
-//! where the reader's nesting limit (128) would refuse a state nested more
-//! than 123 levels; an element that deep is refused here too, so the whole
-//! file is decoded on one thread and fails there as it must.
+//! and end, usually a few hundred bytes). One difference remains: each
+//! element is read at the top level, three or four levels less deep than
+//! in the file, where the reader's nesting limit (128) would refuse a
+//! state nested more than 123 levels; an element that deep is refused
+//! here too, so the whole file is decoded on one thread and fails there
+//! as it must.
 //!
 //! Anything unproven (a guess that does not hold, an error in either run
 //! or the rest, a file the one-pass reader would not take) returns
@@ -105,7 +106,9 @@ pub(super) fn decode_at(text: &str, at: usize) -> Option<CheckpointFile> {
         // density) is touched, its pages faulted in, so that the move
         // after it is a copy, not ~1,200 page faults (2-2.5 ms) at 20,000
         // states.
-        let room = (head.len() + head.len() * (text.len() - cut) / (cut - open).max(1))
+        let room = head
+            .len()
+            .saturating_add(head.len().saturating_mul(text.len() - cut) / (cut - open).max(1))
             .min(head.capacity());
         let mut touched = head.len();
         let (tail, mut file) = loop {
