@@ -28,6 +28,7 @@ use super::snapshot::Deployment;
 mod split;
 
 pub(crate) use split::sentinel;
+pub use split::ReadAt;
 
 /// The format version keel writes.
 pub const CURRENT_VERSION: u64 = 3;
@@ -378,6 +379,19 @@ impl CheckpointFile {
             return Err(CheckpointError::NoDeployment);
         }
         serde_json::from_slice(bytes).map_err(CheckpointError::from_json)
+    }
+
+    /// Decodes a large file that `src` reads, on two threads, each
+    /// reading its part through a small window it reuses (the file is
+    /// never held whole in memory). The deployment is not verified.
+    ///
+    /// `None` when the file is smaller than the split's threshold (1 MiB),
+    /// cannot be read, or is not one the split can prove it decodes as
+    /// [`CheckpointFile::from_slice`] would (see `split`'s module doc):
+    /// the caller then reads it whole and decodes it with
+    /// [`CheckpointFile::from_slice`], which also names any error.
+    pub fn from_windows(src: &(impl ReadAt + ?Sized)) -> Option<Self> {
+        split::decode_windows(src)
     }
 
     /// Decodes and verifies a file.

@@ -376,14 +376,50 @@ impl Loaded {
 pub struct StoredStack<'a> {
     /// The stack.
     pub stack: &'a str,
-    /// The base checkpoint's bytes.
-    pub base: Option<Vec<u8>>,
+    /// The base checkpoint.
+    pub base: Option<StoredBase>,
     /// The journal's records.
     pub journal: Vec<u8>,
     /// Where the base is, for errors.
     pub base_label: &'a Path,
     /// Where the journal is, for errors.
     pub journal_label: &'a Path,
+}
+
+/// A base checkpoint as a backend holds it.
+#[derive(Debug)]
+pub enum StoredBase {
+    /// Its bytes (a database row).
+    Bytes(Vec<u8>),
+    /// The open file (a large one is decoded through small windows, never
+    /// read whole into memory).
+    File(fs::OpenFile),
+}
+
+impl StoredBase {
+    /// The checkpoint, decoded and verified; `path` names it in errors.
+    ///
+    /// # Errors
+    /// [`CheckpointError`] for an unreadable or invalid checkpoint.
+    pub fn decode(&self, path: &Path) -> Result<CheckpointFile, CheckpointError> {
+        match self {
+            Self::Bytes(bytes) => CheckpointFile::from_slice_verified(bytes),
+            Self::File(file) => {
+                // A file that changed while it was read is read again whole.
+                if let Some(decoded) = CheckpointFile::from_windows(file) {
+                    if file.unchanged() {
+                        decoded.verify()?;
+                        return Ok(decoded);
+                    }
+                }
+                let bytes = file.read_all().map_err(|source| CheckpointError::Io {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                CheckpointFile::from_slice_verified(&bytes)
+            }
+        }
+    }
 }
 
 impl StoredStack<'_> {
@@ -401,14 +437,14 @@ impl StoredStack<'_> {
     ) -> Result<Loaded, BackendError> {
         let stack = self.stack;
         let (mut base, seq, split) = match &self.base {
-            Some(bytes) => {
-                let file = CheckpointFile::from_slice_verified(bytes).map_err(|source| {
-                    BackendError::Checkpoint {
-                        stack: stack.to_owned(),
-                        path: self.base_label.to_owned(),
-                        source: Box::new(source),
-                    }
-                })?;
+            Some(base) => {
+                let file =
+                    base.decode(self.base_label)
+                        .map_err(|source| BackendError::Checkpoint {
+                            stack: stack.to_owned(),
+                            path: self.base_label.to_owned(),
+                            source: Box::new(source),
+                        })?;
                 check_format(stack, self.base_label, &file.extra)?;
                 let seq = file
                     .extra
@@ -813,8 +849,8 @@ impl Backend {
             stack: stack.to_owned(),
             source,
         };
-        let base = match fs::read(&paths.base) {
-            Ok(bytes) => Some(bytes),
+        let base = match fs::OpenFile::open(&paths.base) {
+            Ok(file) => Some(StoredBase::File(file)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(source) => {
                 return Err(persist(PersistError::Io {
@@ -1009,5 +1045,77 @@ mod tests {
         assert_eq!(loaded.deployment.resources.len(), 4_000);
         let again = base_bytes(&loaded.deployment, 0, 0, &Crypter::default()).unwrap();
         assert!(again == written, "the loaded base encodes to other bytes");
+        // Read through windows (a large base is never read whole).
+        let file = fs::OpenFile::open(&paths.base).unwrap();
+        assert!(CheckpointFile::from_windows(&file).is_some());
+    }
+
+    /// A base of a few megabytes, written, and its bytes.
+    fn large_base(dir: &Path) -> (PathBuf, Vec<u8>) {
+        use crate::model::{State, TypeToken, Urn};
+        let ty = TypeToken::parse("sim:index:Thing").unwrap();
+        let resources = (0..6_000)
+            .map(|i| {
+                let urn = Urn::parse(&format!("urn:pulumi:dev::p::sim:index:Thing::r{i}")).unwrap();
+                let mut s = State::new(urn, ty.clone(), true);
+                s.id = format!("r{i}-{}", "i".repeat(200));
+                s
+            })
+            .collect();
+        let d = Deployment {
+            resources,
+            ..Deployment::default()
+        };
+        let path = dir.join("checkpoint.json");
+        write_base_with(&path, &d, 0, 0, &IoCounters::default(), &Crypter::default()).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert!(bytes.len() > 1 << 20, "{} bytes", bytes.len());
+        (path, bytes)
+    }
+
+    #[test]
+    fn a_large_base_that_grows_while_it_is_read_is_read_again_whole() {
+        // The windows read the length the file had when it was opened; a
+        // file that no longer ends there is decoded from all its bytes
+        // (here: no longer JSON).
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _) = large_base(dir.path());
+        let base = StoredBase::File(fs::OpenFile::open(&path).unwrap());
+        assert!(base.decode(&path).is_ok());
+        use std::io::Write;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap()
+            .write_all(b"x")
+            .unwrap();
+        let err = base.decode(&path).unwrap_err();
+        assert!(matches!(err, CheckpointError::Syntax { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_damaged_large_base_is_refused_as_its_bytes_are() {
+        // The same error, naming the problem, from the open file as from
+        // its bytes.
+        let dir = tempfile::tempdir().unwrap();
+        let (path, bytes) = large_base(dir.path());
+        let text = String::from_utf8(bytes).unwrap();
+        let damaged = [
+            text.replacen("Thing::r4000\"", "Thing r4000\"", 1),
+            text.replacen("Thing::r10\"", "Thing r10\"", 1),
+            text.replacen("},{", "}{", 1),
+            text[..text.len() - 2].to_owned(),
+            text.replacen("Thing::r5000\"", "Thing::r7\"", 1),
+        ];
+        for bad in damaged {
+            std::fs::write(&path, &bad).unwrap();
+            let file = StoredBase::File(fs::OpenFile::open(&path).unwrap())
+                .decode(&path)
+                .unwrap_err();
+            let bytes = StoredBase::Bytes(bad.into_bytes())
+                .decode(&path)
+                .unwrap_err();
+            assert_eq!(file.to_string(), bytes.to_string());
+        }
     }
 }

@@ -42,27 +42,92 @@ impl IoCounters {
 /// Files at least this large are read by two threads (see [`read`]).
 const PARALLEL_READ_MIN: usize = 1 << 20;
 
-/// Reads a whole file, as `std::fs::read`. A large one (a base checkpoint)
-/// is read in two halves by two threads with positioned reads: most of a
-/// large read is the kernel copying into fresh pages, which then runs on
-/// two cores. A file that changes length while it is read is read again
-/// the plain way.
+/// Reads a whole file, as `std::fs::read`. A large one is read in two
+/// halves by two threads with positioned reads: most of a large read is
+/// the kernel copying into fresh pages, which then runs on two cores. A
+/// file that changes length while it is read is read again the plain way.
+/// (A base checkpoint is not read whole: see [`OpenFile`].)
 ///
 /// # Errors
 /// The OS error.
 pub fn read(path: &Path) -> std::io::Result<Vec<u8>> {
-    let mut file = File::open(path)?;
-    let len = usize::try_from(file.metadata()?.len()).unwrap_or(0);
-    #[cfg(unix)]
-    if len >= PARALLEL_READ_MIN {
-        if let Some(bytes) = read_in_halves(&file, len) {
-            return Ok(bytes);
-        }
-        file.seek(SeekFrom::Start(0))?;
+    OpenFile::open(path)?.read_all()
+}
+
+/// A file open for reading, with its length when it was opened. A large
+/// base checkpoint is decoded from it through small windows
+/// ([`CheckpointFile::from_windows`](crate::model::CheckpointFile::from_windows)),
+/// never held whole in memory.
+#[derive(Debug)]
+pub struct OpenFile {
+    file: File,
+    len: usize,
+}
+
+impl OpenFile {
+    /// Opens `path`.
+    ///
+    /// # Errors
+    /// The OS error.
+    pub fn open(path: &Path) -> std::io::Result<Self> {
+        let file = File::open(path)?;
+        let len = usize::try_from(file.metadata()?.len()).unwrap_or(0);
+        Ok(Self { file, len })
     }
-    let mut bytes = Vec::with_capacity(len);
-    file.read_to_end(&mut bytes)?;
-    Ok(bytes)
+
+    /// Whether the file still ends where it did when it was opened
+    /// (nothing can be read past that length).
+    pub fn unchanged(&self) -> bool {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::FileExt;
+            self.file
+                .metadata()
+                .is_ok_and(|m| m.len() == self.len as u64)
+                && matches!(self.file.read_at(&mut [0u8; 1], self.len as u64), Ok(0))
+        }
+        #[cfg(not(unix))]
+        {
+            false
+        }
+    }
+
+    /// The whole file, as [`read`] reads it.
+    ///
+    /// # Errors
+    /// The OS error.
+    pub fn read_all(&self) -> std::io::Result<Vec<u8>> {
+        let len = self.len;
+        #[cfg(unix)]
+        if len >= PARALLEL_READ_MIN {
+            if let Some(bytes) = read_in_halves(&self.file, len) {
+                return Ok(bytes);
+            }
+        }
+        let mut file = &self.file;
+        file.seek(SeekFrom::Start(0))?;
+        let mut bytes = Vec::with_capacity(len);
+        file.read_to_end(&mut bytes)?;
+        Ok(bytes)
+    }
+}
+
+impl crate::model::checkpoint::ReadAt for OpenFile {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], at: usize) -> std::io::Result<()> {
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::FileExt::read_exact_at(&self.file, buf, at as u64)
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = (buf, at);
+            Err(std::io::ErrorKind::Unsupported.into())
+        }
+    }
 }
 
 /// [`read`]'s two threads over `len` bytes of `file`: `None` when the

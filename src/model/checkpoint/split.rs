@@ -26,16 +26,27 @@
 //! the original's too, so the parser is in the same state after the
 //! sentinel as after the original's last element; the original decodes to
 //! the rest's deployment with the sentinel replaced by the two runs'
-//! states, in order. No part of the file is copied but the rest (its head
-//! and end, usually a few hundred bytes). One difference remains: each
-//! element is read at the top level, three or four levels less deep than
-//! in the file, where the reader's nesting limit (128) would refuse a
-//! state nested more than 123 levels; an element that deep is refused
-//! here too, so the whole file is decoded on one thread and fails there
-//! as it must.
+//! states, in order. One difference remains: each element is read at the
+//! top level, three or four levels less deep than in the file, where the
+//! reader's nesting limit (128) would refuse a state nested more than 123
+//! levels; an element that deep is refused here too, so the whole file is
+//! decoded on one thread and fails there as it must.
+//!
+//! Each thread sees the text through a [`Window`]: a text in memory whole
+//! ([`decode`]), or a file read through a small buffer of its own that it
+//! refills where its reading goes ([`decode_windows`]: a base checkpoint
+//! is never held whole in memory; at 11 MB the whole-file buffer cost
+//! ~2,700 page faults a load). Every search and every read asks for more
+//! text when what it holds ends before its answer (an element cut by the
+//! window's end is read again from its start in a window that holds it;
+//! the window doubles when one does not); a window's bytes are checked as
+//! UTF-8 when they are read (a character cut by the window's end waits
+//! for the next), so the windows decide as the whole text would. Only
+//! the rest (its head and end, usually a few hundred bytes) is copied.
 //!
 //! Anything unproven (a guess that does not hold, an error in either run
-//! or the rest, a file the one-pass reader would not take) returns
+//! or the rest, a file the one-pass reader would not take, bytes that
+//! cannot be read or are not UTF-8) returns
 //! `None`, and the caller decodes the whole file on one thread, which also
 //! names any error.
 
@@ -69,14 +80,39 @@ pub(super) fn decode(text: &str) -> Option<CheckpointFile> {
     if text.len() < SPLIT_MIN_BYTES {
         return None;
     }
-    decode_at(text, text.len() * SPLIT_AT_PER_MILLE / 1000)
+    decode_with(
+        &|| Whole(text),
+        text.len(),
+        text.len() * SPLIT_AT_PER_MILLE / 1000,
+    )
 }
 
-/// [`decode`] with the first run ending at the first element found at or
-/// after byte `at` (tests move it).
-pub(super) fn decode_at(text: &str, at: usize) -> Option<CheckpointFile> {
-    let open = array_of(text, "\"resources\"")?;
-    let cut = element_at_or_after(text, at.max(open + 1))?;
+/// The file `src` holds decoded on two threads, each reading its part
+/// through a window of [`WINDOW_BYTES`] it reuses, or `None` when the file
+/// is too small, cannot be read or the split cannot be proven.
+pub(super) fn decode_windows(src: &(impl ReadAt + ?Sized)) -> Option<CheckpointFile> {
+    let total = src.len();
+    if total < SPLIT_MIN_BYTES {
+        return None;
+    }
+    decode_with(
+        &|| Windowed::new(src, WINDOW_BYTES),
+        total,
+        total * SPLIT_AT_PER_MILLE / 1000,
+    )
+}
+
+/// A file's text of `total` bytes (each thread reads it through its own
+/// `window()`) decoded with the first run ending at the first element
+/// found at or after byte `at` (tests move it).
+fn decode_with<W: Window>(
+    window: &(dyn Fn() -> W + Sync),
+    total: usize,
+    at: usize,
+) -> Option<CheckpointFile> {
+    let mut here = window();
+    let open = array_of(&mut here, "\"resources\"")?;
+    let cut = element_at_or_after(&mut here, at.max(open + 1))?;
     let sentinel = sentinel()?;
     let sentinel_json = serde_json::to_string(&sentinel).ok()?;
     std::thread::scope(|scope| {
@@ -86,11 +122,13 @@ pub(super) fn decode_at(text: &str, at: usize) -> Option<CheckpointFile> {
         // overlaps the work here. `None` if the thread cannot start: the
         // whole file is then decoded on one thread.
         let (send, second) = std::sync::mpsc::sync_channel(1);
+        let sentinel_json = &sentinel_json;
         std::thread::Builder::new()
             .name("keel-decode".into())
             .spawn_scoped(scope, move || {
+                let answer = tail_and_rest(&mut window(), total, open, cut, sentinel_json);
                 // The receiver has gone only when this decode has failed.
-                let _ = send.send(tail_and_rest(text, open, cut, &sentinel_json));
+                let _ = send.send(answer);
             })
             .ok()?;
         // The first run, here, into room for the whole array.
@@ -98,10 +136,11 @@ pub(super) fn decode_at(text: &str, at: usize) -> Option<CheckpointFile> {
             // Room in the interning table for this run's URNs only: a
             // table sized for the whole file is touched all over by its
             // inserts (~2 ms at 20,000 states, measured).
-            let mut head = reserved_states(states_room(text.len()), states_room(cut - open));
-            let end = read_elements(text, open + 1, Some(cut), &mut head)?;
+            let mut head = reserved_states(states_room(total), states_room(cut - open));
+            let end = read_elements(&mut here, open + 1, Some(cut), &mut head)?;
             (end == cut).then_some(head)
         })?;
+        drop(here);
         // While the other thread works, the room its states will be moved
         // into (as many as its share of the text holds at this run's
         // density) is touched, its pages faulted in, so that the move
@@ -109,7 +148,7 @@ pub(super) fn decode_at(text: &str, at: usize) -> Option<CheckpointFile> {
         // states.
         let room = head
             .len()
-            .saturating_add(head.len().saturating_mul(text.len() - cut) / (cut - open).max(1))
+            .saturating_add(head.len().saturating_mul(total - cut) / (cut - open).max(1))
             .min(head.capacity());
         let mut touched = head.len();
         let (tail, mut file) = loop {
@@ -133,28 +172,194 @@ pub(super) fn decode_at(text: &str, at: usize) -> Option<CheckpointFile> {
     })
 }
 
-/// The second thread's share of [`decode_at`]: the states from `cut` to
+/// The second thread's share of [`decode_with`]: the states from `cut` to
 /// the `]` after the last of them, and the rest of the file (all but the
 /// array's elements) decoded with the sentinel in the elements' place.
-fn tail_and_rest(
-    text: &str,
+fn tail_and_rest<W: Window>(
+    w: &mut W,
+    total: usize,
     open: usize,
     cut: usize,
     sentinel_json: &str,
 ) -> Option<(Vec<State>, Box<CheckpointFile>)> {
     with_interning(|| {
-        let room = states_room(text.len() - cut);
+        let room = states_room(total - cut);
         let mut tail = reserved_states(room, room);
-        let close = read_elements(text, cut, None, &mut tail)?;
-        let mut rest = String::with_capacity(open + 1 + sentinel_json.len() + (text.len() - close));
-        rest.push_str(&text[..=open]);
+        let close = read_elements(w, cut, None, &mut tail)?;
+        let mut rest = String::with_capacity(open + 1 + sentinel_json.len() + (total - close));
+        rest.push_str(span(w, 0, open + 1)?);
         rest.push_str(sentinel_json);
-        rest.push_str(&text[close..]);
+        rest.push_str(span(w, close, total)?);
         match with_states_hint(rest.len(), || serde_json::from_str::<Fast>(&rest)) {
             Ok(Fast::Read(file)) => Some((tail, file)),
             _ => None,
         }
     })
+}
+
+/// Bytes that can be read at any offset (an open file), shared by the
+/// decode's two threads.
+pub trait ReadAt: Sync {
+    /// How many bytes there are.
+    fn len(&self) -> usize;
+
+    /// Whether there are none.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Fills `buf` with the bytes from offset `at` on.
+    ///
+    /// # Errors
+    /// When they cannot all be read.
+    fn read_exact_at(&self, buf: &mut [u8], at: usize) -> std::io::Result<()>;
+}
+
+impl ReadAt for [u8] {
+    fn len(&self) -> usize {
+        <[u8]>::len(self)
+    }
+
+    fn read_exact_at(&self, buf: &mut [u8], at: usize) -> std::io::Result<()> {
+        let end = at.checked_add(buf.len()).filter(|&e| e <= self.len());
+        let bytes = end.map(|e| &self[at..e]).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "read past the end")
+        })?;
+        buf.copy_from_slice(bytes);
+        Ok(())
+    }
+}
+
+/// How many bytes a decode thread's window holds at first (it grows, by
+/// doubling, only for an element larger than it): small enough that its
+/// pages are mapped once and stay in the cache, large enough that the
+/// reads are few (~45 per thread for the harness's 11 MB).
+const WINDOW_BYTES: usize = 128 << 10;
+
+/// The text of a file as one decode thread sees it.
+trait Window {
+    /// The text from byte `at` on, as far as this window reaches (empty at
+    /// the end of the file); with `more`, further than the last call with
+    /// the same `at` gave. `None` when there is no more (with `more`) or
+    /// the bytes cannot be read or are not UTF-8.
+    fn text_at(&mut self, at: usize, more: bool) -> Option<&str>;
+
+    /// The first character boundary at or after byte `at` (`None` when
+    /// the bytes cannot be read).
+    fn boundary(&mut self, at: usize) -> Option<usize>;
+}
+
+/// A whole text in memory: every call sees the rest of it.
+struct Whole<'t>(&'t str);
+
+impl Window for Whole<'_> {
+    fn text_at(&mut self, at: usize, more: bool) -> Option<&str> {
+        if more {
+            return None;
+        }
+        self.0.get(at..)
+    }
+
+    fn boundary(&mut self, mut at: usize) -> Option<usize> {
+        if at > self.0.len() {
+            return None;
+        }
+        while !self.0.is_char_boundary(at) {
+            at += 1;
+        }
+        Some(at)
+    }
+}
+
+/// A file read through a window that is refilled where the reading goes.
+struct Windowed<'s, R: ?Sized> {
+    src: &'s R,
+    /// The window: the bytes from `start` on, validated as UTF-8 (a
+    /// character cut by its end is left to the next fill).
+    text: String,
+    start: usize,
+    /// How many bytes a fill reads.
+    size: usize,
+}
+
+impl<'s, R: ReadAt + ?Sized> Windowed<'s, R> {
+    fn new(src: &'s R, size: usize) -> Self {
+        Self {
+            src,
+            text: String::new(),
+            start: 0,
+            // A window holds at least one character.
+            size: size.max(4),
+        }
+    }
+
+    /// Reads the window from `at` on.
+    fn fill(&mut self, at: usize) -> Option<()> {
+        let total = self.src.len();
+        let n = self.size.min(total.checked_sub(at)?);
+        let mut bytes = std::mem::take(&mut self.text).into_bytes();
+        // Writes zeros only past the last fill's length.
+        bytes.resize(n, 0);
+        self.src.read_exact_at(&mut bytes, at).ok()?;
+        self.text = match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(e) => {
+                let bad = e.utf8_error();
+                // Only a character cut by the window's end waits for the
+                // next fill; anything else is not UTF-8.
+                if bad.error_len().is_some() || at + n == total || bad.valid_up_to() == 0 {
+                    return None;
+                }
+                let mut bytes = e.into_bytes();
+                bytes.truncate(bad.valid_up_to());
+                String::from_utf8(bytes).ok()?
+            }
+        };
+        self.start = at;
+        Some(())
+    }
+}
+
+impl<R: ReadAt + ?Sized> Window for Windowed<'_, R> {
+    fn text_at(&mut self, at: usize, more: bool) -> Option<&str> {
+        let end = self.start + self.text.len();
+        let held = self.start <= at && at < end;
+        if more {
+            if !held || end >= self.src.len() {
+                return None;
+            }
+            // Already from `at` on: a larger window.
+            if at == self.start {
+                self.size = self.size.saturating_mul(2);
+            }
+            self.fill(at)?;
+        } else if !held {
+            if at == self.src.len() {
+                return Some("");
+            }
+            self.fill(at)?;
+        }
+        self.text.get(at - self.start..)
+    }
+
+    fn boundary(&mut self, at: usize) -> Option<usize> {
+        // A character's bytes after its first are 0b10xxxxxx; it has at
+        // most three.
+        let mut bytes = [0u8; 3];
+        let n = bytes.len().min(self.src.len().checked_sub(at)?);
+        self.src.read_exact_at(&mut bytes[..n], at).ok()?;
+        Some(at + bytes[..n].iter().take_while(|&&b| b & 0xC0 == 0x80).count())
+    }
+}
+
+/// `w`'s text from `from` to `to`.
+fn span<W: Window>(w: &mut W, from: usize, to: usize) -> Option<&str> {
+    let n = to.checked_sub(from)?;
+    let mut more = false;
+    while w.text_at(from, more)?.len() < n {
+        more = true;
+    }
+    w.text_at(from, false)?.get(..n)
 }
 
 /// Writes zeros over up to `n` slots of `states`' spare room from slot
@@ -173,84 +378,152 @@ fn touch(states: &mut Vec<State>, from: usize, n: usize) -> usize {
     len + end
 }
 
+/// What a search of a window found.
+enum Found {
+    /// The offset in the window.
+    At(usize),
+    /// Nothing the window decides: the answer needs text past its end.
+    More,
+}
+
+/// Searches `w`'s text from `from` on with `search`, in larger windows
+/// while it needs more; the offset found.
+fn search<W: Window>(w: &mut W, from: usize, search: impl Fn(&str) -> Found) -> Option<usize> {
+    let mut more = false;
+    loop {
+        match search(w.text_at(from, more)?) {
+            Found::At(i) => return Some(from + i),
+            Found::More => more = true,
+        }
+    }
+}
+
 /// The offset of the `[` of the first `key` followed by `:` and an array.
-fn array_of(text: &str, key: &str) -> Option<usize> {
-    let bytes = text.as_bytes();
-    let mut from = 0;
-    while let Some(i) = text[from..].find(key) {
-        let mut j = skip_ws(bytes, from + i + key.len());
-        if bytes.get(j) == Some(&b':') {
-            j = skip_ws(bytes, j + 1);
-            if bytes.get(j) == Some(&b'[') {
-                return Some(j);
+fn array_of<W: Window>(w: &mut W, key: &str) -> Option<usize> {
+    search(w, 0, |text| {
+        let bytes = text.as_bytes();
+        let mut from = 0;
+        while let Some(i) = memchr::memmem::find(&bytes[from..], key.as_bytes()) {
+            from += i + key.len();
+            let colon = skip_ws(bytes, from);
+            match bytes.get(colon) {
+                None => return Found::More,
+                Some(b':') => match bytes.get(skip_ws(bytes, colon + 1)) {
+                    None => return Found::More,
+                    Some(b'[') => return Found::At(skip_ws(bytes, colon + 1)),
+                    Some(_) => {}
+                },
+                Some(_) => {}
             }
         }
-        from += i + key.len();
-    }
-    None
+        Found::More
+    })
 }
+
+/// How far before the offset it searches from [`element_at_or_after`]
+/// reads, for the comma before an element's `{`.
+const LOOK_BACK: usize = 256;
 
 /// The offset of the first `{` at or after `at` that looks like the start
 /// of a state following another: a comma before it, `"urn"` and a colon
 /// after it (whitespace allowed between).
-fn element_at_or_after(text: &str, at: usize) -> Option<usize> {
-    let bytes = text.as_bytes();
-    let mut from = at;
-    while let Some(i) = text.get(from..)?.find("\"urn\"") {
-        let key = from + i;
-        from = key + 5;
-        let Some(brace) = before_ws(bytes, key) else {
-            continue;
-        };
-        if bytes[brace] != b'{' || brace < at {
-            continue;
+fn element_at_or_after<W: Window>(w: &mut W, at: usize) -> Option<usize> {
+    let from = w.boundary(at.saturating_sub(LOOK_BACK))?.min(at);
+    let at = at - from;
+    search(w, from, |text| {
+        let bytes = text.as_bytes();
+        let mut from = at;
+        while let Some(i) = bytes
+            .get(from..)
+            .and_then(|b| memchr::memmem::find(b, b"\"urn\""))
+        {
+            let key = from + i;
+            from = key + 5;
+            let Some(brace) = before_ws(bytes, key) else {
+                continue;
+            };
+            if bytes[brace] != b'{' || brace < at {
+                continue;
+            }
+            let comma = before_ws(bytes, brace);
+            match bytes.get(skip_ws(bytes, key + 5)) {
+                None => return Found::More,
+                Some(b':') if comma.is_some_and(|c| bytes[c] == b',') => return Found::At(brace),
+                Some(_) => {}
+            }
         }
-        let comma = before_ws(bytes, brace);
-        let colon = skip_ws(bytes, key + 5);
-        if comma.is_some_and(|c| bytes[c] == b',') && bytes.get(colon) == Some(&b':') {
-            return Some(brace);
-        }
-    }
-    None
+        Found::More
+    })
 }
 
 /// Reads states, JSON values separated by commas (whitespace around them
-/// allowed), from `text[from..]` into `out`, at least one, on this
-/// thread's interning. With a `stop`, the run ends where a comma is
+/// allowed), from `w`'s text at `from` on into `out`, at least one, on
+/// this thread's interning. With a `stop`, the run ends where a comma is
 /// followed by a value at `stop` exactly (the offset returned); without
 /// one, it ends at the `]` after a value (its offset returned). `None`
 /// for anything else: a value that does not parse as a state or nests
 /// deeper than [`MAX_ELEMENT_DEPTH`], another byte between values, a run
 /// that passes `stop` or meets a `]` before it.
-fn read_elements(
-    text: &str,
+fn read_elements<W: Window>(
+    w: &mut W,
     from: usize,
     stop: Option<usize>,
     out: &mut Vec<State>,
 ) -> Option<usize> {
-    let bytes = text.as_bytes();
-    let mut pos = skip_ws(bytes, from);
+    let (mut pos, _) = next_byte(w, from)?;
     loop {
-        let mut values = serde_json::Deserializer::from_str(text.get(pos..)?).into_iter::<State>();
-        let state = values.next()?.ok()?;
-        let end = pos + values.byte_offset();
-        if too_deep(&bytes[pos..end]) {
-            return None;
-        }
+        let (state, end) = read_state(w, pos)?;
         out.push(state);
-        pos = skip_ws(bytes, end);
-        match bytes.get(pos) {
+        let (at, byte) = next_byte(w, end)?;
+        match byte {
             Some(b',') => {
-                pos = skip_ws(bytes, pos + 1);
+                (pos, _) = next_byte(w, at + 1)?;
                 if let Some(stop) = stop {
                     if pos >= stop {
                         return (pos == stop).then_some(pos);
                     }
                 }
             }
-            Some(b']') if stop.is_none() => return Some(pos),
+            Some(b']') if stop.is_none() => return Some(at),
             _ => return None,
         }
+    }
+}
+
+/// The state whose text starts at `at` and the offset just past it,
+/// read in larger windows while the window ends inside it.
+fn read_state<W: Window>(w: &mut W, at: usize) -> Option<(State, usize)> {
+    let mut more = false;
+    loop {
+        let text = w.text_at(at, more)?;
+        let mut values = serde_json::Deserializer::from_str(text).into_iter::<State>();
+        match values.next()? {
+            Ok(state) => {
+                let n = values.byte_offset();
+                if too_deep(&text.as_bytes()[..n]) {
+                    return None;
+                }
+                return Some((state, at + n));
+            }
+            Err(e) if e.is_eof() => more = true,
+            Err(_) => return None,
+        }
+    }
+}
+
+/// The offset of the first non-whitespace byte at or after `at` and that
+/// byte (`None` at the end of the text).
+fn next_byte<W: Window>(w: &mut W, mut at: usize) -> Option<(usize, Option<u8>)> {
+    loop {
+        let text = w.text_at(at, false)?.as_bytes();
+        if text.is_empty() {
+            return Some((at, None));
+        }
+        let i = skip_ws(text, 0);
+        if i < text.len() {
+            return Some((at + i, Some(text[i])));
+        }
+        at += text.len();
     }
 }
 

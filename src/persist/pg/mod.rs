@@ -29,7 +29,9 @@ use std::sync::Arc;
 
 use self::conn::{Db, DbError};
 use self::lock::PgLock;
-use super::backend::{base_bytes, BackendError, Loaded, OpenStack, StackPaths, StoredStack};
+use super::backend::{
+    base_bytes, BackendError, Loaded, OpenStack, StackPaths, StoredBase, StoredStack,
+};
 use super::fs::{Holder, IoCounters, LockError};
 use super::history::{History, HistoryRecord};
 use super::PersistError;
@@ -231,7 +233,7 @@ impl PgBackend {
         let base_missing = base.is_none();
         StoredStack {
             stack,
-            base,
+            base: base.map(StoredBase::Bytes),
             journal,
             base_label: &paths.base,
             journal_label: &paths.journal,

@@ -16,6 +16,21 @@ fn whole(text: &str) -> Option<CheckpointFile> {
     }
 }
 
+/// The split of `text` at `at` in memory, after asserting that reading it
+/// through windows answers the same. The windows' size (64 to 332 bytes,
+/// smaller than most elements: they cut elements and characters, and
+/// grow) varies with `at`, so a sweep tries many.
+fn decode_at(text: &str, at: usize) -> Option<CheckpointFile> {
+    let split = decode_with(&|| Whole(text), text.len(), at);
+    let size = 64 + at % 269;
+    let windowed = decode_with(&|| Windowed::new(text.as_bytes(), size), text.len(), at);
+    assert!(
+        windowed == split,
+        "windows of {size} bytes answer otherwise than the text at {at}"
+    );
+    split
+}
+
 /// Decodes `text` split at `at`; an answer must equal the one-thread
 /// decode. Returns whether the split answered.
 fn check(text: &str, at: usize) -> bool {
@@ -277,6 +292,81 @@ fn a_state_nested_past_the_readers_limit_is_not_read_by_the_split() {
 }
 
 #[test]
+fn characters_of_several_bytes_are_read_whole_across_windows() {
+    // Strings of two-, three- and four-byte characters, so that windows
+    // and cuts land inside characters.
+    let f = file(
+        40,
+        |i| json!({"name": format!("é{i}漢字🦀"), "n": "ü".repeat(i % 7)}),
+    );
+    for text in [text(&f, false), text(&f, true)] {
+        let inside = (0..text.len())
+            .filter(|&at| !text.is_char_boundary(at))
+            .count();
+        assert!(inside > 100, "{inside} offsets inside characters");
+        // `check` compares windows of 64-332 bytes with the text.
+        let answered = (0..text.len())
+            .step_by(13)
+            .filter(|&at| check(&text, at))
+            .count();
+        assert!(answered > text.len() / 13 / 2, "{answered} answered");
+    }
+}
+
+#[test]
+fn bytes_that_are_not_utf8_or_cannot_be_read_are_left_to_the_one_thread_decode() {
+    let text = text(&file(40, |i| json!({"name": format!("é{i}")})), false);
+    let at = text.len() / 2;
+    let windows =
+        |bytes: &[u8], size| decode_with(&|| Windowed::new(bytes, size), bytes.len(), at).is_some();
+    assert!(windows(text.as_bytes(), 64));
+    // A stray continuation byte in a string, before and after the cut,
+    // and a character cut off by the end of the file.
+    for place in [text.find("é3").unwrap(), text.rfind("é3").unwrap()] {
+        let mut bad = text.clone().into_bytes();
+        bad[place + 1] = b'x';
+        assert!(std::str::from_utf8(&bad).is_err());
+        for size in [64, 331, WINDOW_BYTES] {
+            assert!(!windows(&bad, size), "{size}-byte windows");
+        }
+    }
+    let mut cut = text.clone().into_bytes();
+    cut.extend_from_slice(&"🦀".as_bytes()[..2]);
+    assert!(!windows(&cut, 64));
+    // A source whose reads fail after a few.
+    struct Failing<'a>(&'a [u8], std::sync::atomic::AtomicUsize);
+    impl ReadAt for Failing<'_> {
+        fn len(&self) -> usize {
+            self.0.len()
+        }
+        fn read_exact_at(&self, buf: &mut [u8], at: usize) -> std::io::Result<()> {
+            if self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed) > 5 {
+                return Err(std::io::ErrorKind::Other.into());
+            }
+            self.0.read_exact_at(buf, at)
+        }
+    }
+    let failing = Failing(text.as_bytes(), 0.into());
+    assert!(decode_with(&|| Windowed::new(&failing, 64), text.len(), at).is_none());
+}
+
+#[test]
+fn a_large_file_is_read_through_windows() {
+    let big = text(
+        &file(
+            3_600,
+            |i| json!({"arn": format!("arn:sim:sim:index:Thing:r{i}")}),
+        ),
+        false,
+    );
+    let split = decode_windows(big.as_bytes()).expect("a large file keel writes is split");
+    assert!(split == whole(&big).unwrap());
+    assert!(CheckpointFile::from_windows(big.as_bytes()).unwrap() == split);
+    let small = text(&file(100, |i| json!({"n": i})), false);
+    assert!(CheckpointFile::from_windows(small.as_bytes()).is_none());
+}
+
+#[test]
 fn a_reservation_the_system_refuses_leaves_a_growing_vec() {
     // More than the address space: refused, not an aborted process.
     let states = reserved_states(usize::MAX / 1024, 0);
@@ -312,6 +402,8 @@ fn tricky() -> impl Strategy<Value = String> {
 fn value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         prop::collection::vec(tricky(), 0..4).prop_map(|v| Value::String(v.concat())),
+        prop::collection::vec(prop::sample::select(vec!["é", "漢字", "🦀", "x"]), 0..6)
+            .prop_map(|v| Value::String(v.concat())),
         any::<i32>().prop_map(Value::from),
         Just(Value::Null),
     ];
