@@ -136,7 +136,7 @@ fn synthetic(base: &Deployment, templates: &[State], n: usize, shape: Shape) -> 
                 let name = format!("{}-{i}", t.urn.name());
                 s.urn = Urn::new(STACK, PROJECT, None, &t.ty, &name).expect("custom urn");
                 s.parent = stack_urn.clone();
-                s.provider = provider;
+                s.provider = provider.into();
                 for list in s.property_dependencies.values_mut().flatten() {
                     let len = list.len().min(deps.len());
                     *list = deps[..len].to_vec();
@@ -155,7 +155,7 @@ fn synthetic(base: &Deployment, templates: &[State], n: usize, shape: Shape) -> 
                 let mut s = State::new(urn, t.ty.clone(), true);
                 s.id.clone_from(&t.id);
                 s.parent = stack_urn.clone();
-                s.provider = provider;
+                s.provider = provider.into();
                 s.dependencies = deps;
                 let props = t
                     .inputs

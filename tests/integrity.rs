@@ -23,7 +23,7 @@ fn provider() -> State {
 
 fn bucket(name: &str) -> State {
     let mut s = state(name, "aws:s3:Bucket", true);
-    s.provider = format!("{}::default-id", provider().urn);
+    s.provider = format!("{}::default-id", provider().urn).into();
     s
 }
 
@@ -147,7 +147,7 @@ fn each_rule_has_its_error() {
     });
 
     let mut wrong_id = bucket("b");
-    wrong_id.provider = format!("{}::other-id", provider().urn);
+    wrong_id.provider = format!("{}::other-id", provider().urn).into();
     check("provider id mismatch", vec![provider(), wrong_id], |r| {
         matches!(r, Err(IntegrityError::UnknownProvider { .. }))
     });

@@ -151,7 +151,7 @@ fn entry(v: &Value, prior: &[State], stack_urn: Option<&Urn>) -> Entry {
             .iter()
             .filter_map(|(k, v)| v.clone().map(|v| (k.clone(), v)))
             .collect();
-        options.provider = (!s.provider.is_empty()).then(|| s.provider.clone());
+        options.provider = (!s.provider.is_empty()).then(|| s.provider.to_string());
         options.protect = s.protect;
         options.retain_on_delete = s.retain_on_delete;
     }

@@ -755,7 +755,7 @@ pub fn move_resources(
     let used: BTreeSet<String> = moving
         .iter()
         .filter(|r| !r.provider.is_empty())
-        .map(|r| r.provider.clone())
+        .map(|r| r.provider.to_string())
         .collect();
     let providers: Vec<State> = staying
         .iter()
@@ -829,8 +829,8 @@ pub fn move_resources(
             c.parent = src_root.clone().unwrap_or_default();
         }
         break_refs(&mut c, &staying_set, &mut report.broken_in_dest);
-        if let Some(n) = provider_refs.get(&c.provider) {
-            c.provider = n.clone();
+        if let Some(n) = provider_refs.get(c.provider.as_str()) {
+            c.provider = n.into();
         }
         moved_states.push(c);
     }

@@ -302,8 +302,9 @@ pub(crate) fn identity(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> 
         .map(|(i, s)| (&s.urn, i))
         .collect();
     let ids = identity_in(result);
-    let provider_of =
-        |o: &State| rewrite_provider(&o.provider, map, &ids).unwrap_or_else(|| o.provider.clone());
+    let provider_of = |o: &State| {
+        rewrite_provider(&o.provider, map, &ids).unwrap_or_else(|| o.provider.to_string())
+    };
     // Originals (provider states are exempt) grouped by target.
     let originals: Vec<&State> = ctx.members().filter(|s| !s.ty.is_provider()).collect();
     let mut preds: Vec<Vec<&State>> = vec![Vec::new(); result.len()];

@@ -502,7 +502,7 @@ mod props {
             extra.parent = result[0].urn.clone();
             extra.custom = true;
             extra.id = "extra-id".into();
-            extra.provider = format!("{PROV}::pid");
+            extra.provider = format!("{PROV}::pid").into();
             result.push(extra);
         }
         if c.reverse {

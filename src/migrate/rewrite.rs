@@ -118,7 +118,7 @@ pub(crate) fn rewrite_noting<'s>(
     }
     if unmapped.provider != Some(state.provider.as_str()) {
         match rewrite_provider(&state.provider, map, identity) {
-            Some(p) => edit!().provider = p,
+            Some(p) => edit!().provider = p.into(),
             None => unmapped.provider = Some(state.provider.as_str()),
         }
     }

@@ -980,12 +980,12 @@ mod tests {
     fn local_verify_agrees_with_the_model() {
         let (prior, _, _) = example();
         let mut wrong_id = prior[2].clone();
-        wrong_id.provider = format!("{PROV}::other");
+        wrong_id.provider = format!("{PROV}::other").into();
         let mut deleted_prov = prior[0].clone();
         deleted_prov.delete = true;
         deleted_prov.id = "old".into();
         let mut uses_old = prior[3].clone();
-        uses_old.provider = format!("{PROV}::old");
+        uses_old.provider = format!("{PROV}::old").into();
         let mut component_id = prior[1].clone();
         component_id.id = "x".into();
         let mut self_parent = prior[1].clone();

@@ -12,6 +12,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::keys::{json_object, JsonEmpty};
 use super::property::{PropertyMap, PropertyValue};
 use super::rare::Rare;
+use super::shared_str::SharedStr;
 use super::urn::{ProviderRef, TypeToken, Urn, UrnError};
 
 /// A number of seconds, written as an integer when it is whole (as Go's
@@ -92,7 +93,7 @@ json_object! {
         /// Errors from a partially failed create.
         "initErrors" => init_errors: Rare<Vec<String>>,
         /// The provider reference `<provider URN>::<ID>`, as written.
-        "provider" => provider: String,
+        "provider" => provider: SharedStr,
         /// Dependencies per input property (`null`, `[]` and absent distinct).
         "propertyDependencies" => property_dependencies: BTreeMap<String, Option<Vec<Urn>>>,
         /// Deleted as part of a delete-before-replace, awaiting its replacement.

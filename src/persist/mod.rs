@@ -587,7 +587,7 @@ pub fn normalize_aliases(resources: &mut [State]) {
         (&mut s.replace_with).into_iter().for_each(map);
         if let Ok(Some(r)) = s.provider_ref() {
             if let Some(n) = renamed.get(r.urn()) {
-                s.provider = format!("{n}::{}", r.id());
+                s.provider = format!("{n}::{}", r.id()).into();
             }
         }
     }

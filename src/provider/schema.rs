@@ -113,7 +113,7 @@ pub async fn upgrade(
                 ty: s.ty.clone(),
                 version: s.schema_version,
                 current: info.version,
-                provider: s.provider.clone(),
+                provider: s.provider.to_string(),
             });
         }
         let prior = SchemaState {
@@ -128,7 +128,7 @@ pub async fn upgrade(
                 ty: s.ty.clone(),
                 from: s.schema_version,
                 to: info.version,
-                provider: s.provider.clone(),
+                provider: s.provider.to_string(),
                 source,
             })?;
         upgraded.push((i, info.version, migrated));

@@ -243,12 +243,12 @@ impl ExecShared {
     }
 
     pub(super) fn provider_for(&self, s: &State) -> Result<Arc<dyn Provider>, StepError> {
-        if let Some(p) = self.providers.get(&s.provider) {
+        if let Some(p) = self.providers.get(s.provider.as_str()) {
             return Ok(p.clone());
         }
         let r = ProviderRef::parse(&s.provider).map_err(|e| StepError::Other(e.to_string()))?;
         let p = self.registry.get(&r);
-        self.providers.insert(s.provider.clone(), p.clone());
+        self.providers.insert(s.provider.to_string(), p.clone());
         Ok(p)
     }
 }

@@ -355,7 +355,7 @@ fn prior_goals(prior: &Deployment, planned: &[Planned]) -> Vec<Goal> {
             options: ResourceOptions {
                 parent: (!r.parent.is_empty()).then(|| r.parent.clone()),
                 provider: (!r.provider.is_empty() && provider_urn(&r.provider).is_some())
-                    .then(|| r.provider.clone()),
+                    .then(|| r.provider.to_string()),
                 protect: r.protect,
                 ..ResourceOptions::default()
             },

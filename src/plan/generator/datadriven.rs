@@ -476,7 +476,8 @@ impl Harness {
             s.provider = match provider {
                 Some(p) => p,
                 None => self.provider_ref(&default).unwrap_or_default(),
-            };
+            }
+            .into();
         }
         s.outputs = s.inputs.clone();
         if ty.is_provider() {

@@ -6,7 +6,7 @@
 use std::collections::HashSet;
 
 use crate::model::urn::STACK_TYPE;
-use crate::model::{PropertyPath, ProviderRef, State, Urn};
+use crate::model::{PropertyPath, ProviderRef, SharedStr, State, Urn};
 use crate::provider::{DiffKind, DiffResponse};
 use crate::source::goal::{Goal, ReadGoal};
 
@@ -178,7 +178,7 @@ impl Planner {
                 self.check_registered(&urn, r.urn(), "provider")?;
                 r
             };
-            new.provider = reference.text();
+            new.provider = SharedStr::recent(&reference.text());
             provider = Some(reference);
         }
 
@@ -540,7 +540,7 @@ impl Planner {
             // has a new ID).
             if let Some(r) = self.default_providers.get(key) {
                 if !r.is_text(&new.provider) {
-                    new.provider = r.text();
+                    new.provider = SharedStr::recent(&r.text());
                 }
             }
         }

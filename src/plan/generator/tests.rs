@@ -66,7 +66,7 @@ fn bucket_state(name: &str, provider: &State, v: serde_json::Value) -> State {
     );
     s.id = format!("{name}-id");
     s.parent = urn(STACK);
-    s.provider = format!("{}::{}", provider.urn, provider.id);
+    s.provider = format!("{}::{}", provider.urn, provider.id).into();
     s.inputs = inputs(v.clone());
     s.outputs = inputs(v);
     s
