@@ -170,28 +170,23 @@ impl SharedStr {
     /// remembered).
     #[must_use]
     pub fn recent(text: &str) -> Self {
-        shared(text)
-    }
-}
-
-/// [`SharedStr::recent`].
-fn shared(text: &str) -> SharedStr {
-    if text.is_empty() {
-        return SharedStr(None);
-    }
-    RECENT_TEXTS.with(|recent| {
-        let mut recent = recent.borrow_mut();
-        if let Some(i) = recent.iter().position(|r| r.as_deref() == Some(text)) {
-            let hit = recent[i].clone();
-            // Most recent first.
-            recent[..=i].rotate_right(1);
-            return SharedStr(hit);
+        if text.is_empty() {
+            return Self(None);
         }
-        let new: Arc<str> = Arc::from(text);
-        recent.rotate_right(1);
-        recent[0] = Some(new.clone());
-        SharedStr(Some(new))
-    })
+        RECENT_TEXTS.with(|recent| {
+            let mut recent = recent.borrow_mut();
+            if let Some(i) = recent.iter().position(|r| r.as_deref() == Some(text)) {
+                let hit = recent[i].clone();
+                // Most recent first.
+                recent[..=i].rotate_right(1);
+                return Self(hit);
+            }
+            let new: Arc<str> = Arc::from(text);
+            recent.rotate_right(1);
+            recent[0] = Some(new.clone());
+            Self(Some(new))
+        })
+    }
 }
 
 impl<'de> Deserialize<'de> for SharedStr {
@@ -205,7 +200,7 @@ impl<'de> Deserialize<'de> for SharedStr {
             }
 
             fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<SharedStr, E> {
-                Ok(shared(v))
+                Ok(SharedStr::recent(v))
             }
         }
         d.deserialize_str(Visitor)

@@ -408,11 +408,14 @@ fn array_of<W: Window>(w: &mut W, key: &str) -> Option<usize> {
             let colon = skip_ws(bytes, from);
             match bytes.get(colon) {
                 None => return Found::More,
-                Some(b':') => match bytes.get(skip_ws(bytes, colon + 1)) {
-                    None => return Found::More,
-                    Some(b'[') => return Found::At(skip_ws(bytes, colon + 1)),
-                    Some(_) => {}
-                },
+                Some(b':') => {
+                    let open = skip_ws(bytes, colon + 1);
+                    match bytes.get(open) {
+                        None => return Found::More,
+                        Some(b'[') => return Found::At(open),
+                        Some(_) => {}
+                    }
+                }
                 Some(_) => {}
             }
         }

@@ -149,10 +149,13 @@ fn a_file_past_the_threshold_is_split_and_a_smaller_one_is_not() {
     assert!(big.len() >= SPLIT_MIN_BYTES, "{} bytes", big.len());
     let split = decode(&big).expect("a large file keel writes is split");
     assert!(split == whole(&big).unwrap());
-    // Through the public decoder too.
+    // Through the public decoder too, and read through windows.
     assert!(CheckpointFile::from_slice(big.as_bytes()).unwrap() == split);
+    assert!(decode_windows(big.as_bytes()).unwrap() == split);
+    assert!(CheckpointFile::from_windows(big.as_bytes()).unwrap() == split);
     let small = text(&file(100, |i| json!({"n": i})), false);
     assert!(decode(&small).is_none());
+    assert!(CheckpointFile::from_windows(small.as_bytes()).is_none());
 }
 
 #[test]
@@ -348,22 +351,6 @@ fn bytes_that_are_not_utf8_or_cannot_be_read_are_left_to_the_one_thread_decode()
     }
     let failing = Failing(text.as_bytes(), 0.into());
     assert!(decode_with(&|| Windowed::new(&failing, 64), text.len(), at).is_none());
-}
-
-#[test]
-fn a_large_file_is_read_through_windows() {
-    let big = text(
-        &file(
-            3_600,
-            |i| json!({"arn": format!("arn:sim:sim:index:Thing:r{i}")}),
-        ),
-        false,
-    );
-    let split = decode_windows(big.as_bytes()).expect("a large file keel writes is split");
-    assert!(split == whole(&big).unwrap());
-    assert!(CheckpointFile::from_windows(big.as_bytes()).unwrap() == split);
-    let small = text(&file(100, |i| json!({"n": i})), false);
-    assert!(CheckpointFile::from_windows(small.as_bytes()).is_none());
 }
 
 #[test]
