@@ -53,7 +53,7 @@
 use super::{CheckpointFile, Fast};
 use crate::model::snapshot::{reserved_states, states_room, with_states_hint};
 use crate::model::state::State;
-use crate::model::urn::{with_interning, TypeToken, Urn};
+use crate::model::urn::{reserve_interned_urns, with_interning, TypeToken, Urn};
 
 /// Files smaller than this are decoded on one thread: below it the second
 /// thread costs about what it saves (measured when the split also copied
@@ -67,6 +67,15 @@ pub(super) const SPLIT_MIN_BYTES: usize = 1 << 20;
 /// spends the wait mapping the memory the second run is moved into
 /// (`touch`).
 const SPLIT_AT_PER_MILLE: usize = 470;
+
+/// How many states a run reads before it sizes the interning table for
+/// the rest of the run at their density. Sized from the fewest bytes a
+/// state can take ([`states_room`], ~5x keel's states), the table was
+/// 2 MB a run at 20,000 states, and its inserts, scattered over all of it,
+/// faulted in ~1,000 more pages a load than a table sized for the URNs
+/// there are; a guess too low costs a doubling of the table, as without a
+/// reservation.
+const SAMPLE_STATES: usize = 64;
 
 /// How deep (arrays and objects, the state's own object included) the
 /// reader may nest a state that the second thread decodes: in a file, a
@@ -133,11 +142,12 @@ fn decode_with<W: Window>(
             .ok()?;
         // The first run, here, into room for the whole array.
         let mut head = with_interning(|| {
-            // Room in the interning table for this run's URNs only: a
-            // table sized for the whole file is touched all over by its
-            // inserts (~2 ms at 20,000 states, measured).
-            let mut head = reserved_states(states_room(total), states_room(cut - open));
-            let end = read_elements(&mut here, open + 1, Some(cut), &mut head)?;
+            // Room in the interning table for this run's URNs only, given
+            // once a sample of them shows their density (`read_elements`):
+            // a table sized for more is touched all over by its inserts
+            // (~2 ms at 20,000 states for one sized for the whole file).
+            let mut head = reserved_states(states_room(total), 0);
+            let end = read_elements(&mut here, open + 1, Some(cut), cut, &mut head)?;
             (end == cut).then_some(head)
         })?;
         drop(here);
@@ -184,8 +194,8 @@ fn tail_and_rest<W: Window>(
 ) -> Option<(Vec<State>, Box<CheckpointFile>)> {
     with_interning(|| {
         let room = states_room(total - cut);
-        let mut tail = reserved_states(room, room);
-        let close = read_elements(w, cut, None, &mut tail)?;
+        let mut tail = reserved_states(room, 0);
+        let close = read_elements(w, cut, None, total, &mut tail)?;
         let mut rest = String::with_capacity(open + 1 + sentinel_json.len() + (total - close));
         rest.push_str(span(w, 0, open + 1)?);
         rest.push_str(sentinel_json);
@@ -467,16 +477,27 @@ fn element_at_or_after<W: Window>(w: &mut W, at: usize) -> Option<usize> {
 /// for anything else: a value that does not parse as a state or nests
 /// deeper than [`MAX_ELEMENT_DEPTH`], another byte between values, a run
 /// that passes `stop` or meets a `]` before it.
+///
+/// Once [`SAMPLE_STATES`] states are read, the interning table is given
+/// room for as many URNs as the rest of the run, up to `run_end`, holds at
+/// the density of those states (see [`SAMPLE_STATES`]).
 fn read_elements<W: Window>(
     w: &mut W,
     from: usize,
     stop: Option<usize>,
+    run_end: usize,
     out: &mut Vec<State>,
 ) -> Option<usize> {
     let (mut pos, _) = next_byte(w, from)?;
+    let (first, sampled) = (pos, out.len() + SAMPLE_STATES);
     loop {
         let (state, end) = read_state(w, pos)?;
         out.push(state);
+        if out.len() == sampled {
+            let left = run_end.saturating_sub(end);
+            let per_state = ((end - first) / SAMPLE_STATES).max(1);
+            reserve_interned_urns((left / per_state + left / per_state / 8).min(states_room(left)));
+        }
         let (at, byte) = next_byte(w, end)?;
         match byte {
             Some(b',') => {
