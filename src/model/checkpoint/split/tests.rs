@@ -354,6 +354,32 @@ fn bytes_that_are_not_utf8_or_cannot_be_read_are_left_to_the_one_thread_decode()
 }
 
 #[test]
+fn runs_whose_first_states_are_smaller_or_larger_than_the_rest_decode_the_same() {
+    // Each run sizes its interning table at the density of its first
+    // `SAMPLE_STATES` states: a guess far too low (small states first)
+    // or far too high (large ones first) changes no value.
+    let n = 3 * SAMPLE_STATES;
+    let big = |i: usize| json!({"blob": "x".repeat(2_000), "n": i});
+    let small = |i: usize| json!({"n": i});
+    for large_first in [false, true] {
+        let f = file(n, |i| {
+            let early = i % (n / 2) < SAMPLE_STATES;
+            if early == large_first {
+                big(i)
+            } else {
+                small(i)
+            }
+        });
+        let text = text(&f, false);
+        let answered = [text.len() / 3, text.len() / 2, text.len() * 2 / 3]
+            .into_iter()
+            .filter(|&at| check(&text, at))
+            .count();
+        assert_eq!(answered, 3, "large first: {large_first}");
+    }
+}
+
+#[test]
 fn a_reservation_the_system_refuses_leaves_a_growing_vec() {
     // More than the address space: refused, not an aborted process.
     let states = reserved_states(usize::MAX / 1024, 0);
