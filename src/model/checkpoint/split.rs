@@ -69,12 +69,12 @@ pub(super) const SPLIT_MIN_BYTES: usize = 1 << 20;
 const SPLIT_AT_PER_MILLE: usize = 470;
 
 /// How many states a run reads before it sizes the interning table for
-/// the rest of the run at their density. Sized from the fewest bytes a
-/// state can take ([`states_room`], ~5x keel's states), the table was
-/// 2 MB a run at 20,000 states, and its inserts, scattered over all of it,
-/// faulted in ~1,000 more pages a load than a table sized for the URNs
-/// there are; a guess too low costs a doubling of the table, as without a
-/// reservation.
+/// the rest of the run at their density (plus an eighth). Sized from the
+/// fewest bytes a state can take ([`states_room`]: 160, where the
+/// harness's states take ~560), the table was 2 MB a run at 20,000
+/// states, and its inserts, scattered over all of it, faulted in ~580
+/// more pages a load than a table sized for the URNs there are; a guess
+/// too low costs a doubling of the table, as without a reservation.
 const SAMPLE_STATES: usize = 64;
 
 /// How deep (arrays and objects, the state's own object included) the
@@ -479,8 +479,7 @@ fn element_at_or_after<W: Window>(w: &mut W, at: usize) -> Option<usize> {
 /// that passes `stop` or meets a `]` before it.
 ///
 /// Once [`SAMPLE_STATES`] states are read, the interning table is given
-/// room for as many URNs as the rest of the run, up to `run_end`, holds at
-/// the density of those states (see [`SAMPLE_STATES`]).
+/// room for the URNs of the rest of the run, up to `run_end`.
 fn read_elements<W: Window>(
     w: &mut W,
     from: usize,
@@ -495,8 +494,8 @@ fn read_elements<W: Window>(
         out.push(state);
         if out.len() == sampled {
             let left = run_end.saturating_sub(end);
-            let per_state = ((end - first) / SAMPLE_STATES).max(1);
-            reserve_interned_urns((left / per_state + left / per_state / 8).min(states_room(left)));
+            let urns = left / ((end - first) / SAMPLE_STATES).max(1);
+            reserve_interned_urns((urns + urns / 8).min(states_room(left)));
         }
         let (at, byte) = next_byte(w, end)?;
         match byte {
