@@ -590,13 +590,11 @@ pub fn any_secret(d: &Deployment, pred: &dyn Fn(&Secret) -> bool) -> bool {
             _ => false,
         }
     }
-    let state = |s: &State| {
-        s.inputs
-            .values()
-            .chain(s.outputs.values())
-            .chain(std::iter::once(&*s.replacement_trigger))
-            .any(|v| value(v, pred))
-    };
+    // Secrets are signed values: maps that hold none are not looked into.
+    let map =
+        |m: &crate::model::PropertyMap| m.may_hold_signed() && m.values().any(|v| value(v, pred));
+    let state =
+        |s: &State| map(&s.inputs) || map(&s.outputs) || value(&s.replacement_trigger, pred);
     d.resources.iter().any(state) || d.pending_operations.iter().any(|p| state(&p.resource))
 }
 
@@ -617,7 +615,8 @@ pub fn walk_state(state: &mut State, f: &mut Visit<'_>) -> Result<(), SecretsErr
 /// may be shared with another state (copy-on-write), and a mutable look
 /// would copy it.
 fn walk_map(m: &mut crate::model::PropertyMap, f: &mut Visit<'_>) -> Result<(), SecretsError> {
-    if !m.values().any(PropertyValue::contains_secrets) {
+    // Secrets are signed values: a map that holds none is not decoded.
+    if !m.may_hold_signed() || !m.values().any(PropertyValue::contains_secrets) {
         return Ok(());
     }
     m.values_mut().try_for_each(|v| walk_value(v, f))

@@ -174,6 +174,10 @@ pub(crate) fn rewrite_map(
     map: &SuccessorMap,
     identity: &dyn Fn(&Urn) -> Option<Identity>,
 ) -> Option<PropertyMap> {
+    // Only signed values (references, outputs, secrets) change.
+    if !m.may_hold_signed() {
+        return None;
+    }
     let mut out: Option<PropertyMap> = None;
     for (k, v) in m {
         if let Some(nv) = rewrite_value(v, map, identity) {

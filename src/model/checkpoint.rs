@@ -11,8 +11,9 @@
 //! `version`, 1, 2) and unknown newer ones are refused with an error naming
 //! the version found. A file keel reads decodes in one pass (its version
 //! and features checked as they are read, each URN and type token
-//! validated once and shared: `urn::with_interning`; a large file on two
-//! threads, see `split`); anything else is decoded again version first
+//! validated once and shared: `urn::with_interning`; property maps kept
+//! as their text until first looked at: `property_map::with_lazy_maps`;
+//! a large file on two threads, see `split`); anything else is decoded again version first
 //! (one scan that skips the body), for the error that names the version or
 //! the problem.
 
@@ -23,6 +24,7 @@ use serde::Deserialize;
 
 use super::integrity::{self, IntegrityError};
 use super::keys::json_object;
+use super::property_map::with_lazy_maps;
 use super::snapshot::Deployment;
 
 mod split;
@@ -336,6 +338,8 @@ impl CheckpointFile {
         // below, version first, for the error that names the problem.
         // Text validated as UTF-8 once is decoded without validating each
         // string again (serde_json's slice reader checks every string).
+        // Property maps are kept as text here (`with_lazy_maps`), never
+        // on the careful path below, whose errors name the problem.
         let fast = match std::str::from_utf8(bytes) {
             Ok(text) => {
                 // A large file on two threads, when that provably gives
@@ -343,9 +347,9 @@ impl CheckpointFile {
                 if let Some(file) = split::decode(text) {
                     return Ok(file);
                 }
-                serde_json::from_str::<Fast>(text)
+                with_lazy_maps(|| serde_json::from_str::<Fast>(text))
             }
-            Err(_) => serde_json::from_slice::<Fast>(bytes),
+            Err(_) => with_lazy_maps(|| serde_json::from_slice::<Fast>(bytes)),
         };
         if let Ok(Fast::Read(file)) = fast {
             return Ok(*file);

@@ -12,7 +12,7 @@ pub(crate) mod fasthash;
 pub mod integrity;
 mod keys;
 pub mod property;
-mod property_map;
+pub(crate) mod property_map;
 pub mod property_path;
 pub mod rare;
 pub mod rule;

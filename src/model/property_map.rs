@@ -20,12 +20,12 @@
 
 use std::fmt;
 use std::ops::{Deref, DerefMut, Index};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use litemap::LiteMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::property::PropertyValue;
+use super::property::{PropertyValue, SIG_KEY};
 
 /// The entries of a map.
 type Entries = LiteMap<String, PropertyValue>;
@@ -41,8 +41,47 @@ static EMPTY: Entries = LiteMap::new_vec();
 /// A mutable dereference copies entries that another clone still shares,
 /// so loops that only sometimes change a map should look before they
 /// take it mutably.
+///
+/// A map read from a checkpoint may be held as its JSON text, decoded on
+/// its first look (see [`with_lazy_maps`]); it reads, compares and
+/// encodes exactly as the decoded map does.
 #[derive(Clone, Default)]
-pub struct PropertyMap(Option<Arc<Entries>>);
+pub struct PropertyMap(Option<Arc<Inner>>);
+
+/// A map's shared body: its entries, and while they are unchanged the
+/// JSON object they were (or will be) decoded from.
+#[derive(Default)]
+struct Inner {
+    /// The JSON object, non-empty, checked when it was read to decode
+    /// (see [`Lazy`]); `None` for a map built or changed in memory.
+    raw: Option<Box<str>>,
+    /// The entries: set at construction, or on the first look at `raw`.
+    entries: OnceLock<Entries>,
+}
+
+impl Inner {
+    fn built(entries: Entries) -> Self {
+        Self {
+            raw: None,
+            entries: OnceLock::from(entries),
+        }
+    }
+
+    fn entries(&self) -> &Entries {
+        self.entries.get_or_init(|| match &self.raw {
+            Some(raw) => decode_checked(raw),
+            None => Entries::new(),
+        })
+    }
+
+    /// The entries by value (decoded if they never were).
+    fn into_entries(mut self) -> Entries {
+        match self.entries.take() {
+            Some(entries) => entries,
+            None => self.raw.as_deref().map(decode_checked).unwrap_or_default(),
+        }
+    }
+}
 
 impl PropertyMap {
     /// An empty map (no allocation).
@@ -57,7 +96,7 @@ impl PropertyMap {
         if n == 0 {
             return Self(None);
         }
-        Self(Some(Arc::new(LiteMap::with_capacity(n))))
+        Self(Some(Arc::new(Inner::built(LiteMap::with_capacity(n)))))
     }
 
     /// The number of entries.
@@ -66,10 +105,25 @@ impl PropertyMap {
         self.entries().len()
     }
 
-    /// Whether the map has no entries.
+    /// Whether the map has no entries (a map still held as its text is
+    /// not: the text of an empty object is never kept).
     #[must_use]
     pub fn is_empty(&self) -> bool {
-        self.entries().is_empty()
+        match &self.0 {
+            None => true,
+            Some(inner) if inner.raw.is_some() => false,
+            Some(inner) => inner.entries().is_empty(),
+        }
+    }
+
+    /// Whether the map may hold a signed value (a secret, an output value,
+    /// a resource reference, an asset or archive) at any depth: `false`
+    /// for a map kept as its text, which holds none (one that did was
+    /// decoded when it was read). Walks for secrets and references skip
+    /// such a map without decoding it.
+    #[must_use]
+    pub fn may_hold_signed(&self) -> bool {
+        self.0.as_ref().is_none_or(|inner| inner.raw.is_none())
     }
 
     /// Whether `self` and `other` share their entries (a clone of the
@@ -93,11 +147,29 @@ impl PropertyMap {
     }
 
     fn entries(&self) -> &Entries {
-        self.0.as_deref().unwrap_or(&EMPTY)
+        match &self.0 {
+            Some(inner) => inner.entries(),
+            None => &EMPTY,
+        }
     }
 
+    /// The entries, mutably: copied first when another clone shares them,
+    /// decoded first when they are still text (which is then dropped: it
+    /// no longer says what the entries are).
     fn entries_mut(&mut self) -> &mut Entries {
-        Arc::make_mut(self.0.get_or_insert_with(Default::default))
+        let arc = self.0.get_or_insert_with(Default::default);
+        let built = arc.raw.is_none() && arc.entries.get().is_some();
+        if !built || Arc::get_mut(arc).is_none() {
+            let entries = match Arc::try_unwrap(std::mem::take(arc)) {
+                Ok(alone) => alone.into_entries(),
+                Err(shared) => shared.entries().clone(),
+            };
+            *arc = Arc::new(Inner::built(entries));
+        }
+        match Arc::get_mut(arc).and_then(|inner| inner.entries.get_mut()) {
+            Some(entries) => entries,
+            None => unreachable!("a map's body is unique and decoded here"),
+        }
     }
 
     /// A map of `entries`, built whole (collected or decoded), kept at its
@@ -116,13 +188,24 @@ impl PropertyMap {
         if sorted.is_empty() {
             return Self(None);
         }
-        Self(Some(Arc::new(LiteMap::from_sorted_store_unchecked(sorted))))
+        Self(Some(Arc::new(Inner::built(
+            LiteMap::from_sorted_store_unchecked(sorted),
+        ))))
     }
 }
 
 impl PartialEq for PropertyMap {
     fn eq(&self, other: &Self) -> bool {
-        self.shares_with(other) || self.entries() == other.entries()
+        if self.shares_with(other) {
+            return true;
+        }
+        // The same text decodes to the same entries (no look at either).
+        if let (Some(a), Some(b)) = (&self.0, &other.0) {
+            if a.raw.is_some() && a.raw == b.raw {
+                return true;
+            }
+        }
+        self.entries() == other.entries()
     }
 }
 
@@ -184,10 +267,12 @@ impl IntoIterator for PropertyMap {
     type IntoIter = std::vec::IntoIter<(String, PropertyValue)>;
 
     fn into_iter(self) -> Self::IntoIter {
-        match self.0 {
-            Some(entries) => Arc::unwrap_or_clone(entries).into_tuple_vec().into_iter(),
-            None => Vec::new().into_iter(),
-        }
+        let entries = match self.0.map(Arc::try_unwrap) {
+            Some(Ok(alone)) => alone.into_entries(),
+            Some(Err(shared)) => shared.entries().clone(),
+            None => Entries::new(),
+        };
+        entries.into_tuple_vec().into_iter()
     }
 }
 
@@ -217,7 +302,208 @@ impl Serialize for PropertyMap {
 
 impl<'de> Deserialize<'de> for PropertyMap {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if LAZY.with(std::cell::Cell::get) {
+            let raw = Box::<serde_json::value::RawValue>::deserialize(d)?;
+            return PropertyMap::from_text(raw).map_err(serde::de::Error::custom);
+        }
         d.deserialize_map(MapVisitor)
+    }
+}
+
+thread_local! {
+    /// Whether maps decoded on this thread are kept as text (see
+    /// [`with_lazy_maps`]).
+    static LAZY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f`, a decode by `serde_json` (from a string or bytes, never from
+/// a `Value`), with every [`PropertyMap`] it reads kept as its JSON text
+/// and decoded on its first look.
+///
+/// A load reads every state's inputs and outputs, and most of them are
+/// never looked at before they are written again (a no-op, a targeted
+/// update, `stack export`); decoded, they were two thirds of a state's
+/// allocations (a key and a value string each, the entries, the map) and
+/// most of the fresh memory a load faults in. The text is checked as it
+/// is read with the same visits the decode makes (numbers, strings,
+/// keys), so it is sure to decode later, and a map with a signed value in
+/// it (a secret, an asset, a resource reference: objects whose decode
+/// checks more) is decoded at once. What a decode with this scope
+/// accepts, a decode without it accepts with equal values; the errors may
+/// read differently, so callers that report them decode again without it.
+pub(crate) fn with_lazy_maps<T>(f: impl FnOnce() -> T) -> T {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            LAZY.with(|l| l.set(self.0));
+        }
+    }
+    let _restore = Restore(LAZY.with(|l| l.replace(true)));
+    f()
+}
+
+/// How deep a map kept as text may nest (its own object included): a
+/// state's maps sit at most seven levels deep in a file, and the reader
+/// refuses 128, so a map the text check takes is one the whole-file
+/// reader takes too. Deeper ones are refused here (the caller's careful
+/// decode then decides).
+const MAX_TEXT_DEPTH: usize = 100;
+
+impl PropertyMap {
+    /// The map `raw` holds: kept as text when it can only decode, decoded
+    /// now when it holds a signed value, empty when it is.
+    fn from_text(raw: Box<serde_json::value::RawValue>) -> Result<Self, serde_json::Error> {
+        let text = raw.get();
+        let mut de = serde_json::Deserializer::from_str(text);
+        let found = serde::Deserializer::deserialize_map(&mut de, Check { depth: 1 })?;
+        de.end()?;
+        if found.signed {
+            let mut de = serde_json::Deserializer::from_str(text);
+            return serde::Deserializer::deserialize_map(&mut de, MapVisitor);
+        }
+        if !found.entries {
+            return Ok(Self::new());
+        }
+        Ok(Self(Some(Arc::new(Inner {
+            raw: Some(raw.into()),
+            entries: OnceLock::new(),
+        }))))
+    }
+}
+
+/// Decodes text [`PropertyMap::from_text`] kept.
+///
+/// # Panics
+/// Never for such text: it was checked with the visits this decode makes.
+/// A failure here is a bug, reported rather than read as an empty map.
+fn decode_checked(raw: &str) -> Entries {
+    let mut de = serde_json::Deserializer::from_str(raw);
+    match serde::Deserializer::deserialize_map(&mut de, MapVisitor) {
+        Ok(PropertyMap(Some(inner))) => match Arc::try_unwrap(inner) {
+            Ok(alone) => alone.into_entries(),
+            Err(shared) => shared.entries().clone(),
+        },
+        Ok(PropertyMap(None)) => Entries::new(),
+        Err(e) => panic!("a property map checked when it was read does not decode: {e}"),
+    }
+}
+
+/// What [`Check`] found in a value.
+#[derive(Default)]
+struct Found {
+    /// The value is an object or array with at least one member.
+    entries: bool,
+    /// A signed object occurs in it (below the top level).
+    signed: bool,
+}
+
+/// Reads a property value as [`PropertyValue`]'s decode does, keeping
+/// nothing: the same visits (so the same numbers and strings are taken),
+/// keys compared in place. `depth` is the nesting of the value's object or
+/// array, counting from the map's own.
+struct Check {
+    depth: usize,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Check {
+    type Value = Found;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Found, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Check {
+    type Value = Found;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a property value")
+    }
+
+    fn visit_unit<E>(self) -> Result<Found, E> {
+        Ok(Found::default())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Found, E> {
+        Ok(Found::default())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Found, E> {
+        Ok(Found::default())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Found, E> {
+        Ok(Found::default())
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Found, E> {
+        // As `PropertyValue`'s decode: a number must be finite.
+        match serde_json::Number::from_f64(n) {
+            Some(_) => Ok(Found::default()),
+            None => Err(E::custom("a number must be finite")),
+        }
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Found, E> {
+        Ok(Found::default())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Found, A::Error> {
+        let depth = self.nested::<A::Error>()?;
+        let mut found = Found::default();
+        while let Some(item) = seq.next_element_seed(Check { depth })? {
+            found.entries = true;
+            found.signed |= item.signed;
+        }
+        Ok(found)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Found, A::Error> {
+        let depth = self.nested::<A::Error>()?;
+        let mut found = Found::default();
+        while let Some(sig) = map.next_key_seed(IsSig)? {
+            let value = map.next_value_seed(Check { depth })?;
+            found.entries = true;
+            // A signature key in the map itself is a plain key (the
+            // map's decode reads it as one); below, it makes the object
+            // a signed value.
+            found.signed |= value.signed || (sig && self.depth > 1);
+        }
+        Ok(found)
+    }
+}
+
+impl Check {
+    /// The depth of the members of this object or array, or an error when
+    /// they would nest deeper than [`MAX_TEXT_DEPTH`].
+    fn nested<E: serde::de::Error>(&self) -> Result<usize, E> {
+        if self.depth >= MAX_TEXT_DEPTH {
+            return Err(E::custom("a property map nests too deep to keep as text"));
+        }
+        Ok(self.depth + 1)
+    }
+}
+
+/// Reads an object key and says whether it is the signature key.
+struct IsSig;
+
+impl<'de> serde::de::DeserializeSeed<'de> for IsSig {
+    type Value = bool;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+        d.deserialize_str(self)
+    }
+}
+
+impl serde::de::Visitor<'_> for IsSig {
+    type Value = bool;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("an object key")
+    }
+
+    fn visit_str<E>(self, key: &str) -> Result<bool, E> {
+        Ok(key == SIG_KEY)
     }
 }
 
@@ -280,6 +566,8 @@ impl<'de> serde::de::Visitor<'de> for MapVisitor {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn s(v: &str) -> PropertyValue {
@@ -410,5 +698,203 @@ mod tests {
         }
         assert_eq!(m.keys().collect::<Vec<_>>(), ["a", "b"]);
         assert_eq!(m.into_values().collect::<Vec<_>>(), [s("x"), s("x")]);
+    }
+
+    /// Whether `m` is still held as its text.
+    fn kept_as_text(m: &PropertyMap) -> bool {
+        m.0.as_ref().is_some_and(|inner| inner.raw.is_some())
+    }
+
+    /// Decodes `text` with and without [`with_lazy_maps`]: whatever the
+    /// lazy decode takes, the eager one takes, with an equal map that
+    /// reads, iterates and encodes the same. Returns whether the lazy
+    /// decode took it, and whether it kept the map as text.
+    fn check_lazy(text: &str) -> Option<bool> {
+        let eager = serde_json::from_str::<PropertyMap>(text);
+        let lazy = with_lazy_maps(|| serde_json::from_str::<PropertyMap>(text));
+        let lazy = match lazy {
+            Ok(lazy) => lazy,
+            Err(_) => return None,
+        };
+        let eager = eager.unwrap_or_else(|e| panic!("lazy took what eager refuses ({e}): {text}"));
+        let kept = kept_as_text(&lazy);
+        // Walks for secrets and references skip a map kept as text: it
+        // must hold no signed value at any depth.
+        fn signed(v: &PropertyValue) -> bool {
+            match v {
+                PropertyValue::Array(items) => items.iter().any(signed),
+                PropertyValue::Object(m) => m.values().any(signed),
+                PropertyValue::Null
+                | PropertyValue::Bool(_)
+                | PropertyValue::Number(_)
+                | PropertyValue::String(_)
+                | PropertyValue::Computed => false,
+                _ => true,
+            }
+        }
+        assert_eq!(lazy.may_hold_signed(), !kept, "{text}");
+        assert!(!kept || !eager.values().any(signed), "{text}");
+        assert_eq!(lazy.is_empty(), eager.is_empty(), "{text}");
+        assert_eq!(lazy, eager, "{text}");
+        assert_eq!(
+            serde_json::to_string(&lazy).unwrap(),
+            serde_json::to_string(&eager).unwrap(),
+            "{text}"
+        );
+        assert_eq!(lazy.len(), eager.len(), "{text}");
+        assert!(lazy.iter().eq(eager.iter()), "{text}");
+        assert_eq!(format!("{lazy:?}"), format!("{eager:?}"));
+        Some(kept)
+    }
+
+    #[test]
+    fn a_lazy_map_takes_what_the_eager_decode_takes_and_reads_the_same() {
+        let sig = super::SIG_KEY;
+        let secret = super::super::property::SIG_SECRET;
+        let deep = |n: usize| format!("{{\"v\":{}1{}}}", "[".repeat(n), "]".repeat(n));
+        for (text, want) in [
+            ("{}", Some(false)),
+            ("  { }  ", Some(false)),
+            (r#"{"a":"1","b":{"c":[1,2.5,-3,true,null,{}]}}"#, Some(true)),
+            (r#"{"b":"2","a":"1","b":"3"}"#, Some(true)),
+            (
+                r#"{"n":18446744073709551616,"m":-0.0,"k":1e300}"#,
+                Some(true),
+            ),
+            (
+                r#"{"u":"04da6b54-80e4-46f7-96ec-b56ff0331ba9"}"#,
+                Some(true),
+            ),
+            (r#"{"e":"\u00e9\n\"\\\ud83e\udd80"}"#, Some(true)),
+            // A signature key in the map itself is a plain key.
+            (&format!(r#"{{"{sig}":"x"}}"#), Some(true)),
+            // Signed values below: decoded at once, as read.
+            (
+                &format!(r#"{{"s":{{"{sig}":"{secret}","ciphertext":"abc"}}}}"#),
+                Some(false),
+            ),
+            (
+                &format!(
+                    r#"{{"s":[{{"\u0034{}":"{secret}","plaintext":"\"x\""}}]}}"#,
+                    &sig[1..]
+                ),
+                Some(false),
+            ),
+            // Refused by both: a malformed signed value, a number out of
+            // range, a bad escape, a raw control character, bad syntax.
+            (&format!(r#"{{"s":{{"{sig}":5}}}}"#), None),
+            (
+                &format!(r#"{{"s":{{"{sig}":"{secret}","other":"1"}}}}"#),
+                None,
+            ),
+            (r#"{"n":1e999}"#, None),
+            (r#"{"n":-1e400}"#, None),
+            (r#"{"a":"\q"}"#, None),
+            ("{\"a\":\"\u{1}\"}", None),
+            (r#"{"a":01}"#, None),
+            (r#"{"a":1,}"#, None),
+            (r#"["not a map"]"#, None),
+            // Deep: kept up to the text's limit, refused past it (the
+            // eager decode takes it; a caller decodes again without).
+            (&deep(MAX_TEXT_DEPTH - 2), Some(true)),
+            (&deep(MAX_TEXT_DEPTH - 1), None),
+        ] {
+            assert_eq!(check_lazy(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_map_kept_as_text_is_shared_changed_and_taken_apart_like_any() {
+        let text = r#"{"b":{"x":"1"},"a":"2","c":[3]}"#;
+        let m = with_lazy_maps(|| serde_json::from_str::<PropertyMap>(text)).unwrap();
+        assert!(kept_as_text(&m));
+        assert!(!m.is_empty(), "known non-empty without a decode");
+        let mut changed = m.clone();
+        assert!(changed.shares_with(&m));
+        // Two maps read from the same text are equal without a decode.
+        let again = with_lazy_maps(|| serde_json::from_str::<PropertyMap>(text)).unwrap();
+        assert!(again == m && !again.shares_with(&m));
+        // A look decodes and keeps the text; a change drops it, in the
+        // changed copy only.
+        assert_eq!(m["a"], s("2"));
+        assert!(kept_as_text(&m));
+        changed.insert("d".to_owned(), s("4"));
+        assert!(!kept_as_text(&changed) && kept_as_text(&m));
+        assert_eq!(m.len(), 3);
+        assert_eq!(changed.len(), 4);
+        assert_ne!(changed, m);
+        changed.remove("d");
+        assert_eq!(changed, m, "equal by content once changed back");
+        assert_eq!(
+            serde_json::to_string(&changed).unwrap(),
+            r#"{"a":"2","b":{"x":"1"},"c":[3]}"#
+        );
+        // Taken apart by value, shared or alone, never looked at or not.
+        let fresh = || with_lazy_maps(|| serde_json::from_str::<PropertyMap>(text)).unwrap();
+        let keys = |m: PropertyMap| m.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert_eq!(keys(fresh()), ["a", "b", "c"]);
+        let kept = fresh();
+        assert_eq!(keys(kept.clone()), ["a", "b", "c"]);
+        assert_eq!(kept.into_values().count(), 3);
+        let mut alone = fresh();
+        for v in alone.values_mut() {
+            *v = s("0");
+        }
+        assert!(alone.values().all(|v| *v == s("0")));
+        // A map decoded without the scope is never text.
+        let eager: PropertyMap = serde_json::from_str(text).unwrap();
+        assert!(!kept_as_text(&eager));
+        assert_eq!(eager, fresh());
+    }
+
+    /// A property value's JSON, of `depth` levels at most: strings with
+    /// escapes and non-ASCII, numbers of every form, and objects that are
+    /// now and then signed (well-formed or not).
+    fn json_value(depth: u32) -> impl Strategy<Value = String> {
+        let string = proptest::string::string_regex("[a-c\u{e9}\u{1F980}\"\\\\\n]{0,5}")
+            .unwrap()
+            .prop_map(|s| serde_json::to_string(&s).unwrap());
+        let leaf = prop_oneof![
+            Just("null".to_owned()),
+            Just("true".to_owned()),
+            string,
+            "-?(0|[1-9][0-9]{0,25})(\\.[0-9]{1,3})?([eE][-+]?[0-9]{1,3})?",
+            Just(format!("{:?}", super::super::property::UNKNOWN_VALUE)),
+        ];
+        leaf.prop_recursive(depth, 24, 4, move |inner| {
+            let sig = super::SIG_KEY;
+            let secret = super::super::property::SIG_SECRET;
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4)
+                    .prop_map(|items| format!("[{}]", items.join(","))),
+                proptest::collection::vec(("[a-c]{1,2}", inner.clone()), 0..4).prop_map(|fields| {
+                    let fields: Vec<String> =
+                        fields.iter().map(|(k, v)| format!("{k:?}:{v}")).collect();
+                    format!("{{{}}}", fields.join(","))
+                }),
+                (inner, any::<bool>()).prop_map(move |(v, good)| if good {
+                    format!(r#"{{"{sig}":"{secret}","ciphertext":"c"}}"#)
+                } else {
+                    format!(r#"{{"{sig}":"{secret}","ciphertext":{v}}}"#)
+                }),
+            ]
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+        #[test]
+        fn lazy_and_eager_decodes_agree_on_any_map(
+            fields in proptest::collection::vec(("[a-d]{1,2}", json_value(4)), 0..6)
+        ) {
+            let fields: Vec<String> = fields.iter().map(|(k, v)| format!("{k:?}:{v}")).collect();
+            let text = format!("{{{}}}", fields.join(","));
+            // Checked inside (`check_lazy` panics on any disagreement);
+            // and what the lazy decode refuses, the eager one refuses
+            // unless the text's nesting limit was the reason.
+            if check_lazy(&text).is_none() {
+                prop_assert!(serde_json::from_str::<PropertyMap>(&text).is_err(), "{}", text);
+            }
+        }
     }
 }

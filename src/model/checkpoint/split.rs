@@ -51,6 +51,7 @@
 //! names any error.
 
 use super::{CheckpointFile, Fast};
+use crate::model::property_map::with_lazy_maps;
 use crate::model::snapshot::{reserved_states, states_room, with_states_hint};
 use crate::model::state::State;
 use crate::model::urn::{reserve_interned_urns, with_interning, TypeToken, Urn};
@@ -82,6 +83,13 @@ const SAMPLE_STATES: usize = 64;
 /// state sits in three (`deployment`) or four (`checkpoint.latest`)
 /// levels, and the reader refuses 128.
 const MAX_ELEMENT_DEPTH: usize = 123;
+
+/// `f`, a decode on this thread, with URNs interned and property maps
+/// kept as text (`with_lazy_maps`): anything it does not prove, the
+/// caller's careful path decodes again, naming any error.
+fn with_interning_lazy<T>(f: impl FnOnce() -> T) -> T {
+    with_interning(|| with_lazy_maps(f))
+}
 
 /// `text` (a whole file) decoded on two threads, or `None` when it is too
 /// small or the split cannot be proven (see the module doc).
@@ -141,7 +149,7 @@ fn decode_with<W: Window>(
             })
             .ok()?;
         // The first run, here, into room for the whole array.
-        let mut head = with_interning(|| {
+        let mut head = with_interning_lazy(|| {
             // Room in the interning table for this run's URNs only, given
             // once a sample of them shows their density (`read_elements`):
             // a table sized for more is touched all over by its inserts
@@ -192,7 +200,7 @@ fn tail_and_rest<W: Window>(
     cut: usize,
     sentinel_json: &str,
 ) -> Option<(Vec<State>, Box<CheckpointFile>)> {
-    with_interning(|| {
+    with_interning_lazy(|| {
         let room = states_room(total - cut);
         let mut tail = reserved_states(room, 0);
         let close = read_elements(w, cut, None, total, &mut tail)?;
@@ -528,8 +536,12 @@ fn read_state<W: Window>(w: &mut W, at: usize) -> Option<(State, usize)> {
                 }
                 return Some((state, at + n));
             }
-            Err(e) if e.is_eof() => more = true,
-            Err(_) => return None,
+            // An element cut by the window's end does not always fail as
+            // cut: a property map kept as text is scanned by a reader
+            // that calls a number cut after its `-` invalid, not ended.
+            // So any error asks for more text, and is final only when
+            // there is none (`text_at` is then `None`).
+            Err(_) => more = true,
         }
     }
 }

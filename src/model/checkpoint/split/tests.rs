@@ -272,15 +272,12 @@ fn a_bad_head_is_left_to_the_one_thread_decode() {
 fn a_state_nested_past_the_readers_limit_is_not_read_by_the_split() {
     let deep = |levels: usize| (0..levels).fold(json!(1), |v, _| json!([v]));
     // In a file, a state sits under three levels (file, deployment,
-    // resources): its `outputs` object and its value add two more.
+    // resources): its `stackTrace` object and its value add two more. (A
+    // property map that deep is not kept as text, so the split does not
+    // answer for it; see `property_map`'s tests.)
     for (levels, readable) in [(118, true), (122, true), (123, false), (126, false)] {
-        let f = file(40, |i| {
-            if i == 2 {
-                json!({"v": deep(levels)})
-            } else {
-                json!({"n": i})
-            }
-        });
+        let mut f = file(40, |i| json!({"n": i}));
+        f["deployment"]["resources"][3]["stackTrace"] = json!({"v": deep(levels)});
         let text = urn_first(&f);
         assert_eq!(whole(&text).is_some(), readable, "{levels} levels");
         let at = text.len() / 2;
