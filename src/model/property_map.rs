@@ -53,7 +53,8 @@ pub struct PropertyMap(Option<Arc<Inner>>);
 #[derive(Default)]
 struct Inner {
     /// The JSON object, non-empty, checked when it was read to decode
-    /// (see [`Lazy`]); `None` for a map built or changed in memory.
+    /// (see [`PropertyMap::from_text`]); `None` for a map built or
+    /// changed in memory.
     raw: Option<Box<str>>,
     /// The entries: set at construction, or on the first look at `raw`.
     entries: OnceLock<Entries>,
