@@ -4,7 +4,10 @@
 //! Every custom resource's state names its provider (`<provider URN>::<ID>`,
 //! ~100 bytes), and a stack has a handful of providers: as a `String` each
 //! of 20,000 states kept its own copy (a 128-byte allocation; 2.5 MB of the
-//! harness's 26.5 MB deployment). A `SharedStr` is a reference-counted
+//! harness's 26.5 MB deployment). The `created` and `modified` stamps
+//! repeat too: every resource an operation writes in the same second has
+//! the same ones, and a state made by a create holds one text for both. A
+//! `SharedStr` is a reference-counted
 //! `str`; decoding shares the text a recent state on the same thread
 //! decoded ([`SharedStr`]'s `Deserialize` keeps the last few), and a clone
 //! is a reference count. It reads as a `str` (through `Deref`), compares,

@@ -113,9 +113,9 @@ json_object! {
         /// Replace this resource when that resource is replaced.
         "replaceWith" => replace_with: Rare<Vec<Urn>>,
         /// When the resource was created (RFC 3339, kept as written).
-        "created" => created: String,
+        "created" => created: SharedStr,
         /// When the resource was last modified (RFC 3339, kept as written).
-        "modified" => modified: String,
+        "modified" => modified: SharedStr,
         /// Where the program registered the resource.
         "sourcePosition" => source_position: String,
         /// The program's stack trace at registration (kept verbatim).
@@ -367,6 +367,27 @@ mod tests {
         let out = serde_json::to_value(&s).unwrap();
         assert_eq!(out["protect"], json!(true));
         assert_eq!(out["inputs"], json!({"k": "v"}));
+    }
+
+    #[test]
+    fn neighbours_share_their_stamps_and_read_them_as_written() {
+        let state = |name: &str, created: &str, modified: &str| {
+            json!({
+                "urn": format!("urn:pulumi:d::p::a:b:C::{name}"), "custom": true,
+                "type": "a:b:C", "created": created, "modified": modified
+            })
+        };
+        let (t1, t2) = ("2026-12-05T13:50:52Z", "2026-12-05T13:50:53.25+01:00");
+        let text =
+            serde_json::to_string(&[state("a", t1, t1), state("b", t1, t2), state("c", t2, t2)])
+                .unwrap();
+        let states: Vec<State> = serde_json::from_str(&text).unwrap();
+        assert!(states[0].modified.shares_with(&states[0].created));
+        assert!(states[1].created.shares_with(&states[0].created));
+        assert!(states[2].modified.shares_with(&states[1].modified));
+        assert!(!states[2].created.shares_with(&states[0].created));
+        let read_back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(serde_json::to_value(&states).unwrap(), read_back);
     }
 
     #[test]

@@ -630,7 +630,8 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 return Ok(reg);
             }
             let provider = shared.provider_for(&new)?;
-            let stamp = shared.config.clock.now_rfc3339();
+            // One text for the created and modified stamps (shared).
+            let stamp = crate::model::SharedStr::from(shared.config.clock.now_rfc3339());
             // Rust hooks run only outside a preview, hosted ones marked
             // `on_dry_run` in a preview too (`ResourceHooks::run`).
             let hooks = step.hooks.as_deref();
