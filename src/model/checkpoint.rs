@@ -13,9 +13,9 @@
 //! and features checked as they are read, each URN and type token
 //! validated once and shared: `urn::with_interning`; property maps kept
 //! as their text until first looked at: `property_map::with_lazy_maps`;
-//! a large file on two threads, see `split`); anything else is decoded again version first
-//! (one scan that skips the body), for the error that names the version or
-//! the problem.
+//! a large file on two threads, see `split`); anything else is decoded
+//! again version first (one scan that skips the body), for the error that
+//! names the version or the problem.
 
 use std::path::{Path, PathBuf};
 

@@ -158,18 +158,29 @@ impl PropertyMap {
     /// decoded first when they are still text (which is then dropped: it
     /// no longer says what the entries are).
     fn entries_mut(&mut self) -> &mut Entries {
-        let arc = self.0.get_or_insert_with(Default::default);
-        let built = arc.raw.is_none() && arc.entries.get().is_some();
-        if !built || Arc::get_mut(arc).is_none() {
-            let entries = match Arc::try_unwrap(std::mem::take(arc)) {
-                Ok(alone) => alone.into_entries(),
-                Err(shared) => shared.entries().clone(),
-            };
-            *arc = Arc::new(Inner::built(entries));
+        let built_alone = self.0.as_mut().is_some_and(|arc| {
+            arc.raw.is_none() && arc.entries.get().is_some() && Arc::get_mut(arc).is_some()
+        });
+        if !built_alone {
+            let entries = std::mem::take(self).into_entries();
+            self.0 = Some(Arc::new(Inner::built(entries)));
         }
-        match Arc::get_mut(arc).and_then(|inner| inner.entries.get_mut()) {
+        match (self.0.as_mut())
+            .and_then(Arc::get_mut)
+            .and_then(|inner| inner.entries.get_mut())
+        {
             Some(entries) => entries,
             None => unreachable!("a map's body is unique and decoded here"),
+        }
+    }
+
+    /// The entries by value: taken when this handle is the only one,
+    /// copied when another shares them, decoded when they are still text.
+    fn into_entries(self) -> Entries {
+        match self.0.map(Arc::try_unwrap) {
+            Some(Ok(alone)) => alone.into_entries(),
+            Some(Err(shared)) => shared.entries().clone(),
+            None => Entries::new(),
         }
     }
 
@@ -268,12 +279,7 @@ impl IntoIterator for PropertyMap {
     type IntoIter = std::vec::IntoIter<(String, PropertyValue)>;
 
     fn into_iter(self) -> Self::IntoIter {
-        let entries = match self.0.map(Arc::try_unwrap) {
-            Some(Ok(alone)) => alone.into_entries(),
-            Some(Err(shared)) => shared.entries().clone(),
-            None => Entries::new(),
-        };
-        entries.into_tuple_vec().into_iter()
+        self.into_entries().into_tuple_vec().into_iter()
     }
 }
 
@@ -380,11 +386,7 @@ impl PropertyMap {
 fn decode_checked(raw: &str) -> Entries {
     let mut de = serde_json::Deserializer::from_str(raw);
     match serde::Deserializer::deserialize_map(&mut de, MapVisitor) {
-        Ok(PropertyMap(Some(inner))) => match Arc::try_unwrap(inner) {
-            Ok(alone) => alone.into_entries(),
-            Err(shared) => shared.entries().clone(),
-        },
-        Ok(PropertyMap(None)) => Entries::new(),
+        Ok(map) => map.into_entries(),
         Err(e) => panic!("a property map checked when it was read does not decode: {e}"),
     }
 }
