@@ -54,6 +54,28 @@ fn check(name: &str, bytes: &[u8], expect: Expect) {
                 written,
                 "{name}: second write differs"
             );
+            // A load keeps maps as text and writes them without a decode
+            // (copied or transcoded): the bytes their decoded entries give.
+            let compact = file.to_vec();
+            let looked = looked_at(&file);
+            assert!(
+                looked.to_vec_pretty() == written,
+                "{name}: indented writes differ once decoded"
+            );
+            assert!(
+                looked.to_vec() == compact,
+                "{name}: compact writes differ once decoded"
+            );
+            let compacted = CheckpointFile::from_slice(&compact).unwrap();
+            assert!(
+                compacted.to_vec() == compact,
+                "{name}: a compact file is not written back as read"
+            );
+            let from_entries = serde_json::to_vec(&compacted).unwrap();
+            assert!(
+                from_entries == compact,
+                "{name}: a copied text differs from its entries' bytes"
+            );
             // A base checkpoint is encoded from the borrowed deployment:
             // byte for byte what an owned export of it encodes.
             let deployment = file
@@ -81,6 +103,21 @@ fn check(name: &str, bytes: &[u8], expect: Expect) {
 }
 
 /// Describes the first place two JSON values differ (for failure messages).
+/// A copy of `file` with every state's maps looked at (decoded).
+fn looked_at(file: &CheckpointFile) -> CheckpointFile {
+    let mut copy = file.clone();
+    let deployments = [
+        copy.deployment.as_mut(),
+        copy.checkpoint.as_mut().and_then(|c| c.latest.as_mut()),
+    ];
+    for d in deployments.into_iter().flatten() {
+        for s in &d.resources {
+            assert!(s.inputs.len() + s.outputs.len() < usize::MAX);
+        }
+    }
+    copy
+}
+
 fn first_difference(a: &serde_json::Value, b: &serde_json::Value, path: &str) -> String {
     use serde_json::Value::{Array, Object};
     match (a, b) {

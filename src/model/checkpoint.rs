@@ -313,7 +313,10 @@ impl CheckpointFile {
                 m.end()
             }
         }
-        serde_json::to_writer(w, &Export { deployment, extra }).map_err(std::io::Error::from)
+        super::property_map::with_raw_writes(|| {
+            serde_json::to_writer(w, &Export { deployment, extra })
+        })
+        .map_err(std::io::Error::from)
     }
 
     /// Decodes a file, checking its format version and features first. The
@@ -469,12 +472,13 @@ impl CheckpointFile {
     pub fn to_vec_pretty(&self) -> Vec<u8> {
         // Serializing these types into memory cannot fail: every map key is
         // a string and every number finite.
-        serde_json::to_vec_pretty(self).unwrap_or_default()
+        super::property_map::with_indented_writes(|| serde_json::to_vec_pretty(self))
+            .unwrap_or_default()
     }
 
     /// Encodes the file as compact JSON.
     pub fn to_vec(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
+        super::property_map::with_raw_writes(|| serde_json::to_vec(self)).unwrap_or_default()
     }
 }
 

@@ -24,6 +24,7 @@ use std::sync::{Arc, OnceLock};
 
 use litemap::LiteMap;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 
 use super::property::{PropertyValue, SIG_KEY};
 
@@ -55,7 +56,14 @@ struct Inner {
     /// The JSON object, non-empty, checked when it was read to decode
     /// (see [`PropertyMap::from_text`]); `None` for a map built or
     /// changed in memory.
-    raw: Option<Box<str>>,
+    raw: Option<Box<RawValue>>,
+    /// `raw` is byte for byte what the compact encoder writes for the
+    /// entries it decodes to (see [`with_raw_writes`]).
+    canonical: bool,
+    /// The keys of every object in `raw` are in strictly ascending order,
+    /// so its tokens in text order are what encoding the entries visits
+    /// (see [`with_indented_writes`]).
+    ordered: bool,
     /// The entries: set at construction, or on the first look at `raw`.
     entries: OnceLock<Entries>,
 }
@@ -64,13 +72,15 @@ impl Inner {
     fn built(entries: Entries) -> Self {
         Self {
             raw: None,
+            canonical: false,
+            ordered: false,
             entries: OnceLock::from(entries),
         }
     }
 
     fn entries(&self) -> &Entries {
         self.entries.get_or_init(|| match &self.raw {
-            Some(raw) => decode_checked(raw),
+            Some(raw) => decode_checked(raw.get()),
             None => Entries::new(),
         })
     }
@@ -79,7 +89,9 @@ impl Inner {
     fn into_entries(mut self) -> Entries {
         match self.entries.take() {
             Some(entries) => entries,
-            None => self.raw.as_deref().map(decode_checked).unwrap_or_default(),
+            None => (self.raw.as_deref())
+                .map(|raw| decode_checked(raw.get()))
+                .unwrap_or_default(),
         }
     }
 }
@@ -213,8 +225,10 @@ impl PartialEq for PropertyMap {
         }
         // The same text decodes to the same entries (no look at either).
         if let (Some(a), Some(b)) = (&self.0, &other.0) {
-            if a.raw.is_some() && a.raw == b.raw {
-                return true;
+            if let (Some(x), Some(y)) = (&a.raw, &b.raw) {
+                if x.get() == y.get() {
+                    return true;
+                }
             }
         }
         self.entries() == other.entries()
@@ -303,6 +317,21 @@ impl<'a> IntoIterator for &'a mut PropertyMap {
 
 impl Serialize for PropertyMap {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if let Some(inner @ Inner { raw: Some(raw), .. }) = self.0.as_deref() {
+            match WRITES.with(std::cell::Cell::get) {
+                Writes::Compact if inner.canonical => return raw.serialize(s),
+                Writes::Compact | Writes::Indented
+                    if inner.ordered && inner.entries.get().is_none() =>
+                {
+                    // The text's tokens, in its order, straight to the
+                    // encoder: what encoding the entries would visit,
+                    // without building them.
+                    let mut de = serde_json::Deserializer::from_str(raw.get());
+                    return serde_transcode::Transcoder::new(&mut de).serialize(s);
+                }
+                _ => {}
+            }
+        }
         s.collect_map(self.entries().iter())
     }
 }
@@ -321,6 +350,38 @@ thread_local! {
     /// Whether maps decoded on this thread are kept as text (see
     /// [`with_lazy_maps`]).
     static LAZY: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// How maps encoded on this thread that are still held as text may be
+    /// written (see [`with_raw_writes`]).
+    static WRITES: std::cell::Cell<Writes> = const { std::cell::Cell::new(Writes::Entries) };
+}
+
+/// How a map still held as its text is encoded.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Writes {
+    /// From its entries (decoded first): any encoder.
+    Entries,
+    /// `serde_json`'s compact writer: a canonical text as it is, an
+    /// ordered one transcoded.
+    Compact,
+    /// `serde_json`'s indented writer: an ordered text transcoded.
+    Indented,
+}
+
+/// Runs `f` with `key` set to `value` on this thread, restoring its value
+/// after (also when `f` panics).
+fn with_set<T, V: Copy + 'static>(
+    key: &'static std::thread::LocalKey<std::cell::Cell<V>>,
+    value: V,
+    f: impl FnOnce() -> T,
+) -> T {
+    struct Restore<V: Copy + 'static>(&'static std::thread::LocalKey<std::cell::Cell<V>>, V);
+    impl<V: Copy + 'static> Drop for Restore<V> {
+        fn drop(&mut self) {
+            self.0.with(|l| l.set(self.1));
+        }
+    }
+    let _restore = Restore(key, key.with(|l| l.replace(value)));
+    f()
 }
 
 /// Runs `f`, a decode by `serde_json` (from a string or bytes, never from
@@ -339,14 +400,29 @@ thread_local! {
 /// accepts, a decode without it accepts with equal values; the errors may
 /// read differently, so callers that report them decode again without it.
 pub(crate) fn with_lazy_maps<T>(f: impl FnOnce() -> T) -> T {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            LAZY.with(|l| l.set(self.0));
-        }
-    }
-    let _restore = Restore(LAZY.with(|l| l.replace(true)));
-    f()
+    with_set(&LAZY, true, f)
+}
+
+/// Runs `f`, an encode by `serde_json`'s compact writer, with every
+/// [`PropertyMap`] still held as the text it was read from written without
+/// a decode, to the same bytes: as that text when it is exactly what the
+/// encoder writes for the map (compact, keys in order and unique, strings
+/// without escapes, integers only), else, when its keys are in order,
+/// transcoded token by token into the writer. A compaction writes every
+/// state of the stack, and most of them were never looked at.
+///
+/// The text is written as it is, so this must not be set around an
+/// indented writer (the map would not be indented) or another format.
+pub(crate) fn with_raw_writes<T>(f: impl FnOnce() -> T) -> T {
+    with_set(&WRITES, Writes::Compact, f)
+}
+
+/// Runs `f`, an encode by `serde_json`'s indented writer, with every
+/// [`PropertyMap`] still held as text whose keys are in order transcoded
+/// into the writer without a decode (the same bytes: the same tokens in
+/// the same order).
+pub(crate) fn with_indented_writes<T>(f: impl FnOnce() -> T) -> T {
+    with_set(&WRITES, Writes::Indented, f)
 }
 
 /// How deep a map kept as text may nest (its own object included): a
@@ -359,7 +435,7 @@ const MAX_TEXT_DEPTH: usize = 100;
 impl PropertyMap {
     /// The map `raw` holds: kept as text when it can only decode, decoded
     /// now when it holds a signed value, empty when it is.
-    fn from_text(raw: Box<serde_json::value::RawValue>) -> Result<Self, serde_json::Error> {
+    fn from_text(raw: Box<RawValue>) -> Result<Self, serde_json::Error> {
         let text = raw.get();
         let mut de = serde_json::Deserializer::from_str(text);
         let found = serde::Deserializer::deserialize_map(&mut de, Check { depth: 1 })?;
@@ -371,8 +447,14 @@ impl PropertyMap {
         if !found.entries {
             return Ok(Self::new());
         }
+        // Each token the check took is at least as long as the encoder
+        // writes it, and as long only when written alike; so a text of
+        // the encoded length has no whitespace and every token alike.
+        let canonical = found.encoded == Some(text.len());
         Ok(Self(Some(Arc::new(Inner {
-            raw: Some(raw.into()),
+            raw: Some(raw),
+            canonical,
+            ordered: found.ordered,
             entries: OnceLock::new(),
         }))))
     }
@@ -398,6 +480,37 @@ struct Found {
     entries: bool,
     /// A signed object occurs in it (below the top level).
     signed: bool,
+    /// The length of the compact encoding of the decoded value when the
+    /// value was read in a form the encoder writes alike (strings without
+    /// escapes, integers, objects with keys in strictly ascending order);
+    /// `None` when it was not.
+    encoded: Option<usize>,
+    /// The keys of every object in it are in strictly ascending order.
+    ordered: bool,
+}
+
+impl Found {
+    /// A scalar whose encoding is `len` bytes long.
+    fn scalar(len: usize) -> Self {
+        Self {
+            encoded: Some(len),
+            ordered: true,
+            ..Self::default()
+        }
+    }
+
+    /// A scalar the encoder may write otherwise than it was read.
+    fn other() -> Self {
+        Self {
+            ordered: true,
+            ..Self::default()
+        }
+    }
+}
+
+/// The number of decimal digits of `n`.
+fn digits(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
 
 /// Reads a property value as [`PropertyValue`]'s decode does, keeping
@@ -424,53 +537,83 @@ impl<'de> serde::de::Visitor<'de> for Check {
     }
 
     fn visit_unit<E>(self) -> Result<Found, E> {
-        Ok(Found::default())
+        Ok(Found::scalar("null".len()))
     }
 
-    fn visit_bool<E>(self, _: bool) -> Result<Found, E> {
-        Ok(Found::default())
+    fn visit_bool<E>(self, b: bool) -> Result<Found, E> {
+        Ok(Found::scalar(if b { "true".len() } else { "false".len() }))
     }
 
-    fn visit_i64<E>(self, _: i64) -> Result<Found, E> {
-        Ok(Found::default())
+    fn visit_i64<E>(self, n: i64) -> Result<Found, E> {
+        // The reader gives a negative integer here, `-0` as a float.
+        Ok(Found::scalar(usize::from(n < 0) + digits(n.unsigned_abs())))
     }
 
-    fn visit_u64<E>(self, _: u64) -> Result<Found, E> {
-        Ok(Found::default())
+    fn visit_u64<E>(self, n: u64) -> Result<Found, E> {
+        Ok(Found::scalar(digits(n)))
     }
 
     fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<Found, E> {
         // As `PropertyValue`'s decode: a number must be finite.
         match serde_json::Number::from_f64(n) {
-            Some(_) => Ok(Found::default()),
+            Some(_) => Ok(Found::other()),
             None => Err(E::custom("a number must be finite")),
         }
     }
 
+    fn visit_borrowed_str<E>(self, s: &'de str) -> Result<Found, E> {
+        // Read without an escape: the encoder escapes only quotes,
+        // backslashes and control characters, none of which such a
+        // string holds.
+        Ok(Found::scalar(s.len() + 2))
+    }
+
     fn visit_str<E>(self, _: &str) -> Result<Found, E> {
-        Ok(Found::default())
+        // Read with an escape, which the encoder may write otherwise.
+        Ok(Found::other())
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Found, A::Error> {
         let depth = self.nested::<A::Error>()?;
-        let mut found = Found::default();
+        let mut found = Found::scalar("[]".len());
         while let Some(item) = seq.next_element_seed(Check { depth })? {
+            found.encoded = match (found.encoded, item.encoded) {
+                (Some(n), Some(m)) => Some(n + m + usize::from(found.entries)),
+                _ => None,
+            };
             found.entries = true;
             found.signed |= item.signed;
+            found.ordered &= item.ordered;
         }
         Ok(found)
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Found, A::Error> {
         let depth = self.nested::<A::Error>()?;
-        let mut found = Found::default();
-        while let Some(sig) = map.next_key_seed(IsSig)? {
+        let mut found = Found::scalar("{}".len());
+        let mut last: Option<&'de str> = None;
+        while let Some(key) = map.next_key_seed(IsSig)? {
             let value = map.next_value_seed(Check { depth })?;
+            // A key read without an escape, after the one before it in
+            // order: written alike (`"key":value`, after a comma).
+            let ordered = match (last, key.text) {
+                (None, Some(_)) => true,
+                (Some(before), Some(k)) => before < k,
+                (_, None) => false,
+            };
+            found.encoded = match (found.encoded, key.text, value.encoded) {
+                (Some(n), Some(k), Some(v)) if ordered => {
+                    Some(n + k.len() + 3 + v + usize::from(found.entries))
+                }
+                _ => None,
+            };
+            last = key.text;
             found.entries = true;
+            found.ordered &= ordered && value.ordered;
             // A signature key in the map itself is a plain key (the
             // map's decode reads it as one); below, it makes the object
             // a signed value.
-            found.signed |= value.signed || (sig && self.depth > 1);
+            found.signed |= value.signed || (key.sig && self.depth > 1);
         }
         Ok(found)
     }
@@ -487,26 +630,44 @@ impl Check {
     }
 }
 
+/// An object key as [`IsSig`] read it.
+struct Key<'de> {
+    /// It is the signature key.
+    sig: bool,
+    /// The key, when it was read without an escape.
+    text: Option<&'de str>,
+}
+
 /// Reads an object key and says whether it is the signature key.
 struct IsSig;
 
 impl<'de> serde::de::DeserializeSeed<'de> for IsSig {
-    type Value = bool;
+    type Value = Key<'de>;
 
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<bool, D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Key<'de>, D::Error> {
         d.deserialize_str(self)
     }
 }
 
-impl serde::de::Visitor<'_> for IsSig {
-    type Value = bool;
+impl<'de> serde::de::Visitor<'de> for IsSig {
+    type Value = Key<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("an object key")
     }
 
-    fn visit_str<E>(self, key: &str) -> Result<bool, E> {
-        Ok(key == SIG_KEY)
+    fn visit_borrowed_str<E>(self, key: &'de str) -> Result<Key<'de>, E> {
+        Ok(Key {
+            sig: key == SIG_KEY,
+            text: Some(key),
+        })
+    }
+
+    fn visit_str<E>(self, key: &str) -> Result<Key<'de>, E> {
+        Ok(Key {
+            sig: key == SIG_KEY,
+            text: None,
+        })
     }
 }
 
@@ -708,11 +869,26 @@ mod tests {
         m.0.as_ref().is_some_and(|inner| inner.raw.is_some())
     }
 
+    /// How the lazy decode took a map.
+    #[derive(Debug, PartialEq)]
+    enum Took {
+        /// Decoded at once (or empty).
+        Decoded,
+        /// Kept as text, with keys out of order or twice.
+        Text,
+        /// Kept as text, keys in order, not what the encoder writes.
+        Ordered,
+        /// Kept as text, byte for byte what the compact encoder writes.
+        Canonical,
+    }
+
     /// Decodes `text` with and without [`with_lazy_maps`]: whatever the
     /// lazy decode takes, the eager one takes, with an equal map that
-    /// reads, iterates and encodes the same. Returns whether the lazy
-    /// decode took it, and whether it kept the map as text.
-    fn check_lazy(text: &str) -> Option<bool> {
+    /// reads, iterates and encodes the same, also with [`with_raw_writes`]
+    /// and [`with_indented_writes`] (and then without a decode when the
+    /// text is in order). Returns `None` when the lazy decode refused it, else how it
+    /// took it.
+    fn check_lazy(text: &str) -> Option<Took> {
         let eager = serde_json::from_str::<PropertyMap>(text);
         let lazy = with_lazy_maps(|| serde_json::from_str::<PropertyMap>(text));
         let lazy = match lazy {
@@ -721,6 +897,47 @@ mod tests {
         };
         let eager = eager.unwrap_or_else(|e| panic!("lazy took what eager refuses ({e}): {text}"));
         let kept = kept_as_text(&lazy);
+        // Written as read only when that is what the encoder writes; and
+        // then without a decode.
+        let encoded = serde_json::to_string(&eager).unwrap();
+        let took = match lazy.0.as_deref() {
+            Some(Inner {
+                raw: Some(raw),
+                canonical: true,
+                ordered,
+                ..
+            }) => {
+                assert_eq!(raw.get(), encoded, "kept as canonical: {text}");
+                assert!(ordered, "canonical is ordered: {text}");
+                Took::Canonical
+            }
+            Some(Inner {
+                raw: Some(_),
+                ordered: true,
+                ..
+            }) => Took::Ordered,
+            _ if kept => Took::Text,
+            _ => Took::Decoded,
+        };
+        let looked = |m: &PropertyMap| m.0.as_ref().is_some_and(|i| i.entries.get().is_some());
+        let fresh = with_lazy_maps(|| serde_json::from_str::<PropertyMap>(text)).unwrap();
+        assert_eq!(
+            with_raw_writes(|| serde_json::to_string(&fresh)).unwrap(),
+            encoded
+        );
+        assert!(!kept || looked(&fresh) == (took == Took::Text), "{text}");
+        let indented = serde_json::to_string_pretty(&eager).unwrap();
+        let fresh = with_lazy_maps(|| serde_json::from_str::<PropertyMap>(text)).unwrap();
+        assert_eq!(
+            with_indented_writes(|| serde_json::to_string_pretty(&fresh)).unwrap(),
+            indented
+        );
+        assert!(!kept || looked(&fresh) == (took == Took::Text), "{text}");
+        // Once decoded, the entries are written (the same bytes).
+        assert_eq!(
+            with_indented_writes(|| serde_json::to_string_pretty(&lazy)).unwrap(),
+            indented
+        );
         // Walks for secrets and references skip a map kept as text: it
         // must hold no signed value at any depth.
         fn signed(v: &PropertyValue) -> bool {
@@ -747,7 +964,7 @@ mod tests {
         assert_eq!(lazy.len(), eager.len(), "{text}");
         assert!(lazy.iter().eq(eager.iter()), "{text}");
         assert_eq!(format!("{lazy:?}"), format!("{eager:?}"));
-        Some(kept)
+        Some(took)
     }
 
     #[test]
@@ -755,33 +972,69 @@ mod tests {
         let sig = super::SIG_KEY;
         let secret = super::super::property::SIG_SECRET;
         let deep = |n: usize| format!("{{\"v\":{}1{}}}", "[".repeat(n), "]".repeat(n));
+        use Took::{Canonical, Decoded, Ordered, Text};
         for (text, want) in [
-            ("{}", Some(false)),
-            ("  { }  ", Some(false)),
-            (r#"{"a":"1","b":{"c":[1,2.5,-3,true,null,{}]}}"#, Some(true)),
-            (r#"{"b":"2","a":"1","b":"3"}"#, Some(true)),
+            ("{}", Some(Decoded)),
+            ("  { }  ", Some(Decoded)),
+            (
+                r#"{"a":"1","b":{"c":[1,2.5,-3,true,null,{}]}}"#,
+                Some(Ordered),
+            ),
+            (
+                r#"{"a":"1","b":{"c":[1,-3,true,false,null,{},[]]}}"#,
+                Some(Canonical),
+            ),
+            (
+                r#"{"a":18446744073709551615,"b":-9223372036854775808,"c":0,"d":10}"#,
+                Some(Canonical),
+            ),
+            (
+                "{\"a\":\"x/y \u{e9}\u{1F980}\",\"b\":\"\"}",
+                Some(Canonical),
+            ),
+            // Written otherwise than read: whitespace, escapes in
+            // strings, floats; and keys out of order or twice (at any
+            // depth) or escaped.
+            ("{\"a\": 1}", Some(Ordered)),
+            ("{\"a\":1 }", Some(Ordered)),
+            // Whitespace around the map is not the map's.
+            (" {\"a\":1}\n", Some(Canonical)),
+            ("{\"a\":[1, 2]}", Some(Ordered)),
+            ("{\"a\":[{\"c\":1,\"b\":2}]}", Some(Text)),
+            (r#"{"b":"2","a":"1","b":"3"}"#, Some(Text)),
+            (r#"{"a":"1","a":"1"}"#, Some(Text)),
+            (r#"{"a":{"y":1,"x":2}}"#, Some(Text)),
+            (r#"{"a":{"x":1,"x":2}}"#, Some(Text)),
+            (r#"{"\u0061":1}"#, Some(Text)),
+            (r#"{"a":"\/"}"#, Some(Ordered)),
+            (r#"{"a":-0}"#, Some(Ordered)),
+            (r#"{"a":1.0}"#, Some(Ordered)),
+            (
+                r#"{"k":1e300,"m":-0.0,"n":18446744073709551616}"#,
+                Some(Ordered),
+            ),
             (
                 r#"{"n":18446744073709551616,"m":-0.0,"k":1e300}"#,
-                Some(true),
+                Some(Text),
             ),
             (
                 r#"{"u":"04da6b54-80e4-46f7-96ec-b56ff0331ba9"}"#,
-                Some(true),
+                Some(Canonical),
             ),
-            (r#"{"e":"\u00e9\n\"\\\ud83e\udd80"}"#, Some(true)),
+            (r#"{"e":"\u00e9\n\"\\\ud83e\udd80"}"#, Some(Ordered)),
             // A signature key in the map itself is a plain key.
-            (&format!(r#"{{"{sig}":"x"}}"#), Some(true)),
+            (&format!(r#"{{"{sig}":"x"}}"#), Some(Canonical)),
             // Signed values below: decoded at once, as read.
             (
                 &format!(r#"{{"s":{{"{sig}":"{secret}","ciphertext":"abc"}}}}"#),
-                Some(false),
+                Some(Decoded),
             ),
             (
                 &format!(
                     r#"{{"s":[{{"\u0034{}":"{secret}","plaintext":"\"x\""}}]}}"#,
                     &sig[1..]
                 ),
-                Some(false),
+                Some(Decoded),
             ),
             // Refused by both: a malformed signed value, a number out of
             // range, a bad escape, a raw control character, bad syntax.
@@ -799,7 +1052,7 @@ mod tests {
             (r#"["not a map"]"#, None),
             // Deep: kept up to the text's limit, refused past it (the
             // eager decode takes it; a caller decodes again without).
-            (&deep(MAX_TEXT_DEPTH - 2), Some(true)),
+            (&deep(MAX_TEXT_DEPTH - 2), Some(Canonical)),
             (&deep(MAX_TEXT_DEPTH - 1), None),
         ] {
             assert_eq!(check_lazy(text), want, "{text}");

@@ -20,6 +20,7 @@
 use std::io::Write;
 use std::sync::mpsc;
 
+use crate::model::property_map::with_raw_writes;
 use crate::model::{CheckpointFile, Deployment, State};
 
 /// Below this many states the serial encoder is used: a thread costs more
@@ -102,7 +103,7 @@ fn encode_chunk(chunk: &[State]) -> std::io::Result<Vec<u8>> {
         if i > 0 {
             out.push(b',');
         }
-        serde_json::to_writer(&mut out, s).map_err(std::io::Error::from)?;
+        with_raw_writes(|| serde_json::to_writer(&mut out, s)).map_err(std::io::Error::from)?;
     }
     Ok(out)
 }
