@@ -467,8 +467,8 @@ impl PropertyMap {
 /// A failure here is a bug, reported rather than read as an empty map.
 fn decode_checked(raw: &str) -> Entries {
     let mut de = serde_json::Deserializer::from_str(raw);
-    match serde::Deserializer::deserialize_map(&mut de, MapVisitor) {
-        Ok(map) => map.into_entries(),
+    match serde::Deserializer::deserialize_map(&mut de, EntriesVisitor) {
+        Ok(entries) => entries,
         Err(e) => panic!("a property map checked when it was read does not decode: {e}"),
     }
 }
@@ -684,19 +684,37 @@ thread_local! {
         const { std::cell::Cell::new(Vec::new()) };
 }
 
+/// Decodes a [`PropertyMap`].
 struct MapVisitor;
 
 impl<'de> serde::de::Visitor<'de> for MapVisitor {
     type Value = PropertyMap;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        EntriesVisitor.expecting(f)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, access: A) -> Result<PropertyMap, A::Error> {
+        let entries = EntriesVisitor.visit_map(access)?;
+        if entries.is_empty() {
+            return Ok(PropertyMap::new());
+        }
+        Ok(PropertyMap(Some(Arc::new(Inner::built(entries)))))
+    }
+}
+
+/// Decodes a map's entries, sorted by key, in a vector of their exact
+/// size (the first look at a map kept as text takes them as they are).
+struct EntriesVisitor;
+
+impl<'de> serde::de::Visitor<'de> for EntriesVisitor {
+    type Value = Entries;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a map of property names to values")
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(
-        self,
-        mut access: A,
-    ) -> Result<PropertyMap, A::Error> {
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut access: A) -> Result<Entries, A::Error> {
         // A nested object's visitor finds the scratch taken (empty) and
         // gathers in a vector of its own.
         let mut scratch = SCRATCH.with(std::cell::Cell::take);
@@ -720,11 +738,13 @@ impl<'de> serde::de::Visitor<'de> for MapVisitor {
         let entries = entries?;
         if entries.windows(2).all(|w| w[0].0 < w[1].0) {
             // In key order, as keel and Pulumi write maps: kept as read.
-            return Ok(PropertyMap::from_sorted(entries));
+            return Ok(LiteMap::from_sorted_store_unchecked(entries));
         }
         // Out of order or with duplicate keys: sorted once, the last of
-        // duplicate keys kept (as `BTreeMap`).
-        Ok(entries.into_iter().collect())
+        // duplicate keys kept (as `BTreeMap`), at the size they take.
+        let mut sorted = Entries::from_iter(entries).into_tuple_vec();
+        sorted.shrink_to_fit();
+        Ok(LiteMap::from_sorted_store_unchecked(sorted))
     }
 }
 
