@@ -447,9 +447,10 @@ impl PropertyMap {
         if !found.entries {
             return Ok(Self::new());
         }
-        // Each token the check took is at least as long as the encoder
-        // writes it, and as long only when written alike; so a text of
-        // the encoded length has no whitespace and every token alike.
+        // The check counted every token as the encoder writes it, and
+        // gave up on any it may write otherwise; the text is those tokens
+        // and whatever whitespace lies between them, so a text of the
+        // counted length has none: it is what the encoder writes.
         let canonical = found.encoded == Some(text.len());
         Ok(Self(Some(Arc::new(Inner {
             raw: Some(raw),
