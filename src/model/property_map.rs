@@ -1080,6 +1080,33 @@ mod tests {
         }
     }
 
+    /// The scopes nest and end with their call, also when it panics: a
+    /// text copied into an indented or foreign writer would be wrong.
+    #[test]
+    fn the_write_and_read_scopes_end_with_their_call() {
+        let text = "{\"a\":1,\"b\":{\"c\":[true]}}";
+        let m = with_lazy_maps(|| serde_json::from_str::<PropertyMap>(text)).unwrap();
+        let writes = || WRITES.with(std::cell::Cell::get);
+        with_raw_writes(|| {
+            assert!(writes() == Writes::Compact);
+            with_indented_writes(|| {
+                assert!(writes() == Writes::Indented);
+                // An indented write inside a compact scope: still indented.
+                let pretty = serde_json::to_string_pretty(&m).unwrap();
+                assert!(pretty.contains("\n  \"a\": 1"), "{pretty}");
+            });
+            assert!(writes() == Writes::Compact);
+        });
+        let panicked = std::panic::catch_unwind(|| {
+            with_raw_writes(|| with_lazy_maps(|| panic!("a writer failed")))
+        });
+        assert!(panicked.is_err());
+        assert!(writes() == Writes::Entries);
+        assert!(!LAZY.with(std::cell::Cell::get));
+        let eager: PropertyMap = serde_json::from_str(text).unwrap();
+        assert!(!kept_as_text(&eager));
+    }
+
     #[test]
     fn a_map_kept_as_text_is_shared_changed_and_taken_apart_like_any() {
         let text = r#"{"b":{"x":"1"},"a":"2","c":[3]}"#;
