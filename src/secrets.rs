@@ -58,6 +58,11 @@ pub enum SecretsError {
     /// A file to import holds plaintext secrets but no passphrase was given.
     #[error("the file holds plaintext secrets: set KEEL_CONFIG_PASSPHRASE (or KEEL_CONFIG_PASSPHRASE_FILE) so they are encrypted at rest")]
     PlaintextImport,
+    /// A file to import holds plaintext secrets beside secrets encrypted by
+    /// a provider keel cannot use, so its secrets cannot all be encrypted
+    /// with one key.
+    #[error("the file holds plaintext secrets and secrets encrypted by the `{0}` secrets provider, which keel cannot decrypt (only `passphrase`), so they cannot be encrypted with one key; export it again with every secret in plaintext (`pulumi stack export --show-secrets`) or none")]
+    MixedImport(String),
     /// Decryption is needed but the provider is not one keel implements.
     #[error("this stack's secrets are encrypted by the `{0}` secrets provider, which keel cannot decrypt (only `passphrase`)")]
     Unsupported(String),

@@ -406,13 +406,87 @@ fn importing_plaintext_secrets_needs_a_passphrase_and_writes_no_plaintext() {
     assert!(path.is_file(), "the fixture {} is missing", path.display());
     let p = path.to_str().unwrap();
     let stack = "aws-django-voting-app";
-    let k = Keel::new();
+    let mut k = Keel::new();
     let (_, err) = k.expect(2, &["stack", "import", "--stack", stack, "--file", p]);
     assert!(
         err.contains("plaintext secrets") && err.contains("KEEL_CONFIG_PASSPHRASE"),
         "{err}"
     );
     assert!(k.files().is_empty(), "nothing was written");
+
+    // With a passphrase: the file still names Pulumi's `service` provider,
+    // which keel cannot encrypt with; keel's passphrase provider takes
+    // over and every secret is encrypted at rest.
+    let original: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    assert_eq!(
+        original["deployment"]["secrets_providers"]["type"],
+        "service"
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let secrets = text.matches("\"plaintext\"").count();
+    assert!(secrets > 0);
+    k.passphrase = Some("pw".to_owned());
+    k.ok(&["stack", "import", "--stack", stack, "--file", p]);
+    for (file, bytes) in k.files() {
+        let on_disk = String::from_utf8_lossy(&bytes);
+        // (The fixture's secret password is also its plain username, so
+        // the value itself may appear; the plaintext form may not.)
+        assert!(
+            !on_disk.contains("\"plaintext\""),
+            "a plaintext secret reached {}",
+            file.display()
+        );
+    }
+    k.ok(&["state", "verify", "--stack", stack]);
+    let stored = export(&k, &["--stack", stack]);
+    assert_eq!(
+        stored["deployment"]["secrets_providers"]["type"],
+        "passphrase"
+    );
+    let mut found = Vec::new();
+    ciphertexts(&stored, &mut found);
+    assert_eq!(found.len(), secrets, "every secret encrypted");
+    let shown = export(&k, &["--stack", stack, "--show-secrets"]);
+    let (mut before, mut after) = (Vec::new(), Vec::new());
+    plaintexts(&original, &mut before);
+    plaintexts(&shown, &mut after);
+    assert_eq!(before.len(), secrets);
+    assert_eq!(after, before, "the secrets read back as imported");
+
+    // Plaintext beside that provider's ciphertexts cannot be put under one
+    // key: refused, naming the provider, before anything is written.
+    let mut mixed = original.clone();
+    let secret = serde_json::json!({
+        "4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270",
+        "ciphertext": "AAABAE9QYQ5V3U6N4tQdc0eD"
+    });
+    mixed["deployment"]["resources"][1]["outputs"]["sealed"] = secret;
+    let mixed_file = k.write("mixed.json", &mixed.to_string());
+    let mut k2 = Keel::new();
+    k2.passphrase = Some("pw".to_owned());
+    let (_, err) = k2.expect(
+        2,
+        &["stack", "import", "--stack", stack, "--file", &mixed_file],
+    );
+    assert!(
+        err.contains("`service`") && err.contains("--show-secrets"),
+        "{err}"
+    );
+    assert!(k2.files().is_empty(), "nothing was written");
+}
+
+/// Every plaintext secret in a JSON document, in order.
+fn plaintexts(v: &Value, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            if let Some(Value::String(p)) = m.get("plaintext") {
+                out.push(p.clone());
+            }
+            m.values().for_each(|v| plaintexts(v, out));
+        }
+        Value::Array(a) => a.iter().for_each(|v| plaintexts(v, out)),
+        _ => {}
+    }
 }
 
 #[test]

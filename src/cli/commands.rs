@@ -1678,7 +1678,7 @@ fn import(backend: &Path, stack: &str, file: &Path) -> Result<(), CliError> {
         path: file.to_owned(),
         source,
     })?;
-    let deployment = checked_state(file, &bytes, stack)?;
+    let mut deployment = checked_state(file, &bytes, stack)?;
     // Plaintext secrets in the file are encrypted on the way in, which
     // needs a passphrase (refused before anything is written without one);
     // the ciphertexts of any provider are kept as they are.
@@ -1690,6 +1690,21 @@ fn import(backend: &Path, stack: &str, file: &Path) -> Result<(), CliError> {
     let plaintext = crate::secrets::Crypter::has_plaintext(&deployment);
     if plaintext && passphrase.is_none() {
         return Err(secrets_err(crate::secrets::SecretsError::PlaintextImport));
+    }
+    // A file exported with its secrets in plaintext still names the
+    // provider that encrypted them (`service`, `awskms`, ...). keel cannot
+    // encrypt with that one, so its passphrase provider takes over, as
+    // Pulumi re-encrypts an import with the target stack's manager; unless
+    // some secrets are still that provider's ciphertexts (one stack, one
+    // key: refused before anything is written).
+    let providers = &deployment.secrets_providers;
+    if plaintext && !providers.ty.is_empty() && providers.ty != crate::secrets::PASSPHRASE_TYPE {
+        if crate::secrets::Crypter::has_ciphertext(&deployment) {
+            return Err(secrets_err(crate::secrets::SecretsError::MixedImport(
+                providers.ty.clone(),
+            )));
+        }
+        deployment.secrets_providers = Default::default();
     }
     // Verified: now take the lock (which also folds the journal into the
     // base) and replace the base, leaving an empty journal.
