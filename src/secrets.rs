@@ -58,10 +58,10 @@ pub enum SecretsError {
     /// A file to import holds plaintext secrets but no passphrase was given.
     #[error("the file holds plaintext secrets: set KEEL_CONFIG_PASSPHRASE (or KEEL_CONFIG_PASSPHRASE_FILE) so they are encrypted at rest")]
     PlaintextImport,
-    /// A file to import holds plaintext secrets beside secrets encrypted by
-    /// a provider keel cannot use, so its secrets cannot all be encrypted
-    /// with one key.
-    #[error("the file holds plaintext secrets and secrets encrypted by the `{0}` secrets provider, which keel cannot decrypt (only `passphrase`), so they cannot be encrypted with one key; export it again with every secret in plaintext (`pulumi stack export --show-secrets`) or none")]
+    /// A state to import or write holds plaintext secrets beside secrets
+    /// encrypted by a provider keel cannot use, so its secrets cannot all
+    /// be encrypted with one key.
+    #[error("the state holds plaintext secrets and secrets encrypted by the `{0}` secrets provider, which keel cannot decrypt (only `passphrase`), so they cannot be encrypted with one key: give every secret in plaintext (`pulumi stack export --show-secrets`) or none")]
     MixedImport(String),
     /// Decryption is needed but the provider is not one keel implements.
     #[error("this stack's secrets are encrypted by the `{0}` secrets provider, which keel cannot decrypt (only `passphrase`)")]
@@ -558,6 +558,28 @@ impl Crypter {
             }
         }
         Ok(())
+    }
+
+    /// The crypter that encrypts the plaintext secrets of `d`, a state
+    /// brought in from outside (`stack import`, `state edit`), with the
+    /// passphrase provider: `d`'s own, or keel's taking over from a
+    /// provider keel cannot encrypt with (`service`, `awskms`, ...; as
+    /// Pulumi re-encrypts an import with the target stack's manager), whose
+    /// name and state are then cleared from `d`.
+    ///
+    /// # Errors
+    /// [`SecretsError::MixedImport`] when `d` also holds that provider's
+    /// ciphertexts (one stack, one key; `d` is unchanged then); what
+    /// [`Crypter::for_stack`] returns for a wrong passphrase.
+    pub fn for_plaintext(d: &mut Deployment, passphrase: &str) -> Result<Self, SecretsError> {
+        let ty = &d.secrets_providers.ty;
+        if !ty.is_empty() && ty != PASSPHRASE_TYPE {
+            if Self::has_ciphertext(d) {
+                return Err(SecretsError::MixedImport(ty.clone()));
+            }
+            d.secrets_providers = SecretsProviders::default();
+        }
+        Self::for_stack(&d.secrets_providers, Some(passphrase))
     }
 
     /// Whether `d` holds any plaintext secret.

@@ -543,3 +543,64 @@ fn saved_plans_hold_no_plaintext_secret_and_apply_it() {
     assert!(err.contains("deviates from the plan"), "{err}");
     assert!(!err.contains("pa55"), "no secret in the error: {err}");
 }
+
+#[test]
+fn an_edit_adding_a_plaintext_secret_to_a_service_stack_is_encrypted_or_refused() {
+    let fixtures =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/pulumi");
+    // (fixture, stack, whether it holds `service` ciphertexts)
+    for (name, stack, encrypted) in [
+        ("aws-ts-lambda-efs__stack.json", "dev", false),
+        ("examples__ec2__stack.json", "test", true),
+    ] {
+        let path = fixtures.join(name);
+        let p = path.to_str().unwrap();
+        let mut k = Keel::new();
+        k.passphrase = Some("pw".to_owned());
+        k.ok(&["stack", "import", "--stack", stack, "--file", p]);
+        let mut state = export(&k, &["--stack", stack]);
+        assert_eq!(state["deployment"]["secrets_providers"]["type"], "service");
+        let custom = state["deployment"]["resources"]
+            .as_array_mut()
+            .unwrap()
+            .iter_mut()
+            .find(|r| r["custom"] == true)
+            .expect("a custom resource");
+        custom["inputs"]["addedByHand"] = serde_json::json!({
+            "4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270",
+            "plaintext": "\"Hand-Typed-Secret\"",
+        });
+        let edited = k.write("edited.json", &state.to_string());
+        let before = k.files();
+        let o = k
+            .command(&["state", "edit", "--stack", stack, "--yes"])
+            .env("EDITOR", format!("cp {edited}"))
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        if encrypted {
+            // The stack keeps `service` ciphertexts: one key is impossible.
+            assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+            assert!(err.contains("`service`"), "{name}: {err}");
+            assert!(k.files() == before, "{name}: nothing written");
+            continue;
+        }
+        assert_eq!(o.status.code(), Some(0), "{name}: {err}");
+        for (file, bytes) in k.files() {
+            let on_disk = String::from_utf8_lossy(&bytes);
+            assert!(
+                !on_disk.contains("Hand-Typed-Secret") && !on_disk.contains("\"plaintext\""),
+                "{name}: a plaintext secret reached {}",
+                file.display()
+            );
+        }
+        let stored = export(&k, &["--stack", stack]);
+        assert_eq!(
+            stored["deployment"]["secrets_providers"]["type"],
+            "passphrase"
+        );
+        let shown = k.ok(&["stack", "export", "--stack", stack, "--show-secrets"]);
+        assert!(shown.contains("Hand-Typed-Secret"), "{name}");
+        k.ok(&["state", "verify", "--stack", stack]);
+    }
+}

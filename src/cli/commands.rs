@@ -1691,21 +1691,16 @@ fn import(backend: &Path, stack: &str, file: &Path) -> Result<(), CliError> {
     if plaintext && passphrase.is_none() {
         return Err(secrets_err(crate::secrets::SecretsError::PlaintextImport));
     }
-    // A file exported with its secrets in plaintext still names the
-    // provider that encrypted them (`service`, `awskms`, ...). keel cannot
-    // encrypt with that one, so its passphrase provider takes over, as
-    // Pulumi re-encrypts an import with the target stack's manager; unless
-    // some secrets are still that provider's ciphertexts (one stack, one
-    // key: refused before anything is written).
-    let providers = &deployment.secrets_providers;
-    if plaintext && !providers.ty.is_empty() && providers.ty != crate::secrets::PASSPHRASE_TYPE {
-        if crate::secrets::Crypter::has_ciphertext(&deployment) {
-            return Err(secrets_err(crate::secrets::SecretsError::MixedImport(
-                providers.ty.clone(),
-            )));
+    // A file exported with its secrets in plaintext may still name the
+    // provider that encrypted them (`service`, ...): keel's passphrase
+    // provider takes over, or the file is refused when it also holds that
+    // provider's ciphertexts (see `Crypter::for_plaintext`).
+    let crypter = match passphrase {
+        Some(p) if plaintext => {
+            crate::secrets::Crypter::for_plaintext(&mut deployment, &p).map_err(secrets_err)?
         }
-        deployment.secrets_providers = Default::default();
-    }
+        _ => crate::secrets::Crypter::default(),
+    };
     // Verified: now take the lock (which also folds the journal into the
     // base) and replace the base, leaving an empty journal.
     // A stack an older keel wrote is not read (its format is refused):
@@ -1715,13 +1710,6 @@ fn import(backend: &Path, stack: &str, file: &Path) -> Result<(), CliError> {
         Ok(open) => Some(open),
         Err(BackendError::OlderFormat { .. }) => None,
         Err(e) => return Err(e.into()),
-    };
-    let crypter = match passphrase {
-        Some(p) if plaintext => {
-            crate::secrets::Crypter::for_stack(&deployment.secrets_providers, Some(&p))
-                .map_err(secrets_err)?
-        }
-        _ => crate::secrets::Crypter::default(),
     };
     match open {
         Some(open) => open.replace_base(&deployment, &crypter)?,

@@ -221,15 +221,13 @@ impl Locked {
     /// the new base is written and the journal emptied.
     fn write(&self, d: &Deployment) -> Result<(), CliError> {
         check(&self.stack, d)?;
-        if self.loaded.replayed > 0 || self.lock.has_journal()? {
-            self.lock.write_state(
-                &self.loaded.deployment,
-                self.loaded.seq,
-                &crate::secrets::Crypter::default(),
-            )?;
-        }
         // A plaintext secret (put there by `state edit`) is encrypted on the
-        // way in, as `stack import` does, or refused without a passphrase.
+        // way in, as `stack import` does, or refused without a passphrase;
+        // a stack of another provider (`service`, ...) takes keel's
+        // passphrase provider, or is refused if it keeps ciphertexts of its
+        // own (see `Crypter::for_plaintext`). Refused before anything is
+        // written.
+        let mut taken_over = None;
         let crypter = if crate::secrets::Crypter::has_plaintext(d) {
             let secrets = |source| CliError::Secrets {
                 stack: self.stack.clone(),
@@ -238,11 +236,22 @@ impl Locked {
             let passphrase = crate::secrets::passphrase_from_env()
                 .map_err(secrets)?
                 .ok_or_else(|| secrets(crate::secrets::SecretsError::PlaintextImport))?;
-            crate::secrets::Crypter::for_stack(&d.secrets_providers, Some(&passphrase))
-                .map_err(secrets)?
+            let mut copy = d.clone();
+            let crypter =
+                crate::secrets::Crypter::for_plaintext(&mut copy, &passphrase).map_err(secrets)?;
+            taken_over = Some(copy);
+            crypter
         } else {
             crate::secrets::Crypter::default()
         };
+        let d = taken_over.as_ref().unwrap_or(d);
+        if self.loaded.replayed > 0 || self.lock.has_journal()? {
+            self.lock.write_state(
+                &self.loaded.deployment,
+                self.loaded.seq,
+                &crate::secrets::Crypter::default(),
+            )?;
+        }
         self.lock.write_state(d, self.loaded.seq, &crypter)?;
         Ok(())
     }
