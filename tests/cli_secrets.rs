@@ -15,18 +15,28 @@ use serde_json::Value;
 
 const PROGRAM: &str = "name: vault\nresources:\n  db:\n    type: \"aws:rds:Instance\"\n    properties: { password: { \"fn::secret\": \"pa55-w0rd-xyz\" }, size: 1 }\n";
 
-/// Every ciphertext in a JSON document, in order.
-fn ciphertexts(v: &Value, out: &mut Vec<String>) {
+/// Every string held under `key` in a JSON document's objects, in order.
+fn strings_under(key: &str, v: &Value, out: &mut Vec<String>) {
     match v {
         Value::Object(m) => {
-            if let Some(Value::String(c)) = m.get("ciphertext") {
+            if let Some(Value::String(c)) = m.get(key) {
                 out.push(c.clone());
             }
-            m.values().for_each(|v| ciphertexts(v, out));
+            m.values().for_each(|v| strings_under(key, v, out));
         }
-        Value::Array(a) => a.iter().for_each(|v| ciphertexts(v, out)),
+        Value::Array(a) => a.iter().for_each(|v| strings_under(key, v, out)),
         _ => {}
     }
+}
+
+/// Every ciphertext in a JSON document, in order.
+fn ciphertexts(v: &Value, out: &mut Vec<String>) {
+    strings_under("ciphertext", v, out);
+}
+
+/// Every plaintext secret in a JSON document, in order.
+fn plaintexts(v: &Value, out: &mut Vec<String>) {
+    strings_under("plaintext", v, out);
 }
 
 fn export(k: &Keel, extra: &[&str]) -> Value {
@@ -473,20 +483,6 @@ fn importing_plaintext_secrets_needs_a_passphrase_and_writes_no_plaintext() {
         "{err}"
     );
     assert!(k2.files().is_empty(), "nothing was written");
-}
-
-/// Every plaintext secret in a JSON document, in order.
-fn plaintexts(v: &Value, out: &mut Vec<String>) {
-    match v {
-        Value::Object(m) => {
-            if let Some(Value::String(p)) = m.get("plaintext") {
-                out.push(p.clone());
-            }
-            m.values().for_each(|v| plaintexts(v, out));
-        }
-        Value::Array(a) => a.iter().for_each(|v| plaintexts(v, out)),
-        _ => {}
-    }
 }
 
 #[test]

@@ -227,8 +227,7 @@ impl Locked {
         // passphrase provider, or is refused if it keeps ciphertexts of its
         // own (see `Crypter::for_plaintext`). Refused before anything is
         // written.
-        let mut taken_over = None;
-        let crypter = if crate::secrets::Crypter::has_plaintext(d) {
+        let (d, crypter) = if crate::secrets::Crypter::has_plaintext(d) {
             let secrets = |source| CliError::Secrets {
                 stack: self.stack.clone(),
                 source,
@@ -239,12 +238,13 @@ impl Locked {
             let mut copy = d.clone();
             let crypter =
                 crate::secrets::Crypter::for_plaintext(&mut copy, &passphrase).map_err(secrets)?;
-            taken_over = Some(copy);
-            crypter
+            (std::borrow::Cow::Owned(copy), crypter)
         } else {
-            crate::secrets::Crypter::default()
+            (
+                std::borrow::Cow::Borrowed(d),
+                crate::secrets::Crypter::default(),
+            )
         };
-        let d = taken_over.as_ref().unwrap_or(d);
         if self.loaded.replayed > 0 || self.lock.has_journal()? {
             self.lock.write_state(
                 &self.loaded.deployment,
@@ -252,7 +252,7 @@ impl Locked {
                 &crate::secrets::Crypter::default(),
             )?;
         }
-        self.lock.write_state(d, self.loaded.seq, &crypter)?;
+        self.lock.write_state(&d, self.loaded.seq, &crypter)?;
         Ok(())
     }
 }
