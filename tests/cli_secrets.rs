@@ -100,6 +100,43 @@ fn passphrase_stack_no_churn_and_clear_errors() {
 }
 
 #[test]
+fn outputs_made_secret_need_a_secrets_provider_before_anything_runs() {
+    // No `fn::secret` anywhere: only an output the option makes secret.
+    const PROGRAM: &str = "name: vault\nresources:\n  db:\n    type: aws:rds:Instance\n    \
+        properties: { engine: pg, token: minted-xyz }\n    \
+        options: { additionalSecretOutputs: [token] }\n";
+    let mut k = Keel::new();
+    let program = k.write("vault.yaml", PROGRAM);
+    let (_, err) = k.expect(2, &["up", "--program", &program]);
+    assert!(err.contains("KEEL_CONFIG_PASSPHRASE"), "{err}");
+    // Nothing ran: no state, no cloud object (the stack's lock file, empty,
+    // is all there is).
+    let left: Vec<_> = k
+        .files()
+        .into_iter()
+        .filter(|(_, b)| !b.is_empty())
+        .collect();
+    assert!(left.is_empty(), "a refused up writes nothing: {left:?}");
+    k.passphrase = Some("s3cure".into());
+    k.ok(&["up", "--program", &program]);
+    let stored = export(&k, &[]);
+    let token = &stored["deployment"]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["urn"].as_str().unwrap().ends_with("::db"))
+        .unwrap()["outputs"]["token"];
+    assert!(token["ciphertext"].is_string(), "{token}");
+    let on_disk = k.files();
+    let state = on_disk
+        .iter()
+        .filter(|(p, _)| p.to_string_lossy().contains("stacks"))
+        .map(|(_, b)| String::from_utf8_lossy(b).into_owned())
+        .collect::<String>();
+    assert!(!state.contains("\"plaintext\""), "{state}");
+}
+
+#[test]
 fn service_secrets_round_trip_through_import_and_export() {
     let fixtures =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/pulumi");

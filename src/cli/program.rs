@@ -453,7 +453,8 @@ impl ProgramFile {
     }
 
     /// Whether the program creates secrets (`fn::secret` in its config,
-    /// properties or outputs): its stack then needs a secrets provider.
+    /// properties or outputs, or outputs made secret by
+    /// `additionalSecretOutputs`): its stack then needs a secrets provider.
     pub fn creates_secrets(&self) -> bool {
         fn template(t: &Template) -> bool {
             match t {
@@ -465,10 +466,10 @@ impl ProgramFile {
             }
         }
         self.config.values().any(PropertyValue::contains_secrets)
-            || self
-                .resources
-                .values()
-                .any(|r| r.properties.values().any(template))
+            || self.resources.values().any(|r| {
+                !r.options.additional_secret_outputs.is_empty()
+                    || r.properties.values().any(template)
+            })
             || self.outputs.values().any(template)
     }
 
