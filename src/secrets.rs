@@ -53,7 +53,7 @@ pub enum SecretsError {
     #[error("secret config values are encrypted with the stack's passphrase: set KEEL_CONFIG_PASSPHRASE (or KEEL_CONFIG_PASSPHRASE_FILE) to it (a new stack's, to any passphrase: it becomes the stack's)")]
     NoConfigPassphrase,
     /// Secrets must be written but the stack has no secrets provider.
-    #[error("the program creates secrets but the stack has no secrets provider: set KEEL_CONFIG_PASSPHRASE (or KEEL_CONFIG_PASSPHRASE_FILE) to encrypt them")]
+    #[error("secrets must be stored (the program's or a provider's outputs) but the stack has no secrets provider: set KEEL_CONFIG_PASSPHRASE (or KEEL_CONFIG_PASSPHRASE_FILE) to encrypt them")]
     NoProvider,
     /// A file to import holds plaintext secrets but no passphrase was given.
     #[error("the file holds plaintext secrets: set KEEL_CONFIG_PASSPHRASE (or KEEL_CONFIG_PASSPHRASE_FILE) so they are encrypted at rest")]
@@ -374,7 +374,8 @@ impl Crypter {
         self.manager.as_ref()
     }
 
-    fn missing(&self) -> SecretsError {
+    /// Why a plaintext secret cannot be encrypted by this crypter.
+    pub(crate) fn missing(&self) -> SecretsError {
         match self.unsupported.as_deref() {
             Some(PASSPHRASE_TYPE) => SecretsError::NoPassphrase,
             Some(other) => SecretsError::Unsupported(other.to_owned()),
@@ -384,7 +385,9 @@ impl Crypter {
 
     /// Whether [`Crypter::encrypt_deployment`] would change (or refuse)
     /// `d`: it has a manager, and `d` names no secrets provider yet or holds
-    /// a plaintext secret. Otherwise `d` can be written as it is.
+    /// a plaintext secret. Otherwise `d` can be written as it is (without a
+    /// manager a plaintext secret is refused by the storage encoders as
+    /// they meet it, not looked for first).
     pub fn changes(&self, d: &Deployment) -> bool {
         self.manager.is_some() && (d.secrets_providers.ty.is_empty() || Self::has_plaintext(d))
     }

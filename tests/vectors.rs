@@ -12,12 +12,13 @@ use std::sync::{Arc, Mutex};
 use keel::engine::{Engine, EngineConfig, EngineError, Outcome};
 use keel::events::{EngineEvent, EventSink};
 use keel::model::{Deployment, PropertyMap, State, TypeToken, Urn};
-use keel::persist::backend::{write_base, Backend};
+use keel::persist::backend::{write_base_with, Backend};
 use keel::persist::checkpoint_file::CheckpointPersister;
 use keel::persist::fs::IoCounters;
 use keel::persist::journal_file::{JournalOptions, JournalPersister};
 use keel::persist::{Ack, Mutation, Persister, SnapshotBuilder};
 use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
+use keel::secrets::Crypter;
 use keel::source::goal::{Alias, Goal, ReadGoal, ResourceOptions};
 use keel::source::migration::{MigrationCallback, StateMigrationResult, StateMigrations};
 use keel::UpdateOptions;
@@ -247,21 +248,25 @@ async fn run(v: &Value) -> Run {
         .find(|s| s.ty.is_stack())
         .map(|s| s.urn.clone());
 
-    // A file backend holding the prior state.
+    // A file backend holding the prior state. A prior holding secrets gets
+    // a passphrase, as keel stores no plaintext secret (its loads decrypt,
+    // so what is compared is the vector's plaintext).
     let dir = tempfile::tempdir().unwrap();
-    let backend = Backend::new(dir.path());
+    let passphrase = Crypter::has_plaintext(&prior).then(|| "vectors".to_owned());
+    let backend = Backend::new(dir.path()).with_passphrase(passphrase.clone());
     let paths = backend.paths(&stack);
     std::fs::create_dir_all(&paths.dir).unwrap();
-    write_base(&paths.base, &prior, 0, 0, &IoCounters::default()).expect("write the prior base");
+    let crypter = Crypter::for_stack(&prior.secrets_providers, passphrase.as_deref()).unwrap();
+    write_base_with(&paths.base, &prior, 0, 0, &IoCounters::default(), &crypter)
+        .expect("write the prior base");
     let open = backend.open(&stack, "vectors").expect("open the stack");
     let persistence = v["persistence"].as_str().unwrap_or("journal");
     let counters = open.counters().clone();
     let inner: Box<dyn Persister> = match persistence {
-        "checkpoint" => Box::new(CheckpointPersister::new(
-            open.paths.clone(),
-            open.seq(),
-            counters,
-        )),
+        "checkpoint" => Box::new(
+            CheckpointPersister::new(open.paths.clone(), open.seq(), counters)
+                .with_crypter(open.crypter.clone()),
+        ),
         "failing" => Box::new(
             JournalPersister::open(
                 open.paths.clone(),
@@ -270,6 +275,7 @@ async fn run(v: &Value) -> Run {
                 counters,
             )
             .unwrap()
+            .with_crypter(open.crypter.clone())
             .fail_migrations(),
         ),
         _ => Box::new(
@@ -279,7 +285,8 @@ async fn run(v: &Value) -> Run {
                 JournalOptions::default(),
                 counters,
             )
-            .unwrap(),
+            .unwrap()
+            .with_crypter(open.crypter.clone()),
         ),
     };
     let seen = Arc::new(Mutex::new(Seen::default()));
@@ -395,8 +402,10 @@ async fn run(v: &Value) -> Run {
         let plan = plan.clone();
         let (baseline, live_after) = (baseline.clone(), live_after.clone());
         let (root, stack_name) = (dir.path().to_path_buf(), stack.clone());
+        let passphrase = passphrase.clone();
         move |ctx: Context| {
             let plan = plan.clone();
+            let passphrase = passphrase.clone();
             let (baseline, live_after) = (baseline.clone(), live_after.clone());
             let (root, stack_name) = (root.clone(), stack_name.clone());
             async move {
@@ -411,7 +420,7 @@ async fn run(v: &Value) -> Run {
                         // registration answers once its end record is
                         // queued, not once it is durable, so wait until no
                         // operation of `earlier` is still pending on disk.
-                        let backend = Backend::new(&root);
+                        let backend = Backend::new(&root).with_passphrase(passphrase.clone());
                         let stack = stack_name.clone();
                         let earlier: HashSet<Urn> = registered.clone();
                         let persisted = tokio::task::spawn_blocking(move || {

@@ -530,6 +530,76 @@ pub struct Archive {
     pub uri: Option<String>,
 }
 
+thread_local! {
+    /// Whether this thread's encodes write plaintext secrets
+    /// ([`refusing_plaintexts`]).
+    static PLAINTEXTS: std::cell::Cell<Plaintexts> =
+        const { std::cell::Cell::new(Plaintexts::Written) };
+}
+
+/// What an encode does with a plaintext secret.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Plaintexts {
+    /// Writes it (memory, the wire, an explicit `--show-secrets` export).
+    Written,
+    /// Fails before writing any of it (storage).
+    Refused,
+    /// Failed so: one was met.
+    Met,
+}
+
+/// An encode for storage met a plaintext secret and failed before writing
+/// any of it: it must be encrypted first (or the stack given a secrets
+/// provider).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("a plaintext secret is never written to storage")]
+pub(crate) struct PlaintextRefused;
+
+/// Runs `f`, an encode for storage on this thread, with every plaintext
+/// secret refused: its serialization fails (with a `serde` error) before
+/// any of it is written, so whatever `f` wrote must be dropped. Scopes nest
+/// (a refusal inside is a refusal of the outer one) and end with `f`, also
+/// when it panics.
+///
+/// # Errors
+/// [`PlaintextRefused`] when `f` met a plaintext secret (or
+/// [`note_refused`] was called within).
+pub(crate) fn refusing_plaintexts<T>(f: impl FnOnce() -> T) -> Result<T, PlaintextRefused> {
+    /// Restores the outer scope's mode, passing a refusal on to it.
+    struct Restore(Plaintexts);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            PLAINTEXTS.with(|p| {
+                let met = p.get() == Plaintexts::Met && self.0 != Plaintexts::Written;
+                p.set(if met { Plaintexts::Met } else { self.0 });
+            });
+        }
+    }
+    let _restore = Restore(PLAINTEXTS.with(|p| p.replace(Plaintexts::Refused)));
+    let out = f();
+    match PLAINTEXTS.with(std::cell::Cell::get) {
+        Plaintexts::Met => Err(PlaintextRefused),
+        _ => Ok(out),
+    }
+}
+
+/// Whether this thread's encodes refuse plaintext secrets (for an encode
+/// that hands part of its work to another thread, which opens its own
+/// [`refusing_plaintexts`] scope).
+pub(crate) fn plaintexts_refused() -> bool {
+    PLAINTEXTS.with(std::cell::Cell::get) != Plaintexts::Written
+}
+
+/// Records, in this thread's [`refusing_plaintexts`] scope, a refusal met
+/// by another thread's part of its encode.
+pub(crate) fn note_refused() {
+    PLAINTEXTS.with(|p| {
+        if p.get() != Plaintexts::Written {
+            p.set(Plaintexts::Met);
+        }
+    });
+}
+
 impl Serialize for PropertyValue {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         fn opt<M: SerializeMap, T: Serialize + ?Sized>(
@@ -551,6 +621,10 @@ impl Serialize for PropertyValue {
             Self::Array(a) => a.serialize(s),
             Self::Object(o) => o.serialize(s),
             Self::Secret(secret) => {
+                if matches!(secret, Secret::Plaintext(_)) && plaintexts_refused() {
+                    PLAINTEXTS.with(|p| p.set(Plaintexts::Met));
+                    return Err(serde::ser::Error::custom(PlaintextRefused));
+                }
                 let mut m = s.serialize_map(Some(2))?;
                 m.serialize_entry(SIG_KEY, SIG_SECRET)?;
                 match secret {
@@ -720,6 +794,43 @@ mod tests {
         wrap: impl Fn(serde_json::Value) -> serde_json::Value,
     ) -> serde_json::Value {
         (0..depth).fold(json!(1), |v, _| wrap(v))
+    }
+
+    #[test]
+    fn storage_encodes_refuse_plaintext_secrets_and_only_them() {
+        let plain = PropertyValue::Secret(Secret::plaintext(PropertyValue::from("hush")));
+        let sealed = PropertyValue::Secret(Secret::Ciphertext("v1:abc".into()));
+        let encode = |v: &PropertyValue| serde_json::to_vec(v);
+        // Outside a scope everything is written (memory, the wire).
+        assert!(encode(&plain).is_ok());
+        // Inside, a plaintext secret fails its encode with none of it
+        // written; a ciphertext does not, and nothing else is touched.
+        let mut out = Vec::new();
+        let refused = refusing_plaintexts(|| {
+            assert!(serde_json::to_writer(&mut out, &sealed).is_ok());
+            let err = serde_json::to_writer(&mut out, &plain).unwrap_err();
+            assert!(
+                err.to_string().contains("never written to storage"),
+                "{err}"
+            );
+        });
+        assert_eq!(refused, Err(PlaintextRefused));
+        assert!(!String::from_utf8_lossy(&out).contains("hush"));
+        assert_eq!(refusing_plaintexts(|| encode(&sealed).is_ok()), Ok(true));
+        // A refusal inside a nested scope, or noted for another thread, is
+        // the outer scope's; the scopes end with their call, also on panic.
+        let outer = refusing_plaintexts(|| {
+            assert!(refusing_plaintexts(|| encode(&plain)).is_err());
+            assert!(plaintexts_refused());
+        });
+        assert_eq!(outer, Err(PlaintextRefused));
+        assert_eq!(refusing_plaintexts(note_refused), Err(PlaintextRefused));
+        note_refused();
+        assert!(!plaintexts_refused());
+        let panicked = std::panic::catch_unwind(|| refusing_plaintexts(|| panic!("mid-encode")));
+        assert!(panicked.is_err());
+        assert!(!plaintexts_refused());
+        assert!(encode(&plain).is_ok());
     }
 
     #[test]

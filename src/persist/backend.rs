@@ -25,6 +25,7 @@ use super::journal::{self, JournalError};
 use super::journal_file::{JournalOptions, JournalPersister};
 use super::{PersistError, Persister, SnapshotBuilder};
 use crate::model::checkpoint::CheckpointError;
+use crate::model::property::refusing_plaintexts;
 use crate::model::{CheckpointFile, Deployment};
 use crate::secrets::{Crypter, SecretsError, PASSPHRASE_TYPE};
 
@@ -238,6 +239,8 @@ pub(crate) fn holds_ciphertext(v: &crate::model::PropertyValue) -> bool {
 ///
 /// # Errors
 /// [`PersistError::Io`]; the previous base is then intact.
+/// [`PersistError::Secrets`] when `d` holds a plaintext secret (this
+/// writer has no secrets manager: see [`write_base_with`]).
 pub fn write_base(
     path: &Path,
     d: &Deployment,
@@ -249,11 +252,12 @@ pub fn write_base(
 }
 
 /// [`write_base`] encrypting every plaintext secret with `crypter` first
-/// (when it has a secrets manager; otherwise secrets are written as held).
+/// (ciphertexts are written as held; no plaintext secret is ever written).
 ///
 /// # Errors
 /// [`PersistError::Io`]; [`PersistError::Secrets`] when a secret cannot be
-/// encrypted (nothing is written then).
+/// encrypted, or `crypter` has no manager for one (nothing is written
+/// then).
 pub fn write_base_with(
     path: &Path,
     d: &Deployment,
@@ -271,12 +275,21 @@ pub fn write_base_with(
         return atomic_write(path, &bytes, true, counters).map_err(io);
     }
     // Streamed from the borrowed states: the same bytes as `base_bytes`,
-    // without holding the whole encoding in memory.
+    // without holding the whole encoding in memory. A plaintext secret
+    // fails the encode before any of it is written, and the temporary file
+    // goes.
     let extra = base_extra(seq, split);
+    let mut refused = false;
     atomic_write_with(path, true, counters, |w| {
-        super::encode::export_to_writer(d, &extra, w)
+        refusing_plaintexts(|| super::encode::export_to_writer(d, &extra, w)).unwrap_or_else(|r| {
+            refused = true;
+            Err(std::io::Error::other(r))
+        })
     })
-    .map_err(io)
+    .map_err(|e| match refused {
+        true => PersistError::Secrets(crypter.missing()),
+        false => io(e),
+    })
 }
 
 /// The top-level keys keel adds to a base checkpoint.
@@ -290,12 +303,13 @@ fn base_extra(seq: u64, split: usize) -> BTreeMap<String, serde_json::Value> {
     extra
 }
 
-/// The bytes of a base checkpoint: `d` with its secrets encrypted by
-/// `crypter` (when it has a secrets manager), the journal watermark `seq`
-/// and the `split` (every backend stores exactly these bytes).
+/// The bytes of a base checkpoint: `d` with its plaintext secrets
+/// encrypted by `crypter`, the journal watermark `seq` and the `split`
+/// (every backend stores exactly these bytes).
 ///
 /// # Errors
-/// [`PersistError::Secrets`] when a secret cannot be encrypted.
+/// [`PersistError::Secrets`] when a secret cannot be encrypted, or
+/// `crypter` has no manager for one.
 pub fn base_bytes(
     d: &Deployment,
     seq: u64,
@@ -305,12 +319,16 @@ pub fn base_bytes(
     let extra = base_extra(seq, split);
     // Encoded from the borrowed states unless encryption changes them: a
     // copy of every state per compaction otherwise.
+    let export = |d: &Deployment| {
+        refusing_plaintexts(|| CheckpointFile::export_to_vec(d, &extra))
+            .map_err(|_| PersistError::Secrets(crypter.missing()))
+    };
     if crypter.changes(d) {
         let mut d = d.clone();
         crypter.encrypt_deployment(&mut d)?;
-        return Ok(CheckpointFile::export_to_vec(&d, &extra));
+        return export(&d);
     }
-    Ok(CheckpointFile::export_to_vec(d, &extra))
+    export(d)
 }
 
 /// Refuses a base checkpoint keel wrote in another state format. A base
@@ -1000,6 +1018,55 @@ mod tests {
         let expected = base_bytes(&d, 7, 3, &Crypter::default()).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), expected);
         assert_eq!(counters.bytes(), expected.len() as u64);
+    }
+
+    #[test]
+    fn no_base_holds_a_plaintext_secret() {
+        use crate::model::property::{PropertyValue, Secret};
+        use crate::model::{State, Urn};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("dev.json");
+        let counters = IoCounters::default();
+        // Small (encoded serially) and past `PARALLEL_FROM` (the odd chunks
+        // encoded on a second thread).
+        for (states, at) in [(1, 0), (5000, 0), (5000, 1500), (5000, 4999)] {
+            let mut d = Deployment {
+                resources: (0..states)
+                    .map(|i| State {
+                        urn: Urn::parse(&format!("urn:pulumi:dev::p::sim:index:Thing::t{i}"))
+                            .unwrap(),
+                        ..State::default()
+                    })
+                    .collect(),
+                ..Deployment::default()
+            };
+            write_base(&path, &d, 1, 0, &counters).unwrap();
+            let before = std::fs::read(&path).unwrap();
+            let hidden = PropertyValue::from("hush-plain");
+            let secret = PropertyValue::Secret(Secret::plaintext(hidden));
+            d.resources[at].outputs.insert("pw".into(), secret);
+            // No manager: refused, the base as it was, no file left over.
+            for crypter in [Crypter::default(), Crypter::unsupported("awskms")] {
+                let case = format!("{states} states, secret at {at}, {crypter:?}");
+                assert!(
+                    matches!(
+                        write_base_with(&path, &d, 2, 0, &counters, &crypter),
+                        Err(PersistError::Secrets(_))
+                    ),
+                    "{case}"
+                );
+                assert!(base_bytes(&d, 2, 0, &crypter).is_err(), "{case}");
+                assert_eq!(std::fs::read(&path).unwrap(), before, "{case}");
+                let names: Vec<_> = std::fs::read_dir(dir.path())
+                    .unwrap()
+                    .map(|e| e.unwrap().file_name().into_string().unwrap())
+                    .collect();
+                assert!(
+                    names.iter().all(|n| n.starts_with("dev.json")),
+                    "{case}: {names:?}"
+                );
+            }
+        }
     }
 
     #[test]

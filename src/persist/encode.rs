@@ -20,6 +20,9 @@
 use std::io::Write;
 use std::sync::mpsc;
 
+use crate::model::property::{
+    note_refused, plaintexts_refused, refusing_plaintexts, PlaintextRefused,
+};
 use crate::model::property_map::with_raw_writes;
 use crate::model::{CheckpointFile, Deployment, State};
 
@@ -67,13 +70,22 @@ fn export_chunked(
     w.write_all(&head)?;
     let chunk = chunk.max(1);
     let chunks: Vec<&[State]> = states.chunks(chunk).collect();
+    // The second thread refuses plaintext secrets as this one does, and a
+    // refusal there is one of this thread's encode.
+    let refused = plaintexts_refused();
     std::thread::scope(|scope| -> std::io::Result<()> {
         let (tx, rx) = mpsc::sync_channel::<std::io::Result<Vec<u8>>>(AHEAD);
         let odd = &chunks;
         scope.spawn(move || {
             for c in odd.iter().skip(1).step_by(2) {
+                let encoded = if refused {
+                    refusing_plaintexts(|| encode_chunk(c))
+                        .unwrap_or_else(|r| Err(std::io::Error::other(r)))
+                } else {
+                    encode_chunk(c)
+                };
                 // A closed channel: the writer failed and stopped reading.
-                if tx.send(encode_chunk(c)).is_err() {
+                if tx.send(encoded).is_err() {
                     return;
                 }
             }
@@ -85,9 +97,16 @@ fn export_chunked(
             if i % 2 == 0 {
                 w.write_all(&encode_chunk(c)?)?;
             } else {
-                let bytes = rx.recv().map_err(|_| {
-                    std::io::Error::other("the checkpoint encoder's second thread stopped")
-                })??;
+                let bytes = rx
+                    .recv()
+                    .map_err(|_| {
+                        std::io::Error::other("the checkpoint encoder's second thread stopped")
+                    })?
+                    .inspect_err(|e| {
+                        if e.get_ref().is_some_and(|e| e.is::<PlaintextRefused>()) {
+                            note_refused();
+                        }
+                    })?;
                 w.write_all(&bytes)?;
             }
         }

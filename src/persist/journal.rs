@@ -356,27 +356,24 @@ fn append_record(payload: &impl Serialize, out: &mut Vec<u8>) {
 }
 
 /// Encodes one entry as [`encode`] does, first encrypting its plaintext
-/// secrets with `crypter` when it has a secrets manager.
+/// secrets with `crypter`: no plaintext secret is ever encoded, and one
+/// the crypter has no manager for is refused.
 ///
-/// Only an object signed as a secret changes when encrypted, so an entry
-/// whose encoding never names the secret signature is written as encoded;
-/// the rest go through a `serde_json::Value` to be sealed.
+/// The entry is encoded refusing plaintext secrets; only one that met a
+/// plaintext secret goes through a `serde_json::Value` to be sealed.
 ///
 /// # Errors
-/// A secret cannot be encrypted.
+/// A secret cannot be encrypted, or there is no manager to encrypt it
+/// ([`crate::secrets::SecretsError::NoProvider`] and the like).
 pub fn encode_with(
     entry: &Entry<'_>,
     crypter: &crate::secrets::Crypter,
 ) -> Result<Vec<u8>, crate::secrets::SecretsError> {
-    let plain = encode(entry);
-    if crypter.manager().is_none()
-        || memchr::memmem::find(
-            &plain[HEADER..],
-            crate::model::property::SIG_SECRET.as_bytes(),
-        )
-        .is_none()
-    {
+    if let Ok(plain) = crate::model::property::refusing_plaintexts(|| encode(entry)) {
         return Ok(plain);
+    }
+    if crypter.manager().is_none() {
+        return Err(crypter.missing());
     }
     let mut value = serde_json::to_value(entry).unwrap_or_default();
     crypter.encrypt_json(&mut value)?;
@@ -887,6 +884,25 @@ mod tests {
             PropertyValue::Secret(Secret::Ciphertext(_))
         ));
         assert_eq!(back.inputs["k"], PropertyValue::from("v"));
+
+        // Without a manager a plaintext secret is refused, never encoded; a
+        // ciphertext (another provider's) is written as held.
+        let none = crate::secrets::Crypter::default();
+        assert!(matches!(
+            encode_with(&secret, &none),
+            Err(crate::secrets::SecretsError::NoProvider)
+        ));
+        let foreign = crate::secrets::Crypter::unsupported("awskms");
+        assert!(matches!(
+            encode_with(&secret, &foreign),
+            Err(crate::secrets::SecretsError::Unsupported(ty)) if ty == "awskms"
+        ));
+        state.inputs.insert(
+            "pw".into(),
+            PropertyValue::Secret(Secret::Ciphertext("v1:abc".into())),
+        );
+        let held = begin(&state);
+        assert_eq!(encode_with(&held, &none).unwrap(), encode(&held));
     }
 
     #[test]
