@@ -451,6 +451,36 @@ fn python_secrets_need_a_passphrase_and_never_reach_disk_in_plaintext() {
     assert!(shown.contains("exported-hunter2"), "{shown}");
 }
 
+/// A provider that prints the secret it was sent and fails quoting it
+/// (`dynamic-leaky-error`): keel's output, its `--json` events, the stack's
+/// history and every state file show `[secret]` where the plaintext was.
+#[test]
+fn a_providers_words_never_carry_the_secrets_it_was_sent() {
+    let mut k = keel();
+    k.passphrase = Some("password".into());
+    let dir = program("dynamic-leaky-error");
+    let leaked = "hunter2-leaky-xyz";
+    for json in [false, true] {
+        let mut args = vec!["up", "--yes", "--program", &dir];
+        if json {
+            args.push("--json");
+        }
+        let (out, err) = k.expect(1, &args);
+        let said = format!("{out}{err}");
+        assert!(!said.contains(leaked), "{said}");
+        assert!(
+            said.contains("is too weak"),
+            "the error is still told: {said}"
+        );
+        assert!(said.contains("password [secret] is too weak"), "{said}");
+    }
+    let history = k.ok(&["stack", "history", "--json"]);
+    assert!(history.contains("[secret]"), "{history}");
+    for (path, bytes) in k.files() {
+        assert!(!text(&bytes).contains(leaked), "{}", path.display());
+    }
+}
+
 /// Pulumi's `tests/integration/dynamic/python`, in keel's words: a dynamic
 /// provider (`pulumi-python:dynamic:Resource`) is served by the
 /// `python -m pulumi.dynamic` plugin, never by the simulated cloud. Its

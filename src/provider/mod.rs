@@ -136,6 +136,32 @@ pub enum ProviderError {
     },
 }
 
+impl ProviderError {
+    /// The same error with every text of `r` in the provider's words (its
+    /// messages, invalid-input failures and init reasons, which the state
+    /// keeps as `initErrors`) replaced by `[secret]`: a provider's error
+    /// may quote the secrets it was sent.
+    #[must_use]
+    pub fn redacted(mut self, r: &crate::source::migration::Redactor) -> Self {
+        match &mut self {
+            Self::Failed { message, .. }
+            | Self::Migrate { message, .. }
+            | Self::Call { message, .. } => *message = r.redact(message),
+            Self::CheckFailed { failures, .. } => {
+                failures.iter_mut().for_each(|f| *f = r.redact(f));
+            }
+            Self::InitFailed {
+                reasons, message, ..
+            } => {
+                *message = r.redact(message);
+                reasons.iter_mut().for_each(|f| *f = r.redact(f));
+            }
+            Self::CannotLookUp { .. } | Self::NotFound { .. } | Self::Unsupported { .. } => {}
+        }
+        self
+    }
+}
+
 /// The result type of provider calls.
 pub type Result<T, E = ProviderError> = std::result::Result<T, E>;
 

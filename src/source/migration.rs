@@ -184,6 +184,52 @@ impl Redactor {
         }
     }
 
+    /// Adds the secrets among `values` at any depth: plaintext secrets and
+    /// the values of secret outputs (what a provider is sent). Whether a
+    /// text was new.
+    pub fn collect_values<'a>(
+        &mut self,
+        values: impl IntoIterator<Item = &'a crate::model::PropertyValue>,
+    ) -> bool {
+        use crate::model::property::Secret;
+        use crate::model::PropertyValue as V;
+        fn walk(r: &mut Redactor, v: &V) {
+            match v {
+                V::Secret(Secret::Plaintext(p)) => r.secret(&p.value().to_json()),
+                V::Output(o) if o.secret == Some(true) => {
+                    if let Some(v) = &o.value {
+                        r.secret(&v.to_json());
+                    }
+                }
+                V::Output(o) => {
+                    if let Some(v) = &o.value {
+                        walk(r, v);
+                    }
+                }
+                V::Array(a) => a.iter().for_each(|v| walk(r, v)),
+                V::Object(m) if m.may_hold_signed() => m.values().for_each(|v| walk(r, v)),
+                _ => {}
+            }
+        }
+        let before = self.texts.len();
+        values.into_iter().for_each(|v| walk(self, v));
+        self.texts.len() != before
+    }
+
+    /// Adds a secret's value: its string leaves, and a non-string value
+    /// as its JSON text.
+    fn secret(&mut self, v: &serde_json::Value) {
+        self.leaves(v);
+        if !v.is_string() {
+            self.add(&v.to_string());
+        }
+    }
+
+    /// The texts redacted, longest first.
+    pub fn texts(&self) -> &[String] {
+        &self.texts
+    }
+
     /// Every string inside a secret's value.
     fn leaves(&mut self, v: &serde_json::Value) {
         use serde_json::Value;
@@ -382,6 +428,67 @@ mod tests {
         );
         let long = "x".repeat(MAX_ERROR * 2);
         assert!(r.message(&long).len() < MAX_ERROR + 20);
+    }
+
+    #[test]
+    fn the_secrets_of_property_values_are_redacted_in_provider_errors() {
+        use crate::model::property::{OutputValue, Secret};
+        use crate::model::{PropertyMap, PropertyValue as V};
+        use crate::provider::ProviderError;
+        let secret = |v: V| V::Secret(Secret::plaintext(v));
+        let mut nested = PropertyMap::new();
+        nested.insert("pw".into(), secret(V::from("nested-pw")));
+        let mut doc = PropertyMap::new();
+        doc.insert("k".into(), V::from("in-a-secret-object"));
+        let values = [
+            V::from("visible"),
+            V::Object(nested),
+            V::Array(vec![secret(V::Object(doc))]),
+            V::Output(Box::new(OutputValue {
+                value: Some(Box::new(V::from("output-pw"))),
+                secret: Some(true),
+                dependencies: None,
+            })),
+        ];
+        let mut r = Redactor::default();
+        assert!(r.collect_values(&values));
+        assert!(!r.collect_values(&values), "nothing new the second time");
+        assert!(!Redactor::default().collect_values(&[V::from("visible")]));
+        let urn = Urn::parse("urn:pulumi:d::p::a:b:C::n").unwrap();
+        let said = "nested-pw, in-a-secret-object, output-pw, \"nested-pw\", visible";
+        let errors = [
+            ProviderError::Failed {
+                operation: "create",
+                urn: urn.clone(),
+                message: said.into(),
+            },
+            ProviderError::CheckFailed {
+                urn: urn.clone(),
+                failures: vec![said.into()],
+            },
+            ProviderError::InitFailed {
+                operation: "create",
+                urn,
+                object: Box::new(crate::provider::ObjectState {
+                    id: "i-1".into(),
+                    inputs: PropertyMap::new(),
+                    outputs: PropertyMap::new(),
+                }),
+                reasons: vec![said.into()],
+                message: said.into(),
+            },
+        ];
+        for e in errors {
+            let e = e.redacted(&r);
+            let text = format!("{e} {e:?}");
+            for secret in ["nested-pw", "in-a-secret-object", "output-pw"] {
+                assert!(!text.contains(secret), "{secret} in {text}");
+            }
+            assert!(
+                text.contains("visible") && text.contains(REDACTED),
+                "{text}"
+            );
+        }
     }
 
     #[tokio::test]

@@ -26,6 +26,7 @@ use crate::provider::{
     CallRequest, CallResult, ConstructRequest, ConstructResult, DiffConfigRequest, DiffResponse,
     ObjectState, Provider, ProviderError, ResourceRequest, Result, SchemaInfo, SchemaState,
 };
+use crate::source::migration::Redactor;
 
 /// How long a plugin has to stop after the interrupt before it is killed.
 const GRACE: Duration = Duration::from_secs(5);
@@ -68,6 +69,17 @@ pub struct PluginServed {
     /// of a base plugin (its `parameterization`): the base plugin is
     /// started and sent `Parameterize` before anything else.
     declared: Option<Box<crate::provider::package::PackageDecl>>,
+    /// The plaintexts of the secrets sent to the plugin so far (its
+    /// configuration's, each request's): masked as `[secret]` in its errors
+    /// and in the lines it prints, which may quote them.
+    secrets: Mutex<Redactor>,
+}
+
+/// The property maps a resource request sends.
+fn sent<'a>(req: &ResourceRequest<'a>) -> impl Iterator<Item = &'a PropertyMap> {
+    [Some(req.inputs), req.old_inputs, req.old_outputs]
+        .into_iter()
+        .flatten()
 }
 
 impl PluginServed {
@@ -118,7 +130,35 @@ impl PluginServed {
             events: None,
             engine: None,
             declared: None,
+            secrets: Mutex::new(Redactor::default()),
         }
+    }
+
+    /// Learns the secrets among `maps`, about to be sent: the running
+    /// plugin masks them in what it prints from now on (one started later
+    /// gets them when it starts).
+    fn sending<'m>(&self, maps: impl IntoIterator<Item = &'m PropertyMap>) {
+        let texts = {
+            let mut r = self.secrets.locked();
+            let mut new = false;
+            for m in maps.into_iter().filter(|m| m.may_hold_signed()) {
+                new |= r.collect_values(m.values());
+            }
+            if !new {
+                return;
+            }
+            r.texts().to_vec()
+        };
+        if let Some(Ok(running)) = self.running.get() {
+            if let Some(p) = running.process.locked().as_ref() {
+                p.redact_also(texts);
+            }
+        }
+    }
+
+    /// `e` with every secret sent to the plugin so far masked.
+    fn redacted(&self, e: ProviderError) -> ProviderError {
+        e.redacted(&self.secrets.locked())
     }
 
     /// The same provider, for a package `decl` declares as a
@@ -217,6 +257,8 @@ impl PluginServed {
                 launch.describe()
             )
         })?;
+        let known = self.secrets.locked().texts().to_vec();
+        process.redact_also(known);
         let dir = launch
             .dir
             .as_deref()
@@ -292,41 +334,51 @@ impl Provider for PluginServed {
             }
             *self.env_mappings.locked() = crate::plan::providers::env_var_mappings(inputs);
         }
-        self.provider("configure", &self.default_urn)
-            .await?
-            .configure(inputs)
-            .await
+        self.sending([inputs]);
+        let r = self.provider("configure", &self.default_urn).await;
+        r?.configure(inputs).await.map_err(|e| self.redacted(e))
     }
 
     async fn check(&self, req: ResourceRequest<'_>) -> Result<PropertyMap> {
-        self.provider("check", req.urn).await?.check(req).await
+        self.sending(sent(&req));
+        let r = self.provider("check", req.urn).await?.check(req).await;
+        r.map_err(|e| self.redacted(e))
     }
 
     async fn diff(&self, req: ResourceRequest<'_>) -> Result<DiffResponse> {
-        self.provider("diff", req.urn).await?.diff(req).await
+        self.sending(sent(&req));
+        let r = self.provider("diff", req.urn).await?.diff(req).await;
+        r.map_err(|e| self.redacted(e))
     }
 
     async fn diff_config(&self, req: DiffConfigRequest<'_>) -> Result<DiffResponse> {
-        self.provider("diff", &self.default_urn)
-            .await?
-            .diff_config(req)
-            .await
+        self.sending([req.old_inputs, req.old_outputs, req.new_inputs]);
+        let r = self.provider("diff", &self.default_urn).await;
+        r?.diff_config(req).await.map_err(|e| self.redacted(e))
     }
 
     async fn create(&self, req: ResourceRequest<'_>) -> Result<ObjectState> {
-        self.provider("create", req.urn).await?.create(req).await
+        self.sending(sent(&req));
+        let r = self.provider("create", req.urn).await?.create(req).await;
+        r.map_err(|e| self.redacted(e))
     }
 
     async fn read(&self, req: ResourceRequest<'_>) -> Result<Option<ObjectState>> {
-        self.provider("read", req.urn).await?.read(req).await
+        self.sending(sent(&req));
+        let r = self.provider("read", req.urn).await?.read(req).await;
+        r.map_err(|e| self.redacted(e))
     }
 
     async fn update(&self, req: ResourceRequest<'_>) -> Result<ObjectState> {
-        self.provider("update", req.urn).await?.update(req).await
+        self.sending(sent(&req));
+        let r = self.provider("update", req.urn).await?.update(req).await;
+        r.map_err(|e| self.redacted(e))
     }
 
     async fn delete(&self, req: ResourceRequest<'_>) -> Result<()> {
-        self.provider("delete", req.urn).await?.delete(req).await
+        self.sending(sent(&req));
+        let r = self.provider("delete", req.urn).await?.delete(req).await;
+        r.map_err(|e| self.redacted(e))
     }
 
     async fn find(&self, urn: &Urn, ty: &TypeToken) -> Result<Option<ObjectState>> {
@@ -338,8 +390,10 @@ impl Provider for PluginServed {
     }
 
     async fn invoke(&self, token: &str, args: &PropertyMap, preview: bool) -> Result<PropertyMap> {
+        self.sending([args]);
         let p = self.provider("invoke", &self.default_urn).await?;
-        Provider::invoke(p, token, args, preview).await
+        let r = Provider::invoke(p, token, args, preview).await;
+        r.map_err(|e| self.redacted(e))
     }
 
     async fn returns_scalar(&self, token: &str) -> bool {
@@ -357,17 +411,15 @@ impl Provider for PluginServed {
     }
 
     async fn construct(&self, req: ConstructRequest) -> Result<ConstructResult> {
-        self.provider("construct", &self.default_urn)
-            .await?
-            .construct(req)
-            .await
+        self.sending([&req.inputs]);
+        let r = self.provider("construct", &self.default_urn).await;
+        r?.construct(req).await.map_err(|e| self.redacted(e))
     }
 
     async fn call(&self, req: CallRequest) -> Result<CallResult> {
-        self.provider("call", &self.default_urn)
-            .await?
-            .call(req)
-            .await
+        self.sending([&req.args]);
+        let r = self.provider("call", &self.default_urn).await;
+        r?.call(req).await.map_err(|e| self.redacted(e))
     }
 
     async fn find_all(&self, urn: &Urn, ty: &TypeToken) -> Result<Vec<ObjectState>> {
@@ -389,10 +441,10 @@ impl Provider for PluginServed {
         old_version: u64,
         state: SchemaState,
     ) -> Result<SchemaState> {
-        self.provider("migrate", urn)
-            .await?
-            .migrate_state(urn, ty, old_version, state)
-            .await
+        self.sending([&state.inputs, &state.outputs]);
+        let r = self.provider("migrate", urn).await;
+        let r = r?.migrate_state(urn, ty, old_version, state).await;
+        r.map_err(|e| self.redacted(e))
     }
 
     async fn cancel(&self) {
