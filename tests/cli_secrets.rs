@@ -780,5 +780,15 @@ async fn persistence_refuses_plaintext_without_a_secrets_manager() {
         assert_eq!(owned as u64, created, "{case}");
         // A secret input is refused at the begin record: nothing created.
         assert_eq!(created == 0, !secret_outputs, "{case}");
+        // A create whose end was refused names its object, so that the
+        // operator can adopt it whatever the provider can look up.
+        if secret_outputs {
+            let named = cloud
+                .objects()
+                .iter()
+                .any(|o| err.contains(&format!("was created as `{}`", o.id)));
+            assert!(named, "{case}: {err}");
+            assert!(err.contains("--import-pending-creates"), "{case}: {err}");
+        }
     }
 }

@@ -12,7 +12,9 @@ use std::sync::{Arc, Mutex};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 
 use super::protocol::PersistMsg;
-use crate::persist::{PersistError, Persister, SnapshotBuilder};
+use crate::model::snapshot::OperationType;
+use crate::model::Urn;
+use crate::persist::{Change, Mutation, PersistError, Persister, SnapshotBuilder};
 
 /// The Persister actor.
 #[derive(Debug, Default)]
@@ -72,6 +74,40 @@ fn persist(
         blocking(|| persister.persist(m, builder, ack));
     } else {
         persister.persist(m, builder, ack);
+    }
+}
+
+/// The URN and ID of the object `m` ends the create of (`builder` before
+/// applying it), when it names one: a failure to write that end leaves the
+/// object recorded only by its interrupted create, and the error says
+/// which object it is.
+fn created(builder: &SnapshotBuilder, m: &Mutation) -> Option<(Urn, String)> {
+    let Mutation::End {
+        op,
+        change: Change::Write { new, .. },
+    } = m
+    else {
+        return None;
+    };
+    if builder.pending_kind(*op) != Some(OperationType::Creating) {
+        return None;
+    }
+    let s = crate::model::step::lock(new);
+    (!s.id.is_empty()).then(|| (s.urn.clone(), s.id.clone()))
+}
+
+/// `r`, a failure naming the object `created` when there is one.
+fn naming(
+    r: crate::persist::Result<()>,
+    created: Option<(Urn, String)>,
+) -> crate::persist::Result<()> {
+    match (r, created) {
+        (Err(e), Some((urn, id))) => Err(PersistError::CreateUnrecorded {
+            urn,
+            id,
+            source: Box::new(e),
+        }),
+        (r, _) => r,
     }
 }
 
@@ -136,16 +172,18 @@ impl Actor for PersisterActor {
                 let _ = reply.send(r);
             }
             PersistMsg::Mutate(m, reply) => {
+                let created = created(&state.builder, &m);
                 state.builder.apply(&m);
                 let PersisterState {
                     builder, persister, ..
                 } = state;
                 let ack: crate::persist::Ack = Box::new(move |r| {
-                    let _ = reply.send(r);
+                    let _ = reply.send(naming(r, created));
                 });
                 persist(persister.as_mut(), builder, &m, ack);
             }
             PersistMsg::Record(m) => {
+                let created = created(&state.builder, &m);
                 state.builder.apply(&m);
                 let PersisterState {
                     builder,
@@ -154,7 +192,7 @@ impl Actor for PersisterActor {
                 } = state;
                 let lost = lost.clone();
                 let ack: crate::persist::Ack = Box::new(move |r| {
-                    if let Err(e) = r {
+                    if let Err(e) = naming(r, created) {
                         let mut slot = lost.lock().unwrap_or_else(|p| p.into_inner());
                         slot.get_or_insert(e);
                     }

@@ -287,6 +287,11 @@ impl SnapshotBuilder {
         }
     }
 
+    /// The kind of the operation `op`, begun and not ended.
+    pub fn pending_kind(&self, op: OpId) -> Option<OperationType> {
+        self.pending.get(&op).map(|(ty, _)| *ty)
+    }
+
     /// Operations begun and not ended, as the deployment records them
     /// (each a copy of its state).
     pub fn pending(&self) -> impl Iterator<Item = PendingOperation> + '_ {
@@ -787,6 +792,17 @@ pub enum PersistError {
     /// Secrets could not be encrypted for writing.
     #[error("cannot encrypt the stack's secrets: {0}")]
     Secrets(#[from] crate::secrets::SecretsError),
+    /// The end of a create could not be made durable: the object exists,
+    /// maybe recorded only by its interrupted create, and this names it.
+    #[error("{source}; {urn} was created as `{id}` and may be recorded only as an interrupted create: the next operation adopts it when its provider can look it up, otherwise `keel refresh --import-pending-creates {urn} {id}` does (creating it again would make a second one)")]
+    CreateUnrecorded {
+        /// The resource.
+        urn: crate::model::Urn,
+        /// The object's ID.
+        id: String,
+        /// Why the end was not written.
+        source: Box<PersistError>,
+    },
 }
 
 /// The result type of persistence.
