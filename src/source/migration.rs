@@ -143,9 +143,14 @@ pub const MAX_ERROR: usize = 8192;
 /// escapings (once and twice: the envelope carries a secret's value as
 /// JSON text); a non-string value also as its JSON text. Numbers and
 /// booleans inside secrets are not searched for.
+///
+/// Texts are kept in the order learnt (adding one is a set insert, so an
+/// operation that sends thousands of secrets pays no sort per secret); a
+/// redaction replaces the texts found in its input, longest first.
 #[derive(Debug, Clone, Default)]
 pub struct Redactor {
     texts: Vec<String>,
+    seen: std::collections::HashSet<String>,
 }
 
 impl Redactor {
@@ -185,12 +190,12 @@ impl Redactor {
     }
 
     /// Adds the secrets among `values` at any depth: plaintext secrets and
-    /// the values of secret outputs (what a provider is sent). Whether a
-    /// text was new.
+    /// the values of secret outputs (what a provider is sent). Returns the
+    /// texts that were new.
     pub fn collect_values<'a>(
         &mut self,
         values: impl IntoIterator<Item = &'a crate::model::PropertyValue>,
-    ) -> bool {
+    ) -> &[String] {
         use crate::model::property::Secret;
         use crate::model::PropertyValue as V;
         fn walk(r: &mut Redactor, v: &V) {
@@ -213,7 +218,21 @@ impl Redactor {
         }
         let before = self.texts.len();
         values.into_iter().for_each(|v| walk(self, v));
-        self.texts.len() != before
+        &self.texts[before..]
+    }
+
+    /// Adds each of `texts` as it is (already with its escapings).
+    pub fn add_texts(&mut self, texts: impl IntoIterator<Item = String>) {
+        for t in texts {
+            self.insert(t);
+        }
+    }
+
+    fn insert(&mut self, t: String) {
+        if !t.is_empty() && !self.seen.contains(&t) {
+            self.seen.insert(t.clone());
+            self.texts.push(t);
+        }
     }
 
     /// Adds a secret's value: its string leaves, and a non-string value
@@ -225,7 +244,7 @@ impl Redactor {
         }
     }
 
-    /// The texts redacted, longest first.
+    /// The texts redacted, in the order learnt.
     pub fn texts(&self) -> &[String] {
         &self.texts
     }
@@ -251,27 +270,31 @@ impl Redactor {
         let twice = serde_json::to_string(&once).unwrap_or_default();
         let twice = twice[1..twice.len() - 1].to_owned();
         for t in [text.to_owned(), once, twice] {
-            if !self.texts.contains(&t) {
-                self.texts.push(t);
-            }
+            self.insert(t);
         }
-        // Longer first, so a secret containing another goes whole.
-        self.texts.sort_by_key(|t| std::cmp::Reverse(t.len()));
     }
 
     /// The length of the longest text redacted (0: none): a window cut
     /// out of a longer output drops this much at a cut edge, where a
     /// partial secret could stand.
     pub fn longest(&self) -> usize {
-        self.texts.first().map_or(0, String::len)
+        self.texts.iter().map(String::len).max().unwrap_or(0)
     }
 
     /// `text` with every secret replaced by [`REDACTED`].
     pub fn redact(&self, text: &str) -> String {
+        let mut found: Vec<&str> = self
+            .texts
+            .iter()
+            .map(String::as_str)
+            .filter(|t| text.contains(t))
+            .collect();
+        // Longer first, so a secret containing another goes whole.
+        found.sort_by_key(|t| std::cmp::Reverse(t.len()));
         let mut out = text.to_owned();
-        for t in &self.texts {
-            if out.contains(t.as_str()) {
-                out = out.replace(t.as_str(), REDACTED);
+        for t in found {
+            if out.contains(t) {
+                out = out.replace(t, REDACTED);
             }
         }
         out
@@ -428,6 +451,15 @@ mod tests {
         );
         let long = "x".repeat(MAX_ERROR * 2);
         assert!(r.message(&long).len() < MAX_ERROR + 20);
+
+        // Learnt shortest first, a secret holding another still goes whole.
+        let mut r = Redactor::default();
+        r.add_texts(["pass".to_owned(), "passphrase".to_owned(), String::new()]);
+        assert_eq!(r.longest(), 10);
+        assert_eq!(
+            r.redact("a passphrase, a pass"),
+            format!("a {REDACTED}, a {REDACTED}")
+        );
     }
 
     #[test]
@@ -451,9 +483,14 @@ mod tests {
             })),
         ];
         let mut r = Redactor::default();
-        assert!(r.collect_values(&values));
-        assert!(!r.collect_values(&values), "nothing new the second time");
-        assert!(!Redactor::default().collect_values(&[V::from("visible")]));
+        assert!(!r.collect_values(&values).is_empty());
+        assert!(
+            r.collect_values(&values).is_empty(),
+            "nothing new the second time"
+        );
+        assert!(Redactor::default()
+            .collect_values(&[V::from("visible")])
+            .is_empty());
         let urn = Urn::parse("urn:pulumi:d::p::a:b:C::n").unwrap();
         let said = "nested-pw, in-a-secret-object, output-pw, \"nested-pw\", visible";
         let errors = [

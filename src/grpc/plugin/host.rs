@@ -37,6 +37,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use super::discovery::PluginLaunch;
 use crate::locks::MutexExt;
+use crate::source::migration::Redactor;
 
 /// How many stderr lines errors keep.
 const STDERR_LINES: usize = 20;
@@ -261,7 +262,7 @@ pub struct PluginProcess {
     group: Arc<Group>,
     exit: watch::Receiver<Option<ExitStatus>>,
     tail: Arc<Mutex<VecDeque<String>>>,
-    redact: Arc<Mutex<Vec<String>>>,
+    redact: Arc<Mutex<Redactor>>,
     readers: Vec<JoinHandle<()>>,
     /// Held open, never written (as Pulumi does).
     _stdin: Option<ChildStdin>,
@@ -367,7 +368,7 @@ impl PluginProcess {
             group,
             exit,
             tail,
-            redact: Arc::new(Mutex::new(Vec::new())),
+            redact: Arc::default(),
             readers: Vec::new(),
             _stdin: stdin,
         };
@@ -553,14 +554,7 @@ impl PluginProcess {
     /// Masks `texts` too in what it prints from now on (e.g. the secrets
     /// of the configuration sent to it).
     pub fn redact_also(&self, texts: impl IntoIterator<Item = String>) {
-        let mut r = self.redact.locked();
-        for t in texts {
-            if !t.is_empty() && !r.contains(&t) {
-                r.push(t);
-            }
-        }
-        // Longer first, so a secret containing another goes whole.
-        r.sort_by_key(|t| std::cmp::Reverse(t.len()));
+        self.redact.locked().add_texts(texts);
     }
 
     fn masked(&self, text: String) -> String {
@@ -703,14 +697,12 @@ fn parse_port(line: &[u8]) -> Option<u16> {
     (port != 0).then_some(port)
 }
 
-/// `text` with each of `redact` replaced by `[secret]`.
-fn mask(redact: &[String], mut text: String) -> String {
-    for s in redact {
-        if text.contains(s.as_str()) {
-            text = text.replace(s.as_str(), "[secret]");
-        }
+/// `text` with each of `redact`'s texts replaced by `[secret]`.
+fn mask(redact: &Redactor, text: String) -> String {
+    if redact.texts().is_empty() {
+        return text;
     }
-    text
+    redact.redact(&text)
 }
 
 fn lossy(b: &[u8]) -> String {

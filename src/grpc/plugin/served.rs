@@ -140,14 +140,14 @@ impl PluginServed {
     fn sending<'m>(&self, maps: impl IntoIterator<Item = &'m PropertyMap>) {
         let texts = {
             let mut r = self.secrets.locked();
-            let mut new = false;
+            let mut new = Vec::new();
             for m in maps.into_iter().filter(|m| m.may_hold_signed()) {
-                new |= r.collect_values(m.values());
+                new.extend_from_slice(r.collect_values(m.values()));
             }
-            if !new {
+            if new.is_empty() {
                 return;
             }
-            r.texts().to_vec()
+            new
         };
         if let Some(Ok(running)) = self.running.get() {
             if let Some(p) = running.process.locked().as_ref() {
