@@ -318,6 +318,23 @@ impl PluginProcess {
         diagnostics: Diagnostics,
         options: HostOptions,
     ) -> Result<Self, HostError> {
+        Self::start_redacting(launch, engine_address, diagnostics, options, Arc::default()).await
+    }
+
+    /// [`PluginProcess::start_with`], its printed lines also masked with
+    /// every text `redact` holds when a line is printed: the caller shares
+    /// it and adds the secrets it sends as it goes (no line printed after
+    /// a secret was added can show it).
+    ///
+    /// # Errors
+    /// [`HostError`]; no process is left behind.
+    pub async fn start_redacting(
+        launch: &PluginLaunch,
+        engine_address: Option<&str>,
+        diagnostics: Diagnostics,
+        options: HostOptions,
+        redact: Arc<Mutex<Redactor>>,
+    ) -> Result<Self, HostError> {
         let plugin = launch.describe();
         let mut cmd = crate::source::command::supervised(&launch.program);
         cmd.args(&launch.args)
@@ -368,7 +385,7 @@ impl PluginProcess {
             group,
             exit,
             tail,
-            redact: Arc::default(),
+            redact,
             readers: Vec::new(),
             _stdin: stdin,
         };

@@ -10,7 +10,7 @@
 //! looked; it is not retried within the operation.
 
 use std::path::Path;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,7 +18,7 @@ use tokio::sync::OnceCell;
 
 use super::client::PluginProvider;
 use super::discovery::{self, DiscoveryEnv, PluginKind, PluginLaunch, PluginSource};
-use super::host::{Diagnostic, PluginProcess, Stream};
+use super::host::{Diagnostic, HostOptions, PluginProcess, Stream};
 use crate::events::{EngineEvent, EventSink};
 use crate::locks::MutexExt;
 use crate::model::{PropertyMap, PropertyValue, TypeToken, Urn};
@@ -71,8 +71,9 @@ pub struct PluginServed {
     declared: Option<Box<crate::provider::package::PackageDecl>>,
     /// The plaintexts of the secrets sent to the plugin so far (its
     /// configuration's, each request's): masked as `[secret]` in its errors
-    /// and in the lines it prints, which may quote them.
-    secrets: Mutex<Redactor>,
+    /// and in the lines it prints, which may quote them (shared with its
+    /// process, which masks each line with what it holds then).
+    secrets: Arc<Mutex<Redactor>>,
 }
 
 /// The property maps a resource request sends.
@@ -130,29 +131,16 @@ impl PluginServed {
             events: None,
             engine: None,
             declared: None,
-            secrets: Mutex::new(Redactor::default()),
+            secrets: Arc::default(),
         }
     }
 
-    /// Learns the secrets among `maps`, about to be sent: the running
-    /// plugin masks them in what it prints from now on (one started later
-    /// gets them when it starts).
+    /// Learns the secrets among `maps`, about to be sent: the plugin's
+    /// process masks them in every line it prints from now on.
     fn sending<'m>(&self, maps: impl IntoIterator<Item = &'m PropertyMap>) {
-        let texts = {
-            let mut r = self.secrets.locked();
-            let mut new = Vec::new();
-            for m in maps.into_iter().filter(|m| m.may_hold_signed()) {
-                new.extend_from_slice(r.collect_values(m.values()));
-            }
-            if new.is_empty() {
-                return;
-            }
-            new
-        };
-        if let Some(Ok(running)) = self.running.get() {
-            if let Some(p) = running.process.locked().as_ref() {
-                p.redact_also(texts);
-            }
+        let mut r = self.secrets.locked();
+        for m in maps.into_iter().filter(|m| m.may_hold_signed()) {
+            r.collect_values(m.values());
         }
     }
 
@@ -238,7 +226,7 @@ impl PluginServed {
         } else {
             "debug"
         };
-        let process = PluginProcess::start(&launch, engine.as_deref(), move |d: Diagnostic| {
+        let diagnostics = move |d: Diagnostic| {
             if let Some(events) = &events {
                 events.send(EngineEvent::Diagnostic {
                     severity: severity.into(),
@@ -247,7 +235,14 @@ impl PluginServed {
                 });
             }
             log_diagnostic(d);
-        })
+        };
+        let process = PluginProcess::start_redacting(
+            &launch,
+            engine.as_deref(),
+            Arc::new(diagnostics),
+            HostOptions::default(),
+            Arc::clone(&self.secrets),
+        )
         .await
         .map_err(|e| {
             format!(
@@ -257,8 +252,6 @@ impl PluginServed {
                 launch.describe()
             )
         })?;
-        let known = self.secrets.locked().texts().to_vec();
-        process.redact_also(known);
         let dir = launch
             .dir
             .as_deref()
