@@ -412,7 +412,17 @@ impl Provider for PluginServed {
     async fn call(&self, req: CallRequest) -> Result<CallResult> {
         self.sending([&req.args]);
         let r = self.provider("call", &self.default_urn).await;
-        r?.call(req).await.map_err(|e| self.redacted(e))
+        match r?.call(req).await {
+            // Its invalid-argument failures are its words too.
+            Ok(mut result) => {
+                let secrets = self.secrets.locked();
+                for f in &mut result.failures {
+                    *f = secrets.redact(f);
+                }
+                Ok(result)
+            }
+            Err(e) => Err(self.redacted(e)),
+        }
     }
 
     async fn find_all(&self, urn: &Urn, ty: &TypeToken) -> Result<Vec<ObjectState>> {
