@@ -269,6 +269,9 @@ struct ServedBy {
     /// The operation's Engine server (a Python program's), given to the
     /// plugins it starts.
     engine: crate::grpc::construct::EngineAddress,
+    /// The secrets its plugins were sent: masked in their errors, printed
+    /// lines and logs.
+    secrets: crate::grpc::engine_log::SharedSecrets,
 }
 
 impl ServedBy {
@@ -277,6 +280,7 @@ impl ServedBy {
             said: std::sync::Arc::default(),
             events: events.clone(),
             engine: crate::grpc::construct::EngineAddress::new(),
+            secrets: crate::grpc::engine_log::SharedSecrets::default(),
         }
     }
 
@@ -311,9 +315,12 @@ async fn plugin_engine(
     if runs_sdk || !plugins {
         return Ok(None);
     }
-    let server = crate::grpc::engine_log::EngineLogServer::start(served.events.clone())
-        .await
-        .map_err(CliError::Runtime)?;
+    let server = crate::grpc::engine_log::EngineLogServer::start(
+        served.events.clone(),
+        served.secrets.clone(),
+    )
+    .await
+    .map_err(CliError::Runtime)?;
     served.engine.set(Some(server.address()));
     Ok(Some(server))
 }
@@ -429,13 +436,15 @@ fn registry(
             std::sync::Arc::new(
                 PluginServed::python_dynamic(&python, dir.as_deref())
                     .with_events(served.events.clone())
-                    .with_engine(served.engine.clone()),
+                    .with_engine(served.engine.clone())
+                    .with_secrets(served.secrets.clone()),
             )
         } else if choice.of(pkg) == Providers::Plugins {
             served.plugin(pkg);
             let mut p = PluginServed::discovered(pkg, env.clone())
                 .with_events(served.events.clone())
-                .with_engine(served.engine.clone());
+                .with_engine(served.engine.clone())
+                .with_secrets(served.secrets.clone());
             if let Some(d) = declared.get(pkg) {
                 p = p.with_declaration(d);
             }
@@ -862,7 +871,7 @@ impl ProgramSource {
         events: &EventSink,
         parallel: Option<u32>,
         can_store_secrets: bool,
-        engine: &crate::grpc::construct::EngineAddress,
+        served: &ServedBy,
     ) -> CliProgram {
         match self {
             Self::File(f) => CliProgram::File(FileProgram::new(f)),
@@ -879,7 +888,8 @@ impl ProgramSource {
             Self::Python(p) => {
                 let mut options = PythonOptions::from_env(events.clone());
                 options.can_store_secrets = can_store_secrets;
-                options.engine = Some(engine.clone());
+                options.engine = Some(served.engine.clone());
+                options.secrets = served.secrets.clone();
                 if let Some(n) = parallel {
                     options.parallel = i32::try_from(n).unwrap_or(i32::MAX);
                 }
@@ -1241,8 +1251,7 @@ fn up(backend: &Path, a: UpArgs, rec: &Recorder) -> Result<(), CliError> {
         config.packages = source.packages();
         config.cancel = rec.cancel();
         let can_store_secrets = open.crypter.manager().is_some();
-        let program =
-            source.into_program(&config.events, parallel, can_store_secrets, &served.engine);
+        let program = source.into_program(&config.events, parallel, can_store_secrets, &served);
         let cancel = config.cancel.clone();
         let engine = Engine::new(config, registry);
         let mut prior = std::mem::take(&mut open.deployment);
@@ -1352,7 +1361,7 @@ fn preview(backend: &Path, a: PreviewArgs) -> Result<(), CliError> {
         let declared = declarations(&loaded.deployment, source.packages());
         let served = ServedBy::new(&config.events);
         let _plugin_engine = plugin_engine(&served, &choice, source.runs_sdk()).await?;
-        let program = source.into_program(&config.events, a.parallel, true, &served.engine);
+        let program = source.into_program(&config.events, a.parallel, true, &served);
         let cancel = config.cancel.clone();
         let engine = Engine::new(
             config,

@@ -17,13 +17,20 @@ use tonic::{Request, Response, Status};
 use crate::events::{EngineEvent, EventSink};
 use crate::locks::MutexExt;
 use crate::model::Urn;
+use crate::source::migration::Redactor;
 
 use super::callbacks::MAX_MESSAGE_BYTES;
 use super::pb;
 use super::pb::engine_server::{Engine as EngineService, EngineServer};
 
-/// The event a `Log` request becomes (none for an ephemeral status line).
-pub fn log_event(req: &pb::LogRequest) -> Option<EngineEvent> {
+/// The operation's secrets as its plugins were sent them
+/// ([`crate::grpc::plugin::served::PluginServed::with_secrets`]): a log
+/// line quoting one shows `[secret]`.
+pub type SharedSecrets = Arc<Mutex<Redactor>>;
+
+/// The event a `Log` request becomes (none for an ephemeral status line),
+/// every text of `secrets` in its message masked.
+pub fn log_event(req: &pb::LogRequest, secrets: &Mutex<Redactor>) -> Option<EngineEvent> {
     if req.ephemeral {
         return None;
     }
@@ -34,10 +41,17 @@ pub fn log_event(req: &pb::LogRequest) -> Option<EngineEvent> {
         Ok(pb::LogSeverity::Error) => "error",
         _ => "info",
     };
+    let message = req.message.trim_end();
+    let secrets = secrets.locked();
+    let message = if secrets.texts().is_empty() {
+        message.to_owned()
+    } else {
+        secrets.redact(message)
+    };
     Some(EngineEvent::Diagnostic {
         severity: severity.to_owned(),
         urn: Urn::parse(&req.urn).ok(),
-        message: req.message.trim_end().to_owned(),
+        message,
     })
 }
 
@@ -46,12 +60,13 @@ pub fn log_event(req: &pb::LogRequest) -> Option<EngineEvent> {
 struct LogEngine {
     events: EventSink,
     root: Arc<Mutex<String>>,
+    secrets: SharedSecrets,
 }
 
 #[tonic::async_trait]
 impl EngineService for LogEngine {
     async fn log(&self, request: Request<pb::LogRequest>) -> Result<Response<()>, Status> {
-        if let Some(e) = log_event(&request.into_inner()) {
+        if let Some(e) = log_event(&request.into_inner(), &self.secrets) {
             self.events.send(e);
         }
         Ok(Response::new(()))
@@ -82,11 +97,12 @@ pub struct EngineLogServer {
 }
 
 impl EngineLogServer {
-    /// Starts serving on `127.0.0.1` at a free port; logs go to `events`.
+    /// Starts serving on `127.0.0.1` at a free port; logs go to `events`,
+    /// every text of `secrets` masked.
     ///
     /// # Errors
     /// The listening socket could not be opened.
-    pub async fn start(events: EventSink) -> std::io::Result<Self> {
+    pub async fn start(events: EventSink, secrets: SharedSecrets) -> std::io::Result<Self> {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let address = listener.local_addr()?;
         let incoming = tonic::transport::server::TcpIncoming::from(listener);
@@ -94,6 +110,7 @@ impl EngineLogServer {
         let service = LogEngine {
             events,
             root: Arc::default(),
+            secrets,
         };
         let router = tonic::transport::Server::builder().add_service(
             EngineServer::new(service)
@@ -128,14 +145,18 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn logs_become_diagnostics_and_ephemeral_lines_vanish() {
+    async fn logs_become_diagnostics_masked_and_ephemeral_lines_vanish() {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let server = EngineLogServer::start(EventSink::new(tx)).await.unwrap();
+        let secrets = SharedSecrets::default();
+        secrets.locked().add_texts(["hunter2".to_owned()]);
+        let server = EngineLogServer::start(EventSink::new(tx), secrets)
+            .await
+            .unwrap();
         let mut client =
             pb::engine_client::EngineClient::connect(format!("http://{}", server.address()))
                 .await
                 .unwrap();
-        for (message, ephemeral) in [("a status line", true), ("careful\n", false)] {
+        for (message, ephemeral) in [("a status line", true), ("careful, hunter2\n", false)] {
             client
                 .log(pb::LogRequest {
                     severity: pb::LogSeverity::Warning as i32,
@@ -154,7 +175,7 @@ mod tests {
         };
         assert_eq!(
             (severity.as_str(), message.as_str()),
-            ("warning", "careful")
+            ("warning", "careful, [secret]")
         );
         assert!(rx.try_recv().is_err(), "the ephemeral line is not an event");
         drop(server);

@@ -90,6 +90,9 @@ struct Shared {
     address: std::sync::OnceLock<String>,
     /// Set when the SDK said the program is done (`SignalAndWaitForShutdown`).
     signaled: tokio::sync::watch::Sender<bool>,
+    /// The secrets the operation's plugins were sent (they log through
+    /// this server too): masked in every log line.
+    secrets: super::engine_log::SharedSecrets,
 }
 
 /// The monitor: both services over one operation's [`Context`].
@@ -99,8 +102,14 @@ pub struct Monitor {
 }
 
 impl Monitor {
-    /// A monitor feeding `ctx`, reporting SDK logs to `events`.
-    pub fn new(ctx: Context, info: DeploymentInfo, events: EventSink) -> Self {
+    /// A monitor feeding `ctx`, reporting SDK logs to `events` (every text
+    /// of `secrets` masked).
+    pub fn new(
+        ctx: Context,
+        info: DeploymentInfo,
+        events: EventSink,
+        secrets: super::engine_log::SharedSecrets,
+    ) -> Self {
         let callbacks = CallbackClients::default();
         let hooks = HostedHooks::new(callbacks.clone(), events.clone());
         let by_name = hooks.clone();
@@ -117,6 +126,7 @@ impl Monitor {
                 stack_outputs: Mutex::new(None),
                 address: std::sync::OnceLock::new(),
                 signaled: tokio::sync::watch::channel(false).0,
+                secrets,
             }),
         }
     }
@@ -417,7 +427,7 @@ impl ResourceMonitor for Monitor {
 #[tonic::async_trait]
 impl EngineService for Monitor {
     async fn log(&self, request: Request<pb::LogRequest>) -> Result<Response<()>, Status> {
-        if let Some(e) = super::engine_log::log_event(&request.into_inner()) {
+        if let Some(e) = super::engine_log::log_event(&request.into_inner(), &self.shared.secrets) {
             self.shared.events.send(e);
         }
         Ok(Response::new(()))

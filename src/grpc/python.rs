@@ -190,6 +190,9 @@ pub struct PythonOptions {
     /// Told the address of the program's `pulumirpc.Engine` server while
     /// it runs (for the plugins the operation starts meanwhile).
     pub engine: Option<super::construct::EngineAddress>,
+    /// The secrets the operation's plugins were sent, masked in the logs
+    /// that server receives.
+    pub secrets: super::engine_log::SharedSecrets,
 }
 
 impl PythonOptions {
@@ -201,6 +204,7 @@ impl PythonOptions {
             parallel: 16,
             can_store_secrets: true,
             engine: None,
+            secrets: super::engine_log::SharedSecrets::default(),
         }
     }
 }
@@ -284,7 +288,7 @@ async fn run(
     };
     let preview = ctx.is_preview();
     let (stack, name) = (ctx.stack().to_owned(), ctx.project().to_owned());
-    let monitor = Monitor::new(ctx, info, options.events.clone());
+    let monitor = Monitor::new(ctx, info, options.events.clone(), options.secrets.clone());
     let server = MonitorServer::start(monitor.clone())
         .await
         .map_err(|e| format!("could not start the resource monitor: {e}"))?;

@@ -20,7 +20,13 @@ pub(crate) async fn serve(ctx: Context) -> Result<(MonitorServer, Client), Progr
         parallel: 4,
         can_store_secrets: true,
     };
-    let server = MonitorServer::start(Monitor::new(ctx, info, EventSink::default())).await?;
+    let server = MonitorServer::start(Monitor::new(
+        ctx,
+        info,
+        EventSink::default(),
+        keel::grpc::engine_log::SharedSecrets::default(),
+    ))
+    .await?;
     let client = Client::connect(format!("http://{}", server.address())).await?;
     Ok((server, client))
 }

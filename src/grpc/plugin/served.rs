@@ -159,6 +159,15 @@ impl PluginServed {
         self
     }
 
+    /// The same provider, learning the secrets it sends into `shared` (the
+    /// operation's, which its Engine server masks plugins' logs with)
+    /// instead of a redactor of its own.
+    #[must_use]
+    pub fn with_secrets(mut self, shared: crate::grpc::engine_log::SharedSecrets) -> Self {
+        self.secrets = shared;
+        self
+    }
+
     /// The same provider, its plugin's output lines also sent to `events`
     /// as `info` diagnostics (`[pulumi-resource-<pkg>] <line>`).
     #[must_use]
@@ -508,6 +517,37 @@ mod tests {
         ));
         // Nothing runs: shutting down is a no-op.
         p.shutdown().await;
+    }
+
+    #[tokio::test]
+    async fn the_secrets_a_provider_sends_are_the_operations_to_mask() {
+        use crate::model::property::Secret;
+        let shared = crate::grpc::engine_log::SharedSecrets::default();
+        let env = DiscoveryEnv {
+            path: Some(std::ffi::OsString::from("/nonexistent-keel-dir")),
+            ..DiscoveryEnv::default()
+        };
+        let p = PluginServed::discovered("aws", env).with_secrets(shared.clone());
+        let mut config = PropertyMap::new();
+        let key = PropertyValue::String("sk-live-1234".into());
+        config.insert(
+            "secretKey".into(),
+            PropertyValue::Secret(Secret::plaintext(key)),
+        );
+        // Learnt before the call, which fails (no plugin here).
+        assert!(p.configure(&config).await.is_err());
+        assert!(shared.locked().texts().iter().any(|t| t == "sk-live-1234"));
+        // What a plugin logs through the operation's Engine server.
+        let said = crate::grpc::pb::LogRequest {
+            message: "using key sk-live-1234".into(),
+            ..Default::default()
+        };
+        let Some(crate::events::EngineEvent::Diagnostic { message, .. }) =
+            crate::grpc::engine_log::log_event(&said, &shared)
+        else {
+            panic!("a diagnostic");
+        };
+        assert_eq!(message, "using key [secret]");
     }
 
     #[tokio::test]
