@@ -638,86 +638,18 @@ fn an_edit_adding_a_plaintext_secret_to_a_service_stack_is_encrypted_or_refused(
     }
 }
 
-/// The simulated cloud's provider, whose every create answers with a
-/// secret output (as a real provider marks a generated password).
-struct SecretOutputs(keel::provider::SimProvider);
-
-#[async_trait::async_trait]
-impl keel::provider::Provider for SecretOutputs {
-    fn package(&self) -> &str {
-        self.0.package()
-    }
-    async fn configure(&self, inputs: &keel::model::PropertyMap) -> keel::provider::Result<()> {
-        self.0.configure(inputs).await
-    }
-    async fn check(
-        &self,
-        req: keel::provider::ResourceRequest<'_>,
-    ) -> keel::provider::Result<keel::model::PropertyMap> {
-        self.0.check(req).await
-    }
-    async fn diff(
-        &self,
-        req: keel::provider::ResourceRequest<'_>,
-    ) -> keel::provider::Result<keel::provider::DiffResponse> {
-        self.0.diff(req).await
-    }
-    async fn create(
-        &self,
-        req: keel::provider::ResourceRequest<'_>,
-    ) -> keel::provider::Result<keel::provider::ObjectState> {
-        let mut created = self.0.create(req).await?;
-        created.outputs.insert(
-            "token".into(),
-            PropertyValue::Secret(Secret::plaintext(PropertyValue::String(
-                "minted-plain".into(),
-            ))),
-        );
-        Ok(created)
-    }
-    async fn read(
-        &self,
-        req: keel::provider::ResourceRequest<'_>,
-    ) -> keel::provider::Result<Option<keel::provider::ObjectState>> {
-        self.0.read(req).await
-    }
-    async fn update(
-        &self,
-        req: keel::provider::ResourceRequest<'_>,
-    ) -> keel::provider::Result<keel::provider::ObjectState> {
-        self.0.update(req).await
-    }
-    async fn delete(&self, req: keel::provider::ResourceRequest<'_>) -> keel::provider::Result<()> {
-        self.0.delete(req).await
-    }
-}
-
-/// Every byte under `dir`, as text.
-fn everything_under(dir: &std::path::Path) -> String {
-    let mut all = String::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let path = e.unwrap().path();
-        if path.is_dir() {
-            all.push_str(&everything_under(&path));
-        } else {
-            all.push_str(&String::from_utf8_lossy(&std::fs::read(&path).unwrap()));
-        }
-    }
-    all
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn persistence_refuses_plaintext_without_a_secrets_manager() {
     use keel::engine::{Engine, EngineConfig};
     use keel::persist::backend::PersistenceKind;
     use keel::persist::journal_file::JournalOptions;
-    use keel::provider::{Provider, ProviderRegistry, SimCloud, SimConfig, SimProvider};
-    use std::sync::Arc;
+    use keel::provider::{ProviderRegistry, SimCloud, SimConfig};
 
     // The CLI refuses a program that creates secrets on a stack without a
     // secrets provider before anything runs; these reach persistence past
-    // that check: a program through the engine's API, and a provider's
-    // secret output no check can foresee.
+    // that check, through the engine's API: secret inputs, and an output
+    // the provider makes (`arn`) that becomes a secret only once the
+    // create answered, as a real provider's own secret output does.
     for (secret_outputs, kind) in [
         (false, PersistenceKind::Journal),
         (false, PersistenceKind::Checkpoint),
@@ -728,26 +660,20 @@ async fn persistence_refuses_plaintext_without_a_secrets_manager() {
         let dir = tempfile::tempdir().unwrap();
         let backend = Backend::new(dir.path());
         let cloud = SimCloud::new(SimConfig::default());
-        let c = cloud.clone();
-        let registry = ProviderRegistry::new(Arc::new(move |pkg: &str| {
-            let sim = SimProvider::new(c.clone(), pkg);
-            if secret_outputs {
-                Arc::new(SecretOutputs(sim)) as Arc<dyn Provider>
-            } else {
-                Arc::new(sim) as Arc<dyn Provider>
-            }
-        }));
         let engine = Engine::new(
             EngineConfig {
                 project: "proj".into(),
                 parallel: 2,
                 ..EngineConfig::default()
             },
-            registry,
+            ProviderRegistry::simulated(cloud.clone()),
         );
         let program = if secret_outputs {
             (0..3)
-                .map(|i| common::bucket(&format!("b{i}"), &[]))
+                .map(|i| {
+                    common::bucket(&format!("b{i}"), &[])
+                        .with(|o| o.additional_secret_outputs = vec!["arn".into()])
+                })
                 .collect()
         } else {
             secret_buckets(3)
@@ -762,9 +688,11 @@ async fn persistence_refuses_plaintext_without_a_secrets_manager() {
         assert!(err.contains("KEEL_CONFIG_PASSPHRASE"), "{case}: {err}");
         assert!(!err.contains("-plain"), "{case}: {err}");
         drop(open);
-        let on_disk = everything_under(dir.path());
-        assert!(!on_disk.contains("-plain"), "{case}: {on_disk}");
-        assert!(!on_disk.contains("plaintext"), "{case}: {on_disk}");
+        for (path, bytes) in files_under(dir.path()) {
+            let text = text(&bytes);
+            let plain = text.contains("-plain") || text.contains("plaintext");
+            assert!(!plain, "{case}: {}: {text}", path.display());
+        }
 
         // What was written loads, and every object the cloud holds is
         // owned: by a state, or (its end never written) by the pending

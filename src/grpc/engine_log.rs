@@ -41,17 +41,10 @@ pub fn log_event(req: &pb::LogRequest, secrets: &Mutex<Redactor>) -> Option<Engi
         Ok(pb::LogSeverity::Error) => "error",
         _ => "info",
     };
-    let message = req.message.trim_end();
-    let secrets = secrets.locked();
-    let message = if secrets.texts().is_empty() {
-        message.to_owned()
-    } else {
-        secrets.redact(message)
-    };
     Some(EngineEvent::Diagnostic {
         severity: severity.to_owned(),
         urn: Urn::parse(&req.urn).ok(),
-        message,
+        message: secrets.locked().redact(req.message.trim_end()),
     })
 }
 

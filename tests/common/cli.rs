@@ -93,23 +93,28 @@ impl Keel {
 
     /// Every file under the backend, with its bytes.
     pub fn files(&self) -> BTreeMap<PathBuf, Vec<u8>> {
-        fn walk(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                return;
-            };
-            for e in entries.flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    walk(&p, out);
-                } else {
-                    out.insert(p.clone(), std::fs::read(&p).expect("read"));
-                }
+        files_under(&self.backend())
+    }
+}
+
+/// Every file under `dir` (none when it does not exist), with its bytes.
+pub fn files_under(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    fn walk(dir: &Path, out: &mut BTreeMap<PathBuf, Vec<u8>>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else {
+                out.insert(p.clone(), std::fs::read(&p).expect("read"));
             }
         }
-        let mut out = BTreeMap::new();
-        walk(&self.backend(), &mut out);
-        out
     }
+    let mut out = BTreeMap::new();
+    walk(dir, &mut out);
+    out
 }
 
 /// The `--json` events of a run: every line an object with `"event"`.

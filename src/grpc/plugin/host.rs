@@ -407,7 +407,7 @@ impl PluginProcess {
             tokio::time::timeout(options.port_timeout, first_line(&mut stdout, &mut printed)).await;
         let port = match read {
             Err(_) => {
-                let shown = me.masked(lossy(&printed));
+                let shown = me.masked(&lossy(&printed));
                 let timeout = options.port_timeout;
                 return Err(me
                     .fail(|plugin, stderr| HostError::NoPort {
@@ -426,7 +426,7 @@ impl PluginProcess {
             // End of stdout before a line break: it exited (or closed
             // stdout, which is as good as dead to keel).
             Ok(Ok(false)) => {
-                let shown = me.masked(lossy(&printed));
+                let shown = me.masked(&lossy(&printed));
                 let status = me.wait_exit(REAP).await;
                 return Err(me
                     .fail(|plugin, stderr| HostError::Exited {
@@ -442,7 +442,7 @@ impl PluginProcess {
             Ok(Ok(true)) => match parse_port(&printed) {
                 Some(p) => p,
                 None => {
-                    let shown = me.masked(lossy(&printed).trim_end().to_owned());
+                    let shown = me.masked(lossy(&printed).trim_end());
                     return Err(me
                         .fail(|plugin, stderr| HostError::Garbage {
                             plugin,
@@ -479,10 +479,9 @@ impl PluginProcess {
                     Ok(0) | Err(_) => return,
                     Ok(_) => {}
                 }
-                let line = mask(
-                    &redact.locked(),
-                    lossy(&buf).trim_end_matches(['\n', '\r']).to_owned(),
-                );
+                let line = redact
+                    .locked()
+                    .redact(lossy(&buf).trim_end_matches(['\n', '\r']));
                 if stream == Stream::Stderr {
                     let mut t = tail.locked();
                     if t.len() == STDERR_LINES {
@@ -574,8 +573,8 @@ impl PluginProcess {
         self.redact.locked().add_texts(texts);
     }
 
-    fn masked(&self, text: String) -> String {
-        mask(&self.redact.locked(), text)
+    fn masked(&self, text: &str) -> String {
+        self.redact.locked().redact(text)
     }
 
     /// The plugin as errors name it (`pulumi-resource-aws v6.1.0 from ...`).
@@ -712,14 +711,6 @@ fn parse_port(line: &[u8]) -> Option<u16> {
         .replace("\x1b]9;4;0;\x1b\\", "");
     let port: u16 = text.trim().parse().ok()?;
     (port != 0).then_some(port)
-}
-
-/// `text` with each of `redact`'s texts replaced by `[secret]`.
-fn mask(redact: &Redactor, text: String) -> String {
-    if redact.texts().is_empty() {
-        return text;
-    }
-    redact.redact(&text)
 }
 
 fn lossy(b: &[u8]) -> String {
