@@ -437,9 +437,15 @@ impl PropertyMap {
     /// now when it holds a signed value, empty when it is.
     fn from_text(raw: Box<RawValue>) -> Result<Self, serde_json::Error> {
         let text = raw.get();
-        let mut de = serde_json::Deserializer::from_str(text);
-        let found = serde::Deserializer::deserialize_map(&mut de, Check { depth: 1 })?;
-        de.end()?;
+        let found = match Plain::check(text) {
+            Some(found) => found,
+            None => {
+                let mut de = serde_json::Deserializer::from_str(text);
+                let found = serde::Deserializer::deserialize_map(&mut de, Check { depth: 1 })?;
+                de.end()?;
+                found
+            }
+        };
         if found.signed {
             let mut de = serde_json::Deserializer::from_str(text);
             return serde::Deserializer::deserialize_map(&mut de, MapVisitor);
@@ -474,8 +480,225 @@ fn decode_checked(raw: &str) -> Entries {
     }
 }
 
+/// [`Check`]'s visits over the forms keel and Pulumi write a map in,
+/// read byte by byte: strings without escapes or control characters,
+/// integers of at most eighteen digits (not `-0`), `null`, `true`,
+/// `false`, objects and arrays, whitespace between tokens. On such text
+/// it finds exactly what [`Check`] finds (the same tokens, counted by the
+/// same rules); on anything else (an escape, a float, a long or negative
+/// zero integer, bad syntax, nesting at the limit) it gives up and
+/// [`Check`] reads the text, also to say what is wrong with it.
+///
+/// A load reads every state's maps this way; through `serde`'s visits
+/// the check was a sixth of a load's instructions.
+struct Plain<'t> {
+    src: &'t str,
+    text: &'t [u8],
+    at: usize,
+}
+
+impl<'t> Plain<'t> {
+    /// What [`Check`] finds in `text`, a map, or `None` when this reader
+    /// gives the text to [`Check`].
+    fn check(text: &'t str) -> Option<Found> {
+        let mut plain = Plain {
+            src: text,
+            text: text.as_bytes(),
+            at: 0,
+        };
+        plain.space();
+        if plain.peek()? != b'{' {
+            return None;
+        }
+        let found = plain.value(1)?;
+        plain.space();
+        (plain.at == plain.text.len()).then_some(found)
+    }
+
+    fn peek(&self) -> Option<u8> {
+        self.text.get(self.at).copied()
+    }
+
+    /// Skips JSON whitespace.
+    fn space(&mut self) {
+        while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    /// Takes `byte` after any whitespace.
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        self.space();
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// A value at `depth` (the nesting its object or array would have),
+    /// whitespace before it skipped.
+    fn value(&mut self, depth: usize) -> Option<Found> {
+        self.space();
+        match self.peek()? {
+            b'{' => self.object(depth),
+            b'[' => self.array(depth),
+            b'"' => self.string().map(|s| Found::scalar(s.len() + 2)),
+            b'n' => self.word(b"null"),
+            b't' => self.word(b"true"),
+            b'f' => self.word(b"false"),
+            b'-' | b'0'..=b'9' => self.integer(),
+            _ => None,
+        }
+    }
+
+    fn word(&mut self, word: &[u8]) -> Option<Found> {
+        let end = self.at + word.len();
+        (self.text.get(self.at..end)? == word).then(|| {
+            self.at = end;
+            Found::scalar(word.len())
+        })
+    }
+
+    /// An integer both readers take as one (`serde_json` reads `-0` and
+    /// anything past `u64` or `i64` as a float): at most eighteen digits,
+    /// no leading zero. A fraction or exponent after it is not a comma or
+    /// a closing bracket, so the array or object reading it gives up.
+    fn integer(&mut self) -> Option<Found> {
+        let start = self.at;
+        let negative = self.peek()? == b'-';
+        self.at += usize::from(negative);
+        let digits = self.text[self.at..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
+        let first = self.peek()?;
+        if digits == 0 || digits > 18 || (first == b'0' && (digits > 1 || negative)) {
+            return None;
+        }
+        self.at += digits;
+        Some(Found::scalar(self.at - start))
+    }
+
+    /// A string without escapes or control characters (its contents).
+    fn string(&mut self) -> Option<&'t str> {
+        self.at += 1;
+        let start = self.at;
+        let len = stop(&self.text[start..])?;
+        self.at = start + len;
+        if self.peek()? != b'"' {
+            return None;
+        }
+        self.at += 1;
+        // Between two ASCII quotes: on character boundaries.
+        self.src.get(start..start + len)
+    }
+
+    fn array(&mut self, depth: usize) -> Option<Found> {
+        let depth = Self::nested(depth)?;
+        self.at += 1;
+        let mut found = Found::scalar("[]".len());
+        self.space();
+        if self.peek()? == b']' {
+            self.at += 1;
+            return Some(found);
+        }
+        loop {
+            let item = self.value(depth)?;
+            found.encoded = match (found.encoded, item.encoded) {
+                (Some(n), Some(m)) => Some(n + m + usize::from(found.entries)),
+                _ => None,
+            };
+            found.entries = true;
+            found.signed |= item.signed;
+            found.ordered &= item.ordered;
+            self.space();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(found);
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Option<Found> {
+        let members = Self::nested(depth)?;
+        self.at += 1;
+        let mut found = Found::scalar("{}".len());
+        self.space();
+        if self.peek()? == b'}' {
+            self.at += 1;
+            return Some(found);
+        }
+        let mut last: Option<&str> = None;
+        loop {
+            self.space();
+            if self.peek()? != b'"' {
+                return None;
+            }
+            let key = self.string()?;
+            self.eat(b':')?;
+            let value = self.value(members)?;
+            let ordered = last.is_none_or(|before| before < key);
+            found.encoded = match (found.encoded, value.encoded) {
+                (Some(n), Some(v)) if ordered => {
+                    Some(n + key.len() + 3 + v + usize::from(found.entries))
+                }
+                _ => None,
+            };
+            last = Some(key);
+            found.entries = true;
+            found.ordered &= ordered && value.ordered;
+            found.signed |= value.signed || (key == SIG_KEY && depth > 1);
+            self.space();
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(found);
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// [`Check::nested`]: past the limit, [`Check`] gives the error.
+    fn nested(depth: usize) -> Option<usize> {
+        (depth < MAX_TEXT_DEPTH).then_some(depth + 1)
+    }
+}
+
+/// The index of the first byte of `bytes` that ends or interrupts a
+/// plain string (a quote, a backslash, a control character), if any.
+///
+/// Eight bytes at a time: for a word `w` and a byte value `c`,
+/// `(w ^ c*) - 0x01*` borrows into the top bit of each byte that equals
+/// `c` (and `w - 0x20*` of each byte below `0x20`); masked with `!w`'s top
+/// bits, the lowest set one is the first such byte (a borrow only moves
+/// upward, so the bytes above it may be flagged wrongly, never those
+/// below).
+fn stop(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::MAX / 0xff;
+    const TOPS: u64 = ONES << 7;
+    let flagged = |b: &u8| *b == b'"' || *b == b'\\' || *b < 0x20;
+    let mut words = bytes.chunks_exact(8);
+    for (i, word) in words.by_ref().enumerate() {
+        let w = u64::from_le_bytes(word.try_into().unwrap_or_default());
+        let quote = w ^ (ONES * u64::from(b'"'));
+        let backslash = w ^ (ONES * u64::from(b'\\'));
+        let hits = (quote.wrapping_sub(ONES) & !quote)
+            | (backslash.wrapping_sub(ONES) & !backslash)
+            | (w.wrapping_sub(ONES * 0x20) & !w);
+        let hits = hits & TOPS;
+        if hits != 0 {
+            return Some(i * 8 + (hits.trailing_zeros() / 8) as usize);
+        }
+    }
+    let tail = bytes.len() - words.remainder().len();
+    words.remainder().iter().position(flagged).map(|at| tail + at)
+}
+
 /// What [`Check`] found in a value.
-#[derive(Default)]
+#[derive(Default, Debug, PartialEq)]
 struct Found {
     /// The value is an object or array with at least one member.
     entries: bool,
@@ -910,6 +1133,10 @@ mod tests {
     /// text is in order). Returns `None` when the lazy decode refused it, else how it
     /// took it.
     fn check_lazy(text: &str) -> Option<Took> {
+        let checked = checked(text);
+        if let Some(plain) = Plain::check(text) {
+            assert_eq!(Some(&plain), checked.as_ref(), "{text}");
+        }
         let eager = serde_json::from_str::<PropertyMap>(text);
         let lazy = with_lazy_maps(|| serde_json::from_str::<PropertyMap>(text));
         let lazy = match lazy {
@@ -986,6 +1213,57 @@ mod tests {
         assert!(lazy.iter().eq(eager.iter()), "{text}");
         assert_eq!(format!("{lazy:?}"), format!("{eager:?}"));
         Some(took)
+    }
+
+    /// What [`Check`] finds in `text`, or `None` when it refuses it.
+    fn checked(text: &str) -> Option<Found> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let found = serde::Deserializer::deserialize_map(&mut de, Check { depth: 1 }).ok()?;
+        de.end().ok()?;
+        Some(found)
+    }
+
+    /// The byte reader takes the forms keel and Pulumi write, finding what
+    /// [`Check`] finds; everything else it leaves to [`Check`].
+    #[test]
+    fn the_plain_reader_takes_the_common_forms_and_finds_what_check_finds() {
+        let sig = super::SIG_KEY;
+        let secret = super::super::property::SIG_SECRET;
+        let deep = |n: usize| format!("{{\"v\":{}1{}}}", "[".repeat(n), "]".repeat(n));
+        let taken = [
+            "{}".to_owned(),
+            r#"{"arn":"arn:sim:x","name":"r1","n":[0,-7,123456789012345678,true,false,null]}"#
+                .to_owned(),
+            "{\n  \"a\": {\n    \"b\": [\n      1,\n      \"\u{e9}\"\n    ]\n  },\r\t\"c\": {}\n}".to_owned(),
+            r#"{"b":1,"a":{"y":[],"x":{}},"b":2}"#.to_owned(),
+            format!(r#"{{"{sig}":"x","s":[{{"{sig}":"{secret}","ciphertext":"c"}}]}}"#),
+            deep(MAX_TEXT_DEPTH - 2),
+        ];
+        for text in &taken {
+            let plain = Plain::check(text);
+            assert!(plain.is_some(), "not taken: {text}");
+            assert_eq!(plain, checked(text), "{text}");
+        }
+        let left = [
+            r#"{"a":"\n"}"#,
+            r#"{"\u0061":1}"#,
+            r#"{"a":1.5}"#,
+            r#"{"a":1e3}"#,
+            r#"{"a":-0}"#,
+            r#"{"a":1234567890123456789}"#,
+            r#"{"a":01}"#,
+            "{\"a\":\"\u{1}\"}",
+            r#"{"a":1,}"#,
+            r#"{"a":[1,]}"#,
+            r#"{"a" 1}"#,
+            r#"{"a":1} x"#,
+            r#"["a"]"#,
+            r#"{"a":nul}"#,
+            r#"{"a":"open"#,
+        ];
+        for text in left.iter().copied().chain([deep(MAX_TEXT_DEPTH - 1).as_str()]) {
+            assert_eq!(Plain::check(text), None, "taken: {text}");
+        }
     }
 
     #[test]
@@ -1186,13 +1464,44 @@ mod tests {
     }
 
     proptest! {
+        /// The word-at-a-time search finds the byte a byte-at-a-time one
+        /// finds, wherever it sits and whatever lies around it.
+        #[test]
+        fn a_plain_string_stops_where_a_bytewise_search_stops(
+            bytes in proptest::collection::vec(
+                prop_oneof![
+                    Just(b'"'), Just(b'\\'), Just(0u8), Just(0x1f), Just(0x20),
+                    Just(0x21), Just(0x5b), Just(0x5d), Just(0x7f), Just(0x80), Just(0xa0), Just(0xff),
+                    any::<u8>(),
+                ],
+                0..40,
+            ),
+            plain in 0usize..40,
+        ) {
+            // Mostly plain bytes before the first flagged one.
+            let mut bytes = bytes;
+            for b in bytes.iter_mut().take(plain) {
+                if *b == b'"' || *b == b'\\' || *b < 0x20 {
+                    *b = b'a';
+                }
+            }
+            let want = bytes.iter().position(|&b| b == b'"' || b == b'\\' || b < 0x20);
+            prop_assert_eq!(stop(&bytes), want);
+        }
+    }
+
+    proptest! {
         #![proptest_config(ProptestConfig::with_cases(256))]
         #[test]
         fn lazy_and_eager_decodes_agree_on_any_map(
-            fields in proptest::collection::vec(("[a-d]{1,2}", json_value(4)), 0..6)
+            fields in proptest::collection::vec(("[a-d]{1,2}", json_value(4)), 0..6),
+            spaced in any::<bool>(),
         ) {
-            let fields: Vec<String> = fields.iter().map(|(k, v)| format!("{k:?}:{v}")).collect();
-            let text = format!("{{{}}}", fields.join(","));
+            // Compact as keel writes, or with whitespace between tokens.
+            let (colon, comma) = if spaced { (": ", ",\n  ") } else { (":", ",") };
+            let fields: Vec<String> =
+                fields.iter().map(|(k, v)| format!("{k:?}{colon}{v}")).collect();
+            let text = format!("{{{}}}", fields.join(comma));
             // Checked inside (`check_lazy` panics on any disagreement);
             // and what the lazy decode refuses, the eager one refuses
             // unless the text's nesting limit was the reason.
