@@ -694,7 +694,11 @@ fn stop(bytes: &[u8]) -> Option<usize> {
         }
     }
     let tail = bytes.len() - words.remainder().len();
-    words.remainder().iter().position(flagged).map(|at| tail + at)
+    words
+        .remainder()
+        .iter()
+        .position(flagged)
+        .map(|at| tail + at)
 }
 
 /// What [`Check`] found in a value.
@@ -1234,7 +1238,8 @@ mod tests {
             "{}".to_owned(),
             r#"{"arn":"arn:sim:x","name":"r1","n":[0,-7,123456789012345678,true,false,null]}"#
                 .to_owned(),
-            "{\n  \"a\": {\n    \"b\": [\n      1,\n      \"\u{e9}\"\n    ]\n  },\r\t\"c\": {}\n}".to_owned(),
+            "{\n  \"a\": {\n    \"b\": [\n      1,\n      \"\u{e9}\"\n    ]\n  },\r\t\"c\": {}\n}"
+                .to_owned(),
             r#"{"b":1,"a":{"y":[],"x":{}},"b":2}"#.to_owned(),
             format!(r#"{{"{sig}":"x","s":[{{"{sig}":"{secret}","ciphertext":"c"}}]}}"#),
             deep(MAX_TEXT_DEPTH - 2),
@@ -1261,7 +1266,11 @@ mod tests {
             r#"{"a":nul}"#,
             r#"{"a":"open"#,
         ];
-        for text in left.iter().copied().chain([deep(MAX_TEXT_DEPTH - 1).as_str()]) {
+        for text in left
+            .iter()
+            .copied()
+            .chain([deep(MAX_TEXT_DEPTH - 1).as_str()])
+        {
             assert_eq!(Plain::check(text), None, "taken: {text}");
         }
     }

@@ -1569,7 +1569,7 @@ impl Provider for PluginProvider {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::model::property::{SIG_KEY, SIG_SECRET};
     use prost_types::value::Kind;
@@ -1985,7 +1985,8 @@ mod tests {
 
     /// An in-process plugin that records what keel sends: the wiring of
     /// the calls (which RPC, which fields) without a real plugin.
-    mod fake {
+    /// A provider plugin served in process (also for `served`'s tests).
+    pub(in crate::grpc::plugin) mod fake {
         use std::sync::{Arc, Mutex};
 
         use tonic::{Request, Response, Status};
@@ -1994,7 +1995,7 @@ mod tests {
         use crate::grpc::pb::resource_provider_server::{ResourceProvider, ResourceProviderServer};
 
         #[derive(Default)]
-        pub(super) struct Seen {
+        pub(in crate::grpc::plugin) struct Seen {
             pub calls: Vec<&'static str>,
             pub configure: Option<pb::ConfigureRequest>,
             pub check: Option<pb::CheckRequest>,
@@ -2002,8 +2003,12 @@ mod tests {
         }
 
         #[derive(Clone, Default)]
-        pub(super) struct Fake {
+        pub(in crate::grpc::plugin) struct Fake {
             pub handshake: bool,
+            /// `Call` answers with a failure quoting its arguments (an
+            /// error when they have a `fail` key), as a careless plugin
+            /// might; unimplemented otherwise.
+            pub call_quotes: bool,
             /// `GetSchema`'s answer (unimplemented when `None`).
             pub schema: Option<String>,
             pub seen: Arc<Mutex<Seen>>,
@@ -2200,9 +2205,24 @@ mod tests {
             }
             async fn call(
                 &self,
-                _r: Request<pb::CallRequest>,
+                r: Request<pb::CallRequest>,
             ) -> std::result::Result<Response<pb::CallResponse>, Status> {
-                unimplemented()
+                if !self.call_quotes {
+                    return unimplemented();
+                }
+                let args = r.into_inner().args.unwrap_or_default();
+                if args.fields.contains_key("fail") {
+                    return Err(Status::invalid_argument(format!(
+                        "cannot call with {args:?}"
+                    )));
+                }
+                Ok(Response::new(pb::CallResponse {
+                    failures: vec![pb::CheckFailure {
+                        property: "password".into(),
+                        reason: format!("too weak in {args:?}"),
+                    }],
+                    ..Default::default()
+                }))
             }
             async fn get_plugin_info(
                 &self,
@@ -2215,7 +2235,7 @@ mod tests {
         }
 
         /// Serves `fake` on a free port; a channel to it.
-        pub(super) async fn serve(fake: Fake) -> tonic::transport::Channel {
+        pub(in crate::grpc::plugin) async fn serve(fake: Fake) -> tonic::transport::Channel {
             let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
                 .await
                 .unwrap();

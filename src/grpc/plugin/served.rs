@@ -550,6 +550,52 @@ mod tests {
         assert_eq!(message, "using key [secret]");
     }
 
+    /// A method's failures and errors are the plugin's words: the secrets
+    /// it was sent are masked in them.
+    #[tokio::test]
+    async fn a_methods_failures_never_carry_the_secrets_it_was_sent() {
+        use super::super::client::tests::fake;
+        use crate::model::property::Secret;
+        let f = fake::Fake {
+            call_quotes: true,
+            ..fake::Fake::default()
+        };
+        let provider = PluginProvider::connect("fake", fake::serve(f).await, None, None)
+            .await
+            .expect("connect");
+        let p = PluginServed::discovered("fake", DiscoveryEnv::default());
+        let running = Running {
+            process: Mutex::new(None),
+            provider,
+        };
+        assert!(p.running.set(Ok(running)).is_ok());
+        let password = PropertyValue::String("hunter2-keel-secret".into());
+        let mut args = PropertyMap::new();
+        args.insert(
+            "password".into(),
+            PropertyValue::Secret(Secret::plaintext(password)),
+        );
+        let call = |args: PropertyMap| CallRequest {
+            context: crate::provider::RemoteContext::default(),
+            token: "fake:index:Thing/rotate".into(),
+            args,
+            arg_dependencies: std::collections::BTreeMap::new(),
+        };
+        let result = p.call(call(args.clone())).await.expect("answered");
+        let [failure] = result.failures.as_slice() else {
+            panic!("one failure: {:?}", result.failures);
+        };
+        assert!(failure.contains("too weak"), "{failure}");
+        assert!(failure.contains("[secret]"), "{failure}");
+        assert!(!failure.contains("hunter2-keel-secret"), "{failure}");
+        args.insert("fail".into(), PropertyValue::Bool(true));
+        let err = p.call(call(args)).await.expect_err("refused");
+        let text = err.to_string();
+        assert!(text.contains("cannot call with"), "{text}");
+        assert!(text.contains("[secret]"), "{text}");
+        assert!(!text.contains("hunter2-keel-secret"), "{text}");
+    }
+
     #[tokio::test]
     async fn a_plugin_that_cannot_start_names_the_launch() {
         let p = PluginServed::python_dynamic("/nonexistent-keel-python", None);
