@@ -270,11 +270,22 @@ impl<'de> Deserialize<'de> for TypeToken {
     /// An empty string reads as the empty token (reported by the integrity
     /// verifier); anything else must be a valid token.
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let s = <std::borrow::Cow<'de, str>>::deserialize(d)?;
-        if s.is_empty() {
-            return Ok(Self::default());
+        // Looked at in place: a `Cow<str>` is read as an owned `String`
+        // (one allocation a state, for a token nearly always interned).
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = TypeToken;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a type token string")
+            }
+            fn visit_str<E: de::Error>(self, s: &str) -> std::result::Result<TypeToken, E> {
+                if s.is_empty() {
+                    return Ok(TypeToken::default());
+                }
+                interned(s, |i| &mut i.types, TypeToken::parse).map_err(E::custom)
+            }
         }
-        interned(&s, |i| &mut i.types, Self::parse).map_err(de::Error::custom)
+        d.deserialize_str(V)
     }
 }
 
