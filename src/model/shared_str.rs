@@ -178,15 +178,21 @@ impl SharedStr {
         }
         RECENT_TEXTS.with(|recent| {
             let mut recent = recent.borrow_mut();
+            // Most recent first, moved by swaps (`rotate_right` is a
+            // general rotation, dear for four slots and three calls a
+            // decoded state).
+            let to_front = |recent: &mut [Option<Arc<str>>; RECENT], i: usize| {
+                for j in (1..=i).rev() {
+                    recent.swap(j, j - 1);
+                }
+            };
             if let Some(i) = recent.iter().position(|r| r.as_deref() == Some(text)) {
-                let hit = recent[i].clone();
-                // Most recent first.
-                recent[..=i].rotate_right(1);
-                return Self(hit);
+                to_front(&mut recent, i);
+                return Self(recent[0].clone());
             }
             let new: Arc<str> = Arc::from(text);
-            recent.rotate_right(1);
-            recent[0] = Some(new.clone());
+            recent[RECENT - 1] = Some(new.clone());
+            to_front(&mut recent, RECENT - 1);
             Self(Some(new))
         })
     }
@@ -259,6 +265,16 @@ mod tests {
         // Escapes are decoded before the text is compared.
         let escaped: SharedStr = serde_json::from_str("\"a:\\u003a1\"").unwrap();
         assert!(escaped.shares_with(&decoded[7]));
+        // The least recently used text is the one forgotten: a hit
+        // counts as a use.
+        let texts = [
+            "g::1", "h::2", "i::3", "j::4", "g::1", "k::5", "g::1", "h::2",
+        ];
+        let decoded: Vec<SharedStr> = texts.iter().map(|t| SharedStr::recent(t)).collect();
+        assert!(decoded[4].shares_with(&decoded[0]));
+        assert!(decoded[6].shares_with(&decoded[0]));
+        assert!(!decoded[7].shares_with(&decoded[1]));
+        assert_eq!(decoded[7], decoded[1]);
         let empty: SharedStr = serde_json::from_str("\"\"").unwrap();
         assert_eq!(empty, SharedStr::new());
         assert!(serde_json::from_str::<SharedStr>("3").is_err());
