@@ -490,7 +490,7 @@ fn decode_checked(raw: &str) -> Entries {
 /// [`Check`] reads the text, also to say what is wrong with it.
 ///
 /// A load reads every state's maps this way; through `serde`'s visits
-/// the check was a sixth of a load's instructions.
+/// the check was about a seventh of a load's instructions.
 struct Plain<'t> {
     src: &'t str,
     text: &'t [u8],

@@ -167,8 +167,8 @@ fn validate_type(s: &str) -> Result<()> {
     // One pass over the bytes; the checks are reported in a fixed order
     // whatever the position of the faults. `$`, `:` and ASCII whitespace
     // are single bytes that never occur inside a longer character; other
-    // whitespace is looked for only in text that is not ASCII (decoding
-    // characters was most of this check, run for every URN a load reads).
+    // whitespace is looked for only in text that is not ASCII (every URN
+    // a load reads is checked here; its characters need no decoding).
     let (mut dollar, mut space, mut empty_part) = (false, false, false);
     let (mut parts, mut part_len) = (1usize, 0usize);
     const SEPARATOR: u8 = TYPE_SEPARATOR as u8;
