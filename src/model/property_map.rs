@@ -592,41 +592,22 @@ impl<'t> Plain<'t> {
 
     fn array(&mut self, depth: usize) -> Option<Found> {
         let depth = Self::nested(depth)?;
-        self.at += 1;
         let mut found = Found::scalar("[]".len());
-        self.space();
-        if self.peek()? == b']' {
-            self.at += 1;
+        if self.opens_empty(b']')? {
             return Some(found);
         }
         loop {
-            let item = self.value(depth)?;
-            found.encoded = match (found.encoded, item.encoded) {
-                (Some(n), Some(m)) => Some(n + m + usize::from(found.entries)),
-                _ => None,
-            };
-            found.entries = true;
-            found.signed |= item.signed;
-            found.ordered &= item.ordered;
-            self.space();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    return Some(found);
-                }
-                _ => return None,
+            found.item(&self.value(depth)?);
+            if self.closes(b']')? {
+                return Some(found);
             }
         }
     }
 
     fn object(&mut self, depth: usize) -> Option<Found> {
         let members = Self::nested(depth)?;
-        self.at += 1;
         let mut found = Found::scalar("{}".len());
-        self.space();
-        if self.peek()? == b'}' {
-            self.at += 1;
+        if self.opens_empty(b'}')? {
             return Some(found);
         }
         let mut last: Option<&str> = None;
@@ -635,29 +616,40 @@ impl<'t> Plain<'t> {
             if self.peek()? != b'"' {
                 return None;
             }
-            let key = self.string()?;
+            let text = self.string()?;
             self.eat(b':')?;
             let value = self.value(members)?;
-            let ordered = last.is_none_or(|before| before < key);
-            found.encoded = match (found.encoded, value.encoded) {
-                (Some(n), Some(v)) if ordered => {
-                    Some(n + key.len() + 3 + v + usize::from(found.entries))
-                }
-                _ => None,
+            let key = Key {
+                sig: text == SIG_KEY,
+                text: Some(text),
             };
-            last = Some(key);
-            found.entries = true;
-            found.ordered &= ordered && value.ordered;
-            found.signed |= value.signed || (key == SIG_KEY && depth > 1);
-            self.space();
-            match self.peek()? {
-                b',' => self.at += 1,
-                b'}' => {
-                    self.at += 1;
-                    return Some(found);
-                }
-                _ => return None,
+            found.member(last, &key, &value, depth > 1);
+            last = Some(text);
+            if self.closes(b'}')? {
+                return Some(found);
             }
+        }
+    }
+
+    /// Takes an array's or object's opening bracket; whether `close`
+    /// follows at once (taken too).
+    fn opens_empty(&mut self, close: u8) -> Option<bool> {
+        self.at += 1;
+        self.space();
+        let empty = self.peek()? == close;
+        self.at += usize::from(empty);
+        Some(empty)
+    }
+
+    /// Takes the comma (`false`) or the `close` (`true`) after a member.
+    fn closes(&mut self, close: u8) -> Option<bool> {
+        self.space();
+        let byte = self.peek()?;
+        self.at += 1;
+        match byte {
+            b',' => Some(false),
+            _ if byte == close => Some(true),
+            _ => None,
         }
     }
 
@@ -736,6 +728,44 @@ impl Found {
     }
 }
 
+impl Found {
+    /// Adds an array's next item.
+    fn item(&mut self, item: &Found) {
+        self.encoded = match (self.encoded, item.encoded) {
+            (Some(n), Some(m)) => Some(n + m + usize::from(self.entries)),
+            _ => None,
+        };
+        self.entries = true;
+        self.signed |= item.signed;
+        self.ordered &= item.ordered;
+    }
+
+    /// Adds an object's next member: `key` and its `value`, after the key
+    /// `last` (`None` for the first, or one read with an escape); `below`
+    /// when the object is not the map itself.
+    fn member(&mut self, last: Option<&str>, key: &Key<'_>, value: &Found, below: bool) {
+        // A key read without an escape, after the one before it in
+        // order: written alike (`"key":value`, after a comma).
+        let ordered = match (last, key.text) {
+            (None, Some(_)) => true,
+            (Some(before), Some(k)) => before < k,
+            (_, None) => false,
+        };
+        self.encoded = match (self.encoded, key.text, value.encoded) {
+            (Some(n), Some(k), Some(v)) if ordered => {
+                Some(n + k.len() + 3 + v + usize::from(self.entries))
+            }
+            _ => None,
+        };
+        self.entries = true;
+        self.ordered &= ordered && value.ordered;
+        // A signature key in the map itself is a plain key (the map's
+        // decode reads it as one); below, it makes the object a signed
+        // value.
+        self.signed |= value.signed || (key.sig && below);
+    }
+}
+
 /// The number of decimal digits of `n`.
 fn digits(n: u64) -> usize {
     n.checked_ilog10().map_or(1, |d| d as usize + 1)
@@ -805,13 +835,7 @@ impl<'de> serde::de::Visitor<'de> for Check {
         let depth = self.nested::<A::Error>()?;
         let mut found = Found::scalar("[]".len());
         while let Some(item) = seq.next_element_seed(Check { depth })? {
-            found.encoded = match (found.encoded, item.encoded) {
-                (Some(n), Some(m)) => Some(n + m + usize::from(found.entries)),
-                _ => None,
-            };
-            found.entries = true;
-            found.signed |= item.signed;
-            found.ordered &= item.ordered;
+            found.item(&item);
         }
         Ok(found)
     }
@@ -822,26 +846,8 @@ impl<'de> serde::de::Visitor<'de> for Check {
         let mut last: Option<&'de str> = None;
         while let Some(key) = map.next_key_seed(IsSig)? {
             let value = map.next_value_seed(Check { depth })?;
-            // A key read without an escape, after the one before it in
-            // order: written alike (`"key":value`, after a comma).
-            let ordered = match (last, key.text) {
-                (None, Some(_)) => true,
-                (Some(before), Some(k)) => before < k,
-                (_, None) => false,
-            };
-            found.encoded = match (found.encoded, key.text, value.encoded) {
-                (Some(n), Some(k), Some(v)) if ordered => {
-                    Some(n + k.len() + 3 + v + usize::from(found.entries))
-                }
-                _ => None,
-            };
+            found.member(last, &key, &value, self.depth > 1);
             last = key.text;
-            found.entries = true;
-            found.ordered &= ordered && value.ordered;
-            // A signature key in the map itself is a plain key (the
-            // map's decode reads it as one); below, it makes the object
-            // a signed value.
-            found.signed |= value.signed || (key.sig && self.depth > 1);
         }
         Ok(found)
     }
