@@ -317,9 +317,60 @@ pub enum ReplayError {
 
 /// Encodes one entry as a framed record.
 pub fn encode(entry: &Entry<'_>) -> Vec<u8> {
-    let mut out = Vec::new();
+    encode_in(entry, Vec::new())
+}
+
+/// [`encode`] into `out` (empty, with whatever room it was given).
+fn encode_in(entry: &Entry<'_>, mut out: Vec<u8>) -> Vec<u8> {
     append_record(entry, &mut out);
     out
+}
+
+/// The room a journal gives its next record's buffer: a little more than
+/// the larger of its last two records (an operation's begin and end
+/// records alternate), at most [`RecordRoom::MAX`].
+///
+/// Each record is encoded into a buffer of its own (it is handed to the
+/// writer); one started empty grew by doubling, about nine reallocations
+/// (and copies) a record, 8 % of the instructions of a 20,000-resource
+/// `up` (`BENCHMARKS.md`, twentieth slice). A guess too small costs one
+/// doubling; too large, room freed once the record is written.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RecordRoom {
+    last: [usize; 2],
+}
+
+impl RecordRoom {
+    /// The most room a buffer is given up front (a larger record grows
+    /// its buffer as it is encoded): one huge record (a migration's) must
+    /// not make every later buffer huge.
+    pub const MAX: usize = 64 << 10;
+
+    /// The room for the next record.
+    pub fn next(&self) -> usize {
+        let larger = self.last[0].max(self.last[1]);
+        (larger + larger / 8).min(Self::MAX)
+    }
+
+    /// Records that a record of `len` bytes was encoded.
+    pub fn saw(&mut self, len: usize) {
+        self.last = [self.last[1], len];
+    }
+
+    /// [`encode_with`] into a buffer of [`RecordRoom::next`] bytes,
+    /// recording the record's length.
+    ///
+    /// # Errors
+    /// As [`encode_with`].
+    pub fn encode_with(
+        &mut self,
+        entry: &Entry<'_>,
+        crypter: &crate::secrets::Crypter,
+    ) -> Result<Vec<u8>, crate::secrets::SecretsError> {
+        let out = encode_sealed(entry, crypter, Vec::with_capacity(self.next()))?;
+        self.saw(out.len());
+        Ok(out)
+    }
 }
 
 /// Appends the records of `keep`s, each a sequence number and the base
@@ -369,7 +420,16 @@ pub fn encode_with(
     entry: &Entry<'_>,
     crypter: &crate::secrets::Crypter,
 ) -> Result<Vec<u8>, crate::secrets::SecretsError> {
-    if let Ok(plain) = crate::model::property::refusing_plaintexts(|| encode(entry)) {
+    encode_sealed(entry, crypter, Vec::new())
+}
+
+/// [`encode_with`] into `out` (empty, with whatever room it was given).
+fn encode_sealed(
+    entry: &Entry<'_>,
+    crypter: &crate::secrets::Crypter,
+    out: Vec<u8>,
+) -> Result<Vec<u8>, crate::secrets::SecretsError> {
+    if let Ok(plain) = crate::model::property::refusing_plaintexts(|| encode_in(entry, out)) {
         return Ok(plain);
     }
     if crypter.manager().is_none() {

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::backend::{write_base_with, StackPaths};
 use super::fs::IoCounters;
-use super::journal::{encode_keeps, encode_with, Entry, EntryState, Ref};
+use super::journal::{encode_keeps, encode_with, Entry, EntryState, RecordRoom, Ref};
 use super::{Ack, Change, Compaction, Mutation, PersistError, Persister, Result, SnapshotBuilder};
 use crate::model::Deployment;
 use crate::secrets::Crypter;
@@ -80,6 +80,8 @@ pub struct JournalPersister {
     /// The journal outgrew `compact_bytes`: [`Persister::upkeep`]
     /// compacts it before the next mutation.
     compact_due: bool,
+    /// The room the next record's buffer is given.
+    room: RecordRoom,
 }
 
 impl std::fmt::Debug for JournalPersister {
@@ -254,6 +256,7 @@ impl JournalPersister {
             dirty: false,
             compacted_mid: false,
             compact_due: false,
+            room: RecordRoom::default(),
         })
     }
 
@@ -386,8 +389,9 @@ impl Persister for JournalPersister {
             self.deferred.push((self.seq, kept));
             return ack(Ok(()));
         }
-        let crypter = &self.crypter;
-        let Some(encoded) = current.with_entry(self.seq + 1, m, |e| encode_with(e, crypter)) else {
+        let (crypter, room) = (&self.crypter, &mut self.room);
+        let Some(encoded) = current.with_entry(self.seq + 1, m, |e| room.encode_with(e, crypter))
+        else {
             return ack(Err(io_err(
                 &self.paths.journal,
                 "a mutation names a state the journal does not know (a bug in keel)",

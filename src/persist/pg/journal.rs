@@ -20,7 +20,7 @@ use super::lock::{compact, insert_records, PgLock};
 use crate::model::Deployment;
 use crate::persist::backend::{base_bytes, StackPaths};
 use crate::persist::fs::IoCounters;
-use crate::persist::journal::{encode_with, Entry, EntryState};
+use crate::persist::journal::{encode_with, Entry, EntryState, RecordRoom};
 use crate::persist::journal_file::JournalOptions;
 use crate::persist::{Ack, Compaction, Mutation, PersistError, Persister, Result, SnapshotBuilder};
 use crate::secrets::Crypter;
@@ -45,6 +45,8 @@ pub struct PgJournalPersister {
     /// The journal outgrew `compact_bytes`: [`Persister::upkeep`]
     /// compacts it before the next mutation.
     compact_due: bool,
+    /// The room the next record's buffer is given.
+    room: RecordRoom,
 }
 
 impl std::fmt::Debug for PgJournalPersister {
@@ -178,6 +180,7 @@ impl PgJournalPersister {
             broken: None,
             compact_due: false,
             crypter: Arc::default(),
+            room: RecordRoom::default(),
         })
     }
 
@@ -239,8 +242,9 @@ impl Persister for PgJournalPersister {
         if let Some(b) = &self.broken {
             return ack(Err(err(&self.paths, b)));
         }
-        let crypter = &self.crypter;
-        let Some(encoded) = current.with_entry(self.seq + 1, m, |e| encode_with(e, crypter)) else {
+        let (crypter, room) = (&self.crypter, &mut self.room);
+        let Some(encoded) = current.with_entry(self.seq + 1, m, |e| room.encode_with(e, crypter))
+        else {
             return ack(Err(err(
                 &self.paths,
                 "a mutation names a state the journal does not know (a bug in keel)",
