@@ -10,6 +10,7 @@ pub mod ambient;
 pub mod checkpoint;
 pub(crate) mod fasthash;
 pub mod integrity;
+pub(crate) mod json_write;
 mod keys;
 pub mod property;
 pub(crate) mod property_map;

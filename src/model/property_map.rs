@@ -667,30 +667,39 @@ impl<'t> Plain<'t> {
 /// `c` (and `w - 0x20*` of each byte below `0x20`); masked with `!w`'s top
 /// bits, the lowest set one is the first such byte (a borrow only moves
 /// upward, so the bytes above it may be flagged wrongly, never those
-/// below).
-fn stop(bytes: &[u8]) -> Option<usize> {
+/// below). The last word is the last eight bytes, overlapping bytes
+/// already found clean (which a borrow cannot reach from above).
+pub(crate) fn stop(bytes: &[u8]) -> Option<usize> {
     const ONES: u64 = u64::MAX / 0xff;
     const TOPS: u64 = ONES << 7;
-    let flagged = |b: &u8| *b == b'"' || *b == b'\\' || *b < 0x20;
-    let mut words = bytes.chunks_exact(8);
-    for (i, word) in words.by_ref().enumerate() {
-        let w = u64::from_le_bytes(word.try_into().unwrap_or_default());
+    let first = |at: usize| -> Option<usize> {
+        let word: [u8; 8] = bytes.get(at..at + 8)?.try_into().ok()?;
+        let w = u64::from_le_bytes(word);
         let quote = w ^ (ONES * u64::from(b'"'));
         let backslash = w ^ (ONES * u64::from(b'\\'));
         let hits = (quote.wrapping_sub(ONES) & !quote)
             | (backslash.wrapping_sub(ONES) & !backslash)
             | (w.wrapping_sub(ONES * 0x20) & !w);
         let hits = hits & TOPS;
-        if hits != 0 {
-            return Some(i * 8 + (hits.trailing_zeros() / 8) as usize);
-        }
+        (hits != 0).then(|| at + (hits.trailing_zeros() / 8) as usize)
+    };
+    let n = bytes.len();
+    if n < 8 {
+        return bytes
+            .iter()
+            .position(|b| *b == b'"' || *b == b'\\' || *b < 0x20);
     }
-    let tail = bytes.len() - words.remainder().len();
-    words
-        .remainder()
-        .iter()
-        .position(flagged)
-        .map(|at| tail + at)
+    let mut at = 0;
+    while at + 8 <= n {
+        if let Some(hit) = first(at) {
+            return Some(hit);
+        }
+        at += 8;
+    }
+    if at < n {
+        return first(n - 8);
+    }
+    None
 }
 
 /// What [`Check`] found in a value.

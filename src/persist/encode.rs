@@ -122,7 +122,8 @@ fn encode_chunk(chunk: &[State]) -> std::io::Result<Vec<u8>> {
         if i > 0 {
             out.push(b',');
         }
-        with_raw_writes(|| serde_json::to_writer(&mut out, s)).map_err(std::io::Error::from)?;
+        with_raw_writes(|| crate::model::json_write::append(&mut out, s))
+            .map_err(std::io::Error::from)?;
     }
     Ok(out)
 }

@@ -394,8 +394,9 @@ fn append_record(payload: &impl Serialize, out: &mut Vec<u8>) {
     out.extend_from_slice(&[0; HEADER]);
     // Serializing an entry into memory cannot fail (string keys, finite
     // numbers); were it to, the payload is empty, as it always was.
-    let written =
-        crate::model::property_map::with_raw_writes(|| serde_json::to_writer(&mut *out, payload));
+    let written = crate::model::property_map::with_raw_writes(|| {
+        crate::model::json_write::append(&mut *out, payload)
+    });
     if written.is_err() {
         out.truncate(start + HEADER);
     }
