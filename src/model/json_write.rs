@@ -827,6 +827,89 @@ mod tests {
         assert!(states > 100, "the fixtures' states were read ({states})");
     }
 
+    /// A state with every key set (null, empty or odd where a key can
+    /// be) and every kind of property value, decoded and written both
+    /// ways, alone and in the records a create writes.
+    #[test]
+    fn a_state_with_every_key_and_every_value_kind_is_written_as_serde_json_writes_it() {
+        use crate::model::property::{
+            SIG_ARCHIVE, SIG_ASSET, SIG_KEY, SIG_OUTPUT_VALUE, SIG_RESOURCE_REFERENCE, SIG_SECRET,
+            UNKNOWN_VALUE,
+        };
+        use crate::model::property_map::with_raw_writes;
+        use crate::model::State;
+        let urn = "urn:pulumi:dev::p::aws:s3/bucket:Bucket::b";
+        let values = serde_json::json!({
+            "asset": {SIG_KEY: SIG_ASSET, "hash": "h", "text": "t\n\u{1}"},
+            "archive": {SIG_KEY: SIG_ARCHIVE, "assets": {"a": {SIG_KEY: SIG_ASSET, "path": "p"}}},
+            "big": 18446744073709551615u64,
+            "computed": UNKNOWN_VALUE,
+            "empty": {},
+            "float": 0.1,
+            "list": [1, -2, 2.5e-300, true, null, "\"quoted\""],
+            "negative": -9007199254740993i64,
+            "output": {SIG_KEY: SIG_OUTPUT_VALUE, "secret": true, "value": "v",
+                       "dependencies": [urn]},
+            "ref": {SIG_KEY: SIG_RESOURCE_REFERENCE, "urn": urn, "id": "i", "packageVersion": "1.0"},
+            "secret": {SIG_KEY: SIG_SECRET, "plaintext": "\"plain\""},
+            "sealed": {SIG_KEY: SIG_SECRET, "ciphertext": "v1:abc"},
+            "unicode": "é ☃ 😀 \u{7f}",
+        });
+        let mut state = serde_json::json!({
+            "urn": urn, "custom": true, "delete": true, "id": "i\t1", "type": "aws:s3/bucket:Bucket",
+            "inputs": values, "outputs": values, "parent": urn, "protect": true, "taint": true,
+            "external": true, "dependencies": [urn, urn], "initErrors": ["e\u{0}"],
+            "provider": "urn:pulumi:dev::p::pulumi:providers:aws::default::id",
+            "propertyDependencies": {"a": [urn], "b": null, "c": []},
+        });
+        let rest = serde_json::json!({
+            "pendingReplacement": true, "additionalSecretOutputs": ["s"], "aliases": [urn],
+            "customTimeouts": {"create": 300, "update": 1.5, "delete": 0},
+            "importID": "imp", "retainOnDelete": true, "deletedWith": urn, "replaceWith": [urn],
+            "created": "2026-12-06T09:00:00Z", "modified": null, "sourcePosition": "p.py:1",
+            "stackTrace": {"frames": [{"pc": "x"}]}, "ignoreChanges": ["a"], "hideDiff": ["b"],
+            "replaceOnChanges": ["c"], "replacementTrigger": values,
+            "refreshBeforeUpdate": true, "viewOf": urn, "resourceHooks": {"beforeCreate": ["h"]},
+            "extensionRef": null, "snippetID": "s1", "schemaVersion": 3,
+            "keelCategory": "data-source", "keelComposite": false, "keelAddress": "a[\"x\"]",
+            "somethingNew": {"kept": [1, "two"]},
+        });
+        let (Some(state_keys), serde_json::Value::Object(rest)) = (state.as_object_mut(), rest)
+        else {
+            unreachable!("two objects")
+        };
+        state_keys.extend(rest);
+        let text = serde_json::to_string(&state).expect("json");
+        let state: State = serde_json::from_str(&text).expect("a state");
+        let entries = [
+            crate::persist::journal::Entry::Begin {
+                seq: 1,
+                op: 2,
+                ty: crate::model::snapshot::OperationType::Creating,
+                state: crate::persist::journal::EntryState::Borrowed(&state),
+            },
+            crate::persist::journal::Entry::Success {
+                seq: 2,
+                op: 2,
+                change: crate::persist::journal::ChangeRecord::Write {
+                    old: None,
+                    mark_old_delete: false,
+                    state: crate::persist::journal::EntryState::Borrowed(&state),
+                },
+            },
+        ];
+        check(&state);
+        check(&entries);
+        with_raw_writes(|| {
+            check(&state);
+            check(&entries);
+        });
+        // Refusing plaintext secrets (as a journal's encode does), the
+        // plaintext one is refused: by serde_json, the same way.
+        let refused = crate::model::property::refusing_plaintexts(|| check_declined(&entries));
+        assert!(refused.is_err(), "the plaintext secret is refused");
+    }
+
     fn json() -> impl Strategy<Value = serde_json::Value> {
         let text = prop::collection::vec(
             prop::sample::select(vec![
