@@ -906,6 +906,62 @@ mod tests {
     /// exactly as without one; one with a plaintext secret is sealed: the
     /// plaintext is nowhere in the record, which reads back (its CRC holds)
     /// with the secret as ciphertext.
+    /// A record's room is a little more than the larger of the last two
+    /// records, capped; encoding into it gives [`encode_with`]'s bytes,
+    /// a secret sealed as there (the refused plaintext attempt, written
+    /// into the room, is dropped).
+    #[test]
+    fn a_records_room_follows_the_last_two_records() {
+        use crate::model::property::{PropertyValue, Secret};
+        let mut room = RecordRoom::default();
+        assert_eq!(room.next(), 0);
+        room.saw(800);
+        assert_eq!(room.next(), 900);
+        room.saw(400);
+        assert_eq!(room.next(), 900, "the larger of the last two");
+        room.saw(400);
+        assert_eq!(room.next(), 450);
+        room.saw(10 << 20);
+        assert_eq!(room.next(), RecordRoom::MAX);
+
+        let crypter = crate::secrets::Crypter::for_stack(
+            &crate::model::snapshot::SecretsProviders::default(),
+            Some("pw"),
+        )
+        .unwrap();
+        let mut state = State {
+            urn: crate::model::Urn::parse("urn:pulumi:s::p::sim:index:Bucket::b").unwrap(),
+            ..State::default()
+        };
+        state.inputs.insert("k".into(), PropertyValue::from("v"));
+        let mut room = RecordRoom::default();
+        for round in 0..3 {
+            let plain = Entry::Begin {
+                seq: round,
+                op: 7,
+                ty: OperationType::Creating,
+                state: EntryState::Borrowed(&state),
+            };
+            let bytes = room.encode_with(&plain, &crypter).unwrap();
+            assert_eq!(bytes, encode(&plain));
+        }
+        let hidden = "hunter2-never-on-disk";
+        state.inputs.insert(
+            "pw".into(),
+            PropertyValue::Secret(Secret::plaintext(PropertyValue::from(hidden))),
+        );
+        let secret = Entry::Begin {
+            seq: 9,
+            op: 7,
+            ty: OperationType::Creating,
+            state: EntryState::Borrowed(&state),
+        };
+        let sealed = room.encode_with(&secret, &crypter).unwrap();
+        assert!(memchr::memmem::find(&sealed, hidden.as_bytes()).is_none());
+        assert!(memchr::memmem::find(&sealed, b"ciphertext").is_some());
+        assert_eq!(decode(&sealed).unwrap().records.len(), 1);
+    }
+
     #[test]
     fn only_entries_with_secrets_are_sealed() {
         use crate::model::property::{PropertyValue, Secret};
