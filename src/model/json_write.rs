@@ -7,14 +7,17 @@
 //! call each); a state is about eighty strings. This writer checks eight
 //! bytes at a time for the bytes JSON escapes (a quote, a backslash, a
 //! control character: [`stop`]) and writes a plain string's quotes and
-//! body into the buffer directly. Everything else is `serde_json`'s: a
-//! number, the one escape it writes, is written by `serde_json` itself,
-//! and anything this writer does not take (a key that is not a string,
-//! bytes) abandons the attempt, and [`append`] writes the whole value with
-//! `serde_json` instead. So the bytes are `serde_json`'s by construction
-//! where this writer declines, and proven equal by the tests below
-//! (tables and a proptest of values, states and journal entries) where
-//! it writes.
+//! body into the buffer directly. Numbers are written by `serde_json`
+//! itself, and anything this writer does not take (a key that is not a
+//! string, bytes, a value's own error) abandons the attempt: [`append`]
+//! then writes the whole value with `serde_json` instead. So the bytes
+//! are `serde_json`'s by construction where this writer declines, and
+//! proven equal by the tests below (tables and a proptest of values,
+//! every fixture's states, journal entries) where it writes.
+//!
+//! A declined value is serialized twice. keel's `Serialize` impls have
+//! one side effect, the plaintext-refusal flag a secret sets
+//! (`property::refusing_plaintexts`), which the second pass sets again.
 
 use serde::ser::{self, Serialize};
 
