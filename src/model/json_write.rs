@@ -25,9 +25,14 @@ use super::property_map::stop;
 
 /// `serde_json`'s name for the struct a `RawValue` serializes as: its
 /// one field's string is written as it is (a map kept as its text). A
-/// test pins it: were `serde_json` to rename it, a raw value would be
-/// written as an object here, which the tests refuse.
+/// test pins it; were `serde_json` to rename it, the new name would
+/// still start with [`SERDE_JSON_TOKENS`] and be declined, so the value
+/// would be written by `serde_json`, only slower.
 const RAW_TOKEN: &str = "$serde_json::private::RawValue";
+
+/// How the names of `serde_json`'s own marker structs (a raw value, an
+/// arbitrary-precision number) start: any other such struct is declined.
+const SERDE_JSON_TOKENS: &str = "$serde_json::";
 
 /// Appends `value`'s compact JSON to `out`: exactly what
 /// `serde_json::to_writer(out, value)` appends.
@@ -364,6 +369,9 @@ impl<'a> ser::Serializer for Writer<'a> {
     fn serialize_struct(self, name: &'static str, len: usize) -> Result<Struct<'a>> {
         if name == RAW_TOKEN {
             return Ok(Struct::Raw(self.out));
+        }
+        if name.starts_with(SERDE_JSON_TOKENS) {
+            return Err(Declined);
         }
         Ok(Struct::Object(Compound::open(
             self.out,
@@ -766,11 +774,27 @@ mod tests {
             serde_json::value::RawValue::from_string(r#"{"a": [1, 2],"b":"c"}"#.into()).unwrap();
         check(&raw);
         check(&BTreeMap::from([("m", &raw)]));
-        // The name serde_json gives it (were it renamed, the text would be
-        // written as an object here, and this would fail).
+        // The name serde_json gives it (were it renamed, this writer would
+        // decline it, and this would fail).
         let mut out = Vec::new();
-        append(&mut out, &raw).unwrap();
+        assert!(raw.serialize(Writer { out: &mut out }).is_ok());
         assert_eq!(out, br#"{"a": [1, 2],"b":"c"}"#);
+        // Another serde_json marker (a renamed one) is left to serde_json.
+        struct Marker;
+        impl Serialize for Marker {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeStruct;
+                let mut m = s.serialize_struct("$serde_json::private::Renamed", 1)?;
+                m.serialize_field("$serde_json::private::Renamed", "{}")?;
+                m.end()
+            }
+        }
+        assert!(Marker
+            .serialize(Writer {
+                out: &mut Vec::new()
+            })
+            .is_err());
+        check_declined(&Marker);
     }
 
     #[test]
