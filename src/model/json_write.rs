@@ -394,57 +394,30 @@ impl<'a> ser::Serializer for Writer<'a> {
     }
 }
 
-impl ser::SerializeSeq for Compound<'_> {
-    type Ok = ();
-    type Error = Declined;
+/// The four array-like compounds: an element each, `]` at the end.
+macro_rules! array_like {
+    ($($trait:ident::$method:ident),* $(,)?) => {$(
+        impl ser::$trait for Compound<'_> {
+            type Ok = ();
+            type Error = Declined;
 
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result {
-        self.element(value)
-    }
+            fn $method<T: Serialize + ?Sized>(&mut self, value: &T) -> Result {
+                self.element(value)
+            }
 
-    fn end(self) -> Result {
-        self.close(b']')
-    }
+            fn end(self) -> Result {
+                self.close(b']')
+            }
+        }
+    )*};
 }
 
-impl ser::SerializeTuple for Compound<'_> {
-    type Ok = ();
-    type Error = Declined;
-
-    fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result {
-        self.element(value)
-    }
-
-    fn end(self) -> Result {
-        self.close(b']')
-    }
-}
-
-impl ser::SerializeTupleStruct for Compound<'_> {
-    type Ok = ();
-    type Error = Declined;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result {
-        self.element(value)
-    }
-
-    fn end(self) -> Result {
-        self.close(b']')
-    }
-}
-
-impl ser::SerializeTupleVariant for Compound<'_> {
-    type Ok = ();
-    type Error = Declined;
-
-    fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result {
-        self.element(value)
-    }
-
-    fn end(self) -> Result {
-        self.close(b']')
-    }
-}
+array_like!(
+    SerializeSeq::serialize_element,
+    SerializeTuple::serialize_element,
+    SerializeTupleStruct::serialize_field,
+    SerializeTupleVariant::serialize_field,
+);
 
 impl ser::SerializeMap for Compound<'_> {
     type Ok = ();

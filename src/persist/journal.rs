@@ -924,16 +924,7 @@ mod tests {
         room.saw(10 << 20);
         assert_eq!(room.next(), RecordRoom::MAX);
 
-        let crypter = crate::secrets::Crypter::for_stack(
-            &crate::model::snapshot::SecretsProviders::default(),
-            Some("pw"),
-        )
-        .unwrap();
-        let mut state = State {
-            urn: crate::model::Urn::parse("urn:pulumi:s::p::sim:index:Bucket::b").unwrap(),
-            ..State::default()
-        };
-        state.inputs.insert("k".into(), PropertyValue::from("v"));
+        let (crypter, mut state) = sealing();
         let mut room = RecordRoom::default();
         for round in 0..3 {
             let plain = Entry::Begin {
@@ -962,9 +953,9 @@ mod tests {
         assert_eq!(decode(&sealed).unwrap().records.len(), 1);
     }
 
-    #[test]
-    fn only_entries_with_secrets_are_sealed() {
-        use crate::model::property::{PropertyValue, Secret};
+    /// A crypter with a passphrase, and a state with one plain input
+    /// (`k` = `v`): what the sealing tests start from.
+    fn sealing() -> (crate::secrets::Crypter, State) {
         let crypter = crate::secrets::Crypter::for_stack(
             &crate::model::snapshot::SecretsProviders::default(),
             Some("pw"),
@@ -974,7 +965,16 @@ mod tests {
             urn: crate::model::Urn::parse("urn:pulumi:s::p::sim:index:Bucket::b").unwrap(),
             ..State::default()
         };
-        state.inputs.insert("k".into(), PropertyValue::from("v"));
+        state
+            .inputs
+            .insert("k".into(), crate::model::property::PropertyValue::from("v"));
+        (crypter, state)
+    }
+
+    #[test]
+    fn only_entries_with_secrets_are_sealed() {
+        use crate::model::property::{PropertyValue, Secret};
+        let (crypter, mut state) = sealing();
         let begin = |state: &State| Entry::Begin {
             seq: 1,
             op: 7,
