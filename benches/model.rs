@@ -142,10 +142,10 @@ fn synthetic(base: &Deployment, templates: &[State], n: usize, shape: Shape) -> 
                     *list = deps[..len].to_vec();
                 }
                 s.dependencies = deps;
-                s.aliases.clear();
-                s.deleted_with = Urn::default().into();
-                s.replace_with.clear();
-                s.view_of = Urn::default().into();
+                s.rare.edit(|r| r.aliases.clear());
+                s.rare.edit(|r| r.deleted_with = Urn::default().into());
+                s.rare.edit(|r| r.replace_with.clear());
+                s.rare.edit(|r| r.view_of = Urn::default().into());
                 s.pending_replacement = false;
                 s
             }

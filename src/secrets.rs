@@ -624,7 +624,7 @@ pub fn any_secret(d: &Deployment, pred: &dyn Fn(&Secret) -> bool) -> bool {
     let map =
         |m: &crate::model::PropertyMap| m.may_hold_signed() && m.values().any(|v| value(v, pred));
     let state =
-        |s: &State| map(&s.inputs) || map(&s.outputs) || value(&s.replacement_trigger, pred);
+        |s: &State| map(&s.inputs) || map(&s.outputs) || value(&s.rare.replacement_trigger, pred);
     d.resources.iter().any(state) || d.pending_operations.iter().any(|p| state(&p.resource))
 }
 
@@ -635,7 +635,11 @@ pub fn any_secret(d: &Deployment, pred: &dyn Fn(&Secret) -> bool) -> bool {
 pub fn walk_state(state: &mut State, f: &mut Visit<'_>) -> Result<(), SecretsError> {
     walk_map(&mut state.inputs, f)?;
     walk_map(&mut state.outputs, f)?;
-    match state.replacement_trigger.get_mut() {
+    match state
+        .rare
+        .get_mut()
+        .and_then(|r| r.replacement_trigger.get_mut())
+    {
         Some(v) => walk_value(v, f),
         None => Ok(()),
     }

@@ -217,7 +217,7 @@ async fn import_adopts_an_existing_object_and_never_creates_it() {
     assert_eq!((c.creates, c.deletes), (0, 0));
     let s = h.state_of("legacy");
     assert_eq!(
-        (s.id.as_str(), s.import_id.as_str()),
+        (s.id.as_str(), s.rare.import_id.as_str()),
         ("legacy-1", "legacy-1")
     );
     assert_eq!(s.outputs["arn"], "arn:legacy".into());

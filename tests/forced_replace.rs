@@ -166,9 +166,9 @@ async fn options_force_replaces_even_when_the_resource_followed_decides_late() {
     // The first update creates (no diff is asked).
     let first = update(Deployment::default(), v1.clone(), "the first update").await;
     let s = &first.snapshot;
-    assert_eq!(by_name(s, "app").replace_with, vec![urn("db")].into());
+    assert_eq!(by_name(s, "app").rare.replace_with, vec![urn("db")].into());
     assert_eq!(
-        by_name(s, "key").replacement_trigger,
+        by_name(s, "key").rare.replacement_trigger,
         PropertyValue::String("2026-11".into()).into(),
         "the trigger is recorded"
     );
@@ -206,7 +206,7 @@ async fn options_force_replaces_even_when_the_resource_followed_decides_late() {
     }
     assert_eq!(second.summary.count(StepKind::CreateReplacement), 4);
     assert_eq!(
-        by_name(s, "key").replacement_trigger,
+        by_name(s, "key").rare.replacement_trigger,
         PropertyValue::String("2026-12".into()).into()
     );
     // Every old half was deleted but logs': its delete is skipped because

@@ -128,7 +128,10 @@ async fn an_object_that_failed_to_initialise_is_kept_then_updated() {
     );
     let first = web(&outcome.snapshot);
     assert!(!first.id.is_empty(), "{first:?}");
-    assert_eq!(*first.init_errors, vec!["the instance is not healthy yet"]);
+    assert_eq!(
+        *first.rare.init_errors,
+        vec!["the instance is not healthy yet"]
+    );
     assert_eq!(cloud.counters().creates, 1);
 
     // Unchanged inputs: still an update, which clears the errors.
@@ -146,7 +149,7 @@ async fn an_object_that_failed_to_initialise_is_kept_then_updated() {
     assert_eq!(updates.load(Ordering::SeqCst), 1);
     let second = web(&outcome.snapshot);
     assert_eq!(second.id, first.id, "the same object");
-    assert!(second.init_errors.is_empty(), "{second:?}");
+    assert!(second.rare.init_errors.is_empty(), "{second:?}");
     assert_eq!(cloud.counters().creates, 1, "never made twice");
 
     // Healthy now: nothing to do.

@@ -53,7 +53,7 @@ fn a_well_formed_deployment_passes() {
     o.dependencies = vec![b.urn.clone()];
     o.property_dependencies
         .insert("x".into(), Some(vec![b.urn.clone()]));
-    o.deleted_with = b.urn.clone().into();
+    o.rare.edit(|r| r.deleted_with = b.urn.clone().into());
     let mut old_o = o.clone();
     old_o.delete = true;
     check(
@@ -189,14 +189,15 @@ fn each_rule_has_its_error() {
         |r| matches!(r, Err(IntegrityError::MissingDependency { kind, .. }) if kind.contains("`k`")),
     );
     let mut dw = bucket("d");
-    dw.deleted_with = a.urn.clone().into();
+    dw.rare.edit(|r| r.deleted_with = a.urn.clone().into());
     check(
         "missing deletedWith",
         vec![provider(), dw],
         |r| matches!(r, Err(IntegrityError::MissingDependency { kind, .. }) if kind == "deletedWith"),
     );
     let mut rw = bucket("r");
-    rw.replace_with = vec![a.urn.clone()].into();
+    rw.rare
+        .edit(|r| r.replace_with = vec![a.urn.clone()].into());
     check(
         "replaceWith after",
         vec![provider(), rw, a.clone()],

@@ -912,8 +912,8 @@ async fn drive_walk(
                     inputs: &request.inputs,
                     old_inputs: Some(&old.inputs),
                     old_outputs: Some(&old.outputs),
-                    ignore_changes: &old.ignore_changes,
-                    replace_on_changes: &old.replace_on_changes,
+                    ignore_changes: &old.rare.ignore_changes,
+                    replace_on_changes: &old.rare.replace_on_changes,
                     timeout: None,
                     preview,
                 })
@@ -993,8 +993,8 @@ async fn check_and_diff(
             inputs: &p.new.inputs,
             old_inputs: old.as_ref().map(|(_, _, inputs, _)| inputs),
             old_outputs: None,
-            ignore_changes: &p.new.ignore_changes,
-            replace_on_changes: &p.new.replace_on_changes,
+            ignore_changes: &p.new.rare.ignore_changes,
+            replace_on_changes: &p.new.rare.replace_on_changes,
             timeout: None,
             preview,
         };
@@ -1012,8 +1012,8 @@ async fn check_and_diff(
             inputs: &raw,
             old_inputs: None,
             old_outputs: None,
-            ignore_changes: &p.new.ignore_changes,
-            replace_on_changes: &p.new.replace_on_changes,
+            ignore_changes: &p.new.rare.ignore_changes,
+            replace_on_changes: &p.new.rare.replace_on_changes,
             timeout: None,
             preview,
         };
@@ -1051,8 +1051,8 @@ async fn check_and_diff(
         inputs: &p.new.inputs,
         old_inputs: Some(&old_inputs),
         old_outputs: Some(&old_outputs),
-        ignore_changes: &p.new.ignore_changes,
-        replace_on_changes: &p.new.replace_on_changes,
+        ignore_changes: &p.new.rare.ignore_changes,
+        replace_on_changes: &p.new.rare.replace_on_changes,
         timeout: None,
         preview,
     };

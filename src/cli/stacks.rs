@@ -284,7 +284,7 @@ pub fn rename_deployment(d: &Deployment, old: &str, new: &str) -> Deployment {
         .chain(d.pending_operations.iter().map(|p| &p.resource));
     let mut map = SuccessorMap::new();
     for s in states {
-        for u in std::iter::once(&s.urn).chain(&s.aliases) {
+        for u in std::iter::once(&s.urn).chain(&s.rare.aliases) {
             if let Some(n) = renamed(u, old, new) {
                 map.insert(u.clone(), n);
             }
@@ -296,7 +296,7 @@ pub fn rename_deployment(d: &Deployment, old: &str, new: &str) -> Deployment {
         if let Some(n) = map.get(&s.urn) {
             s.urn = n.clone();
         }
-        for a in &mut s.aliases {
+        for a in s.rare.get_mut().into_iter().flat_map(|r| &mut r.aliases) {
             if let Some(n) = map.get(a) {
                 *a = n.clone();
             }

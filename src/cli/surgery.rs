@@ -421,11 +421,12 @@ pub fn repair(d: &mut Deployment) -> Result<RepairReport, EditError> {
         for (k, kept) in prop_changes {
             r.property_dependencies.insert(k, Some(kept));
         }
-        if !r.deleted_with.is_empty() && !present.contains(&*r.deleted_with) {
-            drop("deletedWith", &r.deleted_with, &mut report);
-            r.deleted_with = Urn::default().into();
+        if !r.rare.deleted_with.is_empty() && !present.contains(&*r.rare.deleted_with) {
+            drop("deletedWith", &r.rare.deleted_with, &mut report);
+            r.rare.edit(|r| r.deleted_with = Rare::default());
         }
         let missing: Vec<Urn> = r
+            .rare
             .replace_with
             .iter()
             .filter(|u| !present.contains(*u))
@@ -435,9 +436,11 @@ pub fn repair(d: &mut Deployment) -> Result<RepairReport, EditError> {
             drop("replaceWith", u, &mut report);
         }
         if !missing.is_empty() {
-            if let Some(list) = r.replace_with.get_mut() {
-                list.retain(|u| present.contains(u));
-            }
+            r.rare.edit(|r| {
+                if let Some(list) = r.replace_with.get_mut() {
+                    list.retain(|u| present.contains(u));
+                }
+            });
         }
     }
     // A stable topological sort: of the resources whose references are
@@ -606,14 +609,14 @@ fn break_refs(s: &mut State, set: &HashSet<Urn>, out: &mut Vec<BrokenReference>)
             list.retain(|u| !set.contains(u));
         }
     }
-    if set.contains(&*s.deleted_with) {
-        note("deletedWith".into(), &s.deleted_with);
-        s.deleted_with = Urn::default().into();
+    if set.contains(&*s.rare.deleted_with) {
+        note("deletedWith".into(), &s.rare.deleted_with);
+        s.rare.edit(|r| r.deleted_with = Rare::default());
     }
-    for u in s.replace_with.iter().filter(|u| set.contains(*u)) {
+    for u in s.rare.replace_with.iter().filter(|u| set.contains(*u)) {
         note("replaceWith".into(), u);
     }
-    if let Some(list) = s.replace_with.get_mut() {
+    if let Some(list) = s.rare.get_mut().and_then(|r| r.replace_with.get_mut()) {
         list.retain(|u| !set.contains(u));
     }
 }
@@ -818,8 +821,10 @@ pub fn move_resources(
         }
         c.dependencies.clear();
         c.property_dependencies.clear();
-        c.deleted_with = Urn::default().into();
-        c.replace_with = Rare::default();
+        c.rare.edit(|r| {
+            r.deleted_with = Rare::default();
+            r.replace_with = Rare::default();
+        });
         to_add.push(c);
     }
     let mut moved_states = Vec::with_capacity(moving.len());
@@ -1013,7 +1018,7 @@ mod tests {
         assert_eq!(new.as_str(), u("c"));
         let b = &d.resources[3];
         assert_eq!(b.dependencies[0].as_str(), u("c"));
-        assert_eq!(b.deleted_with.as_str(), u("c"));
+        assert_eq!(b.rare.deleted_with.as_str(), u("c"));
         crate::model::integrity::verify(&d).unwrap();
         assert!(matches!(
             rename(&mut d, "dev", &u("c"), "b").unwrap_err(),

@@ -304,7 +304,7 @@ impl Chain {
 
         // aliases-in-result
         for d in &decoded {
-            if !d.state.aliases.is_empty() {
+            if !d.state.rare.aliases.is_empty() {
                 return Err(err(
                     Rule::AliasesInResult,
                     format!("returned resource {} carries aliases", d.state.urn),
@@ -542,7 +542,11 @@ pub(crate) fn normalized_eq(a: &State, b: &State) -> bool {
 fn normalize(s: &State) -> State {
     let mut c = s.clone();
     c.keys = Default::default();
-    c.custom_timeouts.keys = Default::default();
+    c.rare.edit(|r| {
+        if let Some(t) = r.custom_timeouts.get_mut() {
+            t.keys = Default::default();
+        }
+    });
     c
 }
 

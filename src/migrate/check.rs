@@ -107,19 +107,19 @@ impl<'a> Context<'a> {
 pub(crate) fn pre_callback(ctx: &Context<'_>) -> Result<()> {
     let member_urns: FastSet<&str> = ctx.all_members().map(|s| s.urn.as_str()).collect();
     for m in ctx.all_members() {
-        if !m.view_of.is_empty() {
+        if !m.rare.view_of.is_empty() {
             return Err(ctx.fail(
                 Rule::View,
-                format!("subtree member {} is a view of {}", m.urn, m.view_of),
+                format!("subtree member {} is a view of {}", m.urn, m.rare.view_of),
                 "migrations cannot involve resource views; remove the callbacks",
             ));
         }
     }
     for s in ctx.prior {
-        if !s.view_of.is_empty() && member_urns.contains(s.view_of.as_str()) {
+        if !s.rare.view_of.is_empty() && member_urns.contains(s.rare.view_of.as_str()) {
             return Err(ctx.fail(
                 Rule::View,
-                format!("{} is a view of subtree member {}", s.urn, s.view_of),
+                format!("{} is a view of subtree member {}", s.urn, s.rare.view_of),
                 "migrations cannot involve resource views; remove the callbacks",
             ));
         }
@@ -346,7 +346,7 @@ pub(crate) fn identity(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> 
             p_provider != r.provider
         }),
         (Rule::ExtensionChanged, "extensionRef", |p, r, _| {
-            p.extension_ref != r.extension_ref
+            p.rare.extension_ref != r.rare.extension_ref
         }),
         (Rule::OwnershipChanged, "external", |p, r, _| {
             p.external != r.external
@@ -417,7 +417,7 @@ pub(crate) fn identity(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()> 
                     && !o.id.is_empty()
                     && o.id == r.id
                     && provider_of(o) == r.provider
-                    && o.extension_ref == r.extension_ref
+                    && o.rare.extension_ref == r.rare.extension_ref
             })
             .collect()
     };
@@ -630,7 +630,7 @@ pub(crate) fn structure(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()>
             Rule::ResultView,
             "is a view",
             "do not return resource views",
-            &|r| !r.view_of.is_empty(),
+            &|r| !r.rare.view_of.is_empty(),
         ),
         (
             Rule::CustomWithoutId,
@@ -642,7 +642,10 @@ pub(crate) fn structure(ctx: &Context<'_>, outcome: &ChainOutcome) -> Result<()>
             Rule::UnknownExtension,
             "has an extensionRef that names no extension of the deployment",
             "refer only to the deployment's extensions",
-            &|r| !r.extension_ref.is_null() && !extension_known(ctx.extensions, &r.extension_ref),
+            &|r| {
+                !r.rare.extension_ref.is_null()
+                    && !extension_known(ctx.extensions, &r.rare.extension_ref)
+            },
         ),
     ];
     for (rule, what, hint, applies) in flag_rows {
@@ -925,7 +928,9 @@ mod tests {
             env.with_ctx(pre_callback).unwrap_err().rule,
             Rule::ClaimedByAlias
         );
-        env.prior[0].view_of = Urn::parse(&u("m:m:C$a:b:T::b")).unwrap().into();
+        env.prior[0]
+            .rare
+            .edit(|r| r.view_of = Urn::parse(&u("m:m:C$a:b:T::b")).unwrap().into());
         assert_eq!(env.with_ctx(pre_callback).unwrap_err().rule, Rule::View);
     }
 

@@ -719,7 +719,7 @@ mod tests {
         for (reg, aliases, cb) in runs {
             let (list, _) = core(&prior, reg, aliases, &[cb]).unwrap().unwrap();
             let tier = list.iter().find(|s| s.urn.name() == "tier").unwrap();
-            assert!(tier.aliases.is_empty(), "{:?}", tier.aliases);
+            assert!(tier.rare.aliases.is_empty(), "{:?}", tier.rare.aliases);
         }
     }
 
@@ -735,7 +735,7 @@ mod tests {
         let pol = find(&list, "pol");
         assert_eq!(pol.urn.as_str(), POL);
         assert_eq!(pol.parent.as_str(), new);
-        assert_eq!(pol.deleted_with.as_str(), new);
+        assert_eq!(pol.rare.deleted_with.as_str(), new);
         let cache = find(&list, "cache");
         assert_eq!(cache.dependencies, vec![urn(&new)]);
         assert_eq!(

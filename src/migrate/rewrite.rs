@@ -97,11 +97,11 @@ pub(crate) fn rewrite_noting<'s>(
             None => unmapped.parent = Some(state.parent.as_str()),
         }
     }
-    if let Some(d) = map.get(&*state.deleted_with) {
-        edit!().deleted_with = d.clone().into();
+    if let Some(d) = map.get(&*state.rare.deleted_with) {
+        edit!().rare.edit(|r| r.deleted_with = d.clone().into());
     }
-    if let Some(v) = map.get(&*state.view_of) {
-        edit!().view_of = v.clone().into();
+    if let Some(v) = map.get(&*state.rare.view_of) {
+        edit!().rare.edit(|r| r.view_of = v.clone().into());
     }
     if let Some(deps) = map_list(&state.dependencies, map) {
         edit!().dependencies = deps;
@@ -113,8 +113,8 @@ pub(crate) fn rewrite_noting<'s>(
                 .insert(key.clone(), Some(mapped));
         }
     }
-    if let Some(rw) = map_list(&state.replace_with, map) {
-        edit!().replace_with = rw.into();
+    if let Some(rw) = map_list(&state.rare.replace_with, map) {
+        edit!().rare.edit(|r| r.replace_with = rw.into());
     }
     if unmapped.provider != Some(state.provider.as_str()) {
         match rewrite_provider(&state.provider, map, identity) {
@@ -128,8 +128,8 @@ pub(crate) fn rewrite_noting<'s>(
     if let Some(m) = rewrite_map(&state.outputs, map, identity) {
         edit!().outputs = m;
     }
-    if let Some(v) = rewrite_value(&state.replacement_trigger, map, identity) {
-        edit!().replacement_trigger = v.into();
+    if let Some(v) = rewrite_value(&state.rare.replacement_trigger, map, identity) {
+        edit!().rare.edit(|r| r.replacement_trigger = v.into());
     }
     out
 }

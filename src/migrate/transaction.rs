@@ -231,14 +231,16 @@ pub(crate) fn copy_commit_fields(from: &State, into: &mut State) {
     into.dependencies.clone_from(&from.dependencies);
     into.property_dependencies
         .clone_from(&from.property_dependencies);
-    into.deleted_with.clone_from(&from.deleted_with);
-    into.replace_with.clone_from(&from.replace_with);
-    into.view_of.clone_from(&from.view_of);
+    into.rare.edit(|r| {
+        r.deleted_with.clone_from(&from.rare.deleted_with);
+        r.replace_with.clone_from(&from.rare.replace_with);
+        r.view_of.clone_from(&from.rare.view_of);
+        r.replacement_trigger
+            .clone_from(&from.rare.replacement_trigger);
+    });
     into.provider.clone_from(&from.provider);
     into.inputs.clone_from(&from.inputs);
     into.outputs.clone_from(&from.outputs);
-    into.replacement_trigger
-        .clone_from(&from.replacement_trigger);
 }
 
 /// A member of the candidate list.

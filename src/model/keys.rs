@@ -179,30 +179,97 @@ impl Visitor<'_> for KeySeed {
 /// Declares a presence-preserving JSON object type (see the module doc).
 ///
 /// Each field is `"jsonKey" => rust_name: Type`, optionally followed by
-/// `[always]` for keys that are written even when empty, or by
+/// `[always]` for keys that are written even when empty, by
 /// `[seed EXPR]` for a field read through a `DeserializeSeed` whose value
-/// is `Option<Type>` (`null` is `None`). Field types need
-/// `Default`, `Serialize`, `Deserialize` and [`JsonEmpty`].
+/// is `Option<Type>` (`null` is `None`), or by `[rare]` for a field kept in
+/// the object's rare box. Field types need `Default`, `Serialize`,
+/// `Deserialize` and [`JsonEmpty`].
+///
+/// An object with rare fields names the box's type after its fields
+/// (`rare StateRare;`): the fields almost no object sets live there, behind
+/// one [`Rare`](super::rare::Rare) pointer named `rare` that is null until
+/// one of them is set, so they cost the object one word. The JSON is the
+/// same either way: keys are written and read in the declared order,
+/// wherever a field lives.
 macro_rules! json_object {
     (
         $(#[$meta:meta])*
         $vis:vis struct $name:ident {
-            $(
-                $(#[$fmeta:meta])*
-                $key:literal => $field:ident : $ty:ty $([$($attr:tt)*])?,
-            )*
+            $($fields:tt)*
         }
+        $( $(#[$rmeta:meta])* rare $rname:ident; )?
+    ) => {
+        $crate::model::keys::json_object!(@split
+            [$(#[$meta])* $vis struct $name] [$($(#[$rmeta])* $rname)?] [] [] []
+            $($fields)*
+        );
+    };
+    // Sorts the fields into the object's own and the rare box's, keeping
+    // every field's key, type, attributes and place in one list.
+    (@split $head:tt $rare:tt [$($own:tt)*] [$($boxed:tt)*] [$($all:tt)*]
+        $(#[$fmeta:meta])* $key:literal => $field:ident : $ty:ty [rare], $($rest:tt)*
+    ) => {
+        $crate::model::keys::json_object!(@split $head $rare
+            [$($own)*]
+            [$($boxed)* $(#[$fmeta])* pub $field: $ty,]
+            [$($all)* ($key, $field, $ty, [], rare)]
+            $($rest)*
+        );
+    };
+    (@split $head:tt $rare:tt [$($own:tt)*] [$($boxed:tt)*] [$($all:tt)*]
+        $(#[$fmeta:meta])* $key:literal => $field:ident : $ty:ty $([$($attr:tt)*])?, $($rest:tt)*
+    ) => {
+        $crate::model::keys::json_object!(@split $head $rare
+            [$($own)* $(#[$fmeta])* pub $field: $ty,]
+            [$($boxed)*]
+            [$($all)* ($key, $field, $ty, [$($($attr)*)?], )]
+            $($rest)*
+        );
+    };
+    (@split [$(#[$meta:meta])* $vis:vis struct $name:ident] [] [$($own:tt)*] [] [$($all:tt)*]) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Default, PartialEq)]
+        $vis struct $name {
+            $($own)*
+            /// Which keys the JSON this was read from had, and which were null.
+            pub(crate) keys: $crate::model::keys::KeySet,
+            /// Keys keel does not model, kept verbatim and written back.
+            pub extra: $crate::model::keys::Extra,
+        }
+        $crate::model::keys::json_object!(@impl $name $($all)*);
+    };
+    (@split [$(#[$meta:meta])* $vis:vis struct $name:ident] [$(#[$rmeta:meta])* $rname:ident]
+        [$($own:tt)*] [$($boxed:tt)*] [$($all:tt)*]
     ) => {
         $(#[$meta])*
         #[derive(Clone, Debug, Default, PartialEq)]
         $vis struct $name {
-            $( $(#[$fmeta])* pub $field: $ty, )*
+            $($own)*
+            /// The fields almost no object sets, in one box (null while
+            /// every one of them is empty).
+            pub rare: $crate::model::rare::Rare<$rname>,
             /// Which keys the JSON this was read from had, and which were null.
             pub(crate) keys: $crate::model::keys::KeySet,
             /// Keys keel does not model, kept verbatim and written back.
             pub extra: $crate::model::keys::Extra,
         }
 
+        $(#[$rmeta])*
+        #[derive(Clone, Debug, Default, PartialEq)]
+        $vis struct $rname {
+            $($boxed)*
+        }
+
+        impl $crate::model::rare::RareValue for $rname {
+            fn empty() -> &'static Self {
+                static EMPTY: std::sync::LazyLock<$rname> = std::sync::LazyLock::new(Default::default);
+                &EMPTY
+            }
+        }
+
+        $crate::model::keys::json_object!(@impl $name $($all)*);
+    };
+    (@impl $name:ident $(($key:literal, $field:ident, $ty:ty, [$($attr:tt)*], $($at:ident)?))*) => {
         const _: () = {
             use serde::ser::SerializeMap as _;
             use $crate::model::keys::{FieldKey, JsonEmpty, KeySeed};
@@ -218,13 +285,13 @@ macro_rules! json_object {
                 /// Whether every field (and every unmodeled key) is equal,
                 /// regardless of which keys the source JSON had.
                 pub fn same_fields(&self, other: &Self) -> bool {
-                    $( self.$field == other.$field && )* self.extra == other.extra
+                    $( self.$($at.)?$field == other.$($at.)?$field && )* self.extra == other.extra
                 }
             }
 
             impl JsonEmpty for $name {
                 fn json_empty(&self) -> bool {
-                    $( self.$field.json_empty() && )* self.extra.is_empty()
+                    $( self.$($at.)?$field.json_empty() && )* self.extra.is_empty()
                 }
             }
 
@@ -233,13 +300,13 @@ macro_rules! json_object {
                     let mut m = s.serialize_map(None)?;
                     $(
                         let i = Field::$field as usize;
-                        let always = json_object!(@always $($($attr)*)?);
-                        let empty = self.$field.json_empty();
+                        let always = $crate::model::keys::json_object!(@always $($attr)*);
+                        let empty = self.$($at.)?$field.json_empty();
                         if always || self.keys.present(i) || !empty {
                             if empty && self.keys.null(i) {
                                 m.serialize_entry($key, &())?;
                             } else {
-                                m.serialize_entry($key, &self.$field)?;
+                                m.serialize_entry($key, &self.$($at.)?$field)?;
                             }
                         }
                     )*
@@ -270,13 +337,13 @@ macro_rules! json_object {
                                         next = i + 1;
                                         $(
                                             if i == Field::$field as usize {
-                                                match json_object!(@value map, $ty, $($($attr)*)?) {
+                                                match $crate::model::keys::json_object!(@value map, $ty, $($attr)*) {
                                                     Some(v) => {
-                                                        out.$field = v;
+                                                        $crate::model::keys::json_object!(@set out, $field, v, $($at)?);
                                                         out.keys.mark(i, false);
                                                     }
                                                     None => {
-                                                        out.$field = Default::default();
+                                                        $crate::model::keys::json_object!(@set out, $field, Default::default(), $($at)?);
                                                         out.keys.mark(i, true);
                                                     }
                                                 }
@@ -305,6 +372,16 @@ macro_rules! json_object {
     // `Option<$ty>` (`null` is `None`).
     (@value $map:ident, $ty:ty, seed $seed:expr) => { $map.next_value_seed($seed)? };
     (@value $map:ident, $ty:ty, $($attr:tt)*) => { $map.next_value::<Option<$ty>>()? };
+    // A field of the object itself.
+    (@set $out:ident, $field:ident, $v:expr, ) => { $out.$field = $v };
+    // A field of the rare box: an empty value leaves the box unallocated
+    // (the key set still records that the key was there).
+    (@set $out:ident, $field:ident, $v:expr, $at:ident) => {{
+        let v = $v;
+        if !JsonEmpty::json_empty(&v) {
+            $out.$at.edit(|r| r.$field = v);
+        }
+    }};
 }
 
 pub(crate) use json_object;

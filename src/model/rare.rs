@@ -27,6 +27,13 @@ pub trait RareValue: Default + PartialEq + 'static {
     fn empty() -> &'static Self;
 }
 
+/// A [`RareValue`] that is one field, so that a mutable dereference of
+/// its [`Rare`] may box it. A box of several fields (a `json_object!`'s
+/// rare box) is not one: it is written through [`Rare::edit`], so that a
+/// write of nothing (or a walk that changes nothing) leaves every state's
+/// box unallocated.
+pub trait RareField: RareValue {}
+
 macro_rules! rare_value {
     ($($t:ty => $e:expr),* $(,)?) => {$(
         impl RareValue for $t {
@@ -35,6 +42,7 @@ macro_rules! rare_value {
                 &EMPTY
             }
         }
+        impl RareField for $t {}
     )*};
 }
 
@@ -72,6 +80,36 @@ impl<T: RareValue> Rare<T> {
     pub fn get_mut(&mut self) -> Option<&mut T> {
         self.0.as_deref_mut()
     }
+
+    /// Whether the value is boxed (it was set and not tidied since).
+    pub fn is_boxed(&self) -> bool {
+        self.0.is_some()
+    }
+
+    /// Calls `f` on the value, and leaves it boxed only if it is then not
+    /// empty: an edit that sets nothing (or clears what was set) allocates
+    /// nothing and keeps nothing. A mutable dereference, by contrast,
+    /// boxes the value whatever is written; for a box of several fields,
+    /// `edit` is the way to write them.
+    pub fn edit<R>(&mut self, f: impl FnOnce(&mut T) -> R) -> R {
+        match &mut self.0 {
+            Some(b) => {
+                let r = f(b);
+                if **b == *T::empty() {
+                    self.0 = None;
+                }
+                r
+            }
+            None => {
+                let mut v = T::default();
+                let r = f(&mut v);
+                if v != *T::empty() {
+                    self.0 = Some(Box::new(v));
+                }
+                r
+            }
+        }
+    }
 }
 
 impl<T: RareValue> Deref for Rare<T> {
@@ -85,7 +123,7 @@ impl<T: RareValue> Deref for Rare<T> {
     }
 }
 
-impl<T: RareValue> DerefMut for Rare<T> {
+impl<T: RareField> DerefMut for Rare<T> {
     fn deref_mut(&mut self) -> &mut T {
         self.0.get_or_insert_with(Box::default)
     }
@@ -177,6 +215,27 @@ mod tests {
         let mut grown: Rare<Vec<String>> = Rare::default();
         grown.push("b".into());
         assert_eq!(grown.into_inner(), ["b"]);
+    }
+
+    #[test]
+    fn an_edit_keeps_a_box_only_for_a_value_that_is_not_empty() {
+        let mut r: Rare<Vec<String>> = Rare::default();
+        assert_eq!(r.edit(|v| v.len()), 0);
+        assert!(!r.is_boxed(), "an edit writing nothing allocates nothing");
+        r.edit(|v| v.push("a".into()));
+        assert!(r.is_boxed());
+        assert_eq!(*r, ["a"]);
+        r.edit(|v| v.push("b".into()));
+        assert_eq!(
+            *r,
+            ["a", "b"],
+            "an edit of a boxed value changes it in place"
+        );
+        r.edit(Vec::clear);
+        assert!(
+            !r.is_boxed(),
+            "an edit that empties the value drops its box"
+        );
     }
 
     #[test]

@@ -91,7 +91,7 @@ json_object! {
         /// Resources this one depends on.
         "dependencies" => dependencies: Vec<Urn>,
         /// Errors from a partially failed create.
-        "initErrors" => init_errors: Rare<Vec<String>>,
+        "initErrors" => init_errors: Rare<Vec<String>> [rare],
         /// The provider reference `<provider URN>::<ID>`, as written.
         "provider" => provider: SharedStr,
         /// Dependencies per input property (`null`, `[]` and absent distinct).
@@ -99,19 +99,19 @@ json_object! {
         /// Deleted as part of a delete-before-replace, awaiting its replacement.
         "pendingReplacement" => pending_replacement: bool,
         /// Output properties to treat as secret.
-        "additionalSecretOutputs" => additional_secret_outputs: Rare<Vec<String>>,
+        "additionalSecretOutputs" => additional_secret_outputs: Rare<Vec<String>> [rare],
         /// Former URNs of this resource.
-        "aliases" => aliases: Rare<Vec<Urn>>,
+        "aliases" => aliases: Rare<Vec<Urn>> [rare],
         /// Per-operation timeouts.
-        "customTimeouts" => custom_timeouts: Rare<CustomTimeouts>,
+        "customTimeouts" => custom_timeouts: Rare<CustomTimeouts> [rare],
         /// The ID this resource was imported from.
-        "importID" => import_id: Rare<String>,
+        "importID" => import_id: Rare<String> [rare],
         /// When set, deleting the resource leaves the physical object.
         "retainOnDelete" => retain_on_delete: bool,
         /// Skip this resource's delete when that resource is deleted too.
-        "deletedWith" => deleted_with: Rare<Urn>,
+        "deletedWith" => deleted_with: Rare<Urn> [rare],
         /// Replace this resource when that resource is replaced.
-        "replaceWith" => replace_with: Rare<Vec<Urn>>,
+        "replaceWith" => replace_with: Rare<Vec<Urn>> [rare],
         /// When the resource was created (RFC 3339, kept as written).
         "created" => created: SharedStr,
         /// When the resource was last modified (RFC 3339, kept as written).
@@ -119,25 +119,25 @@ json_object! {
         /// Where the program registered the resource.
         "sourcePosition" => source_position: String,
         /// The program's stack trace at registration (kept verbatim).
-        "stackTrace" => stack_trace: Rare<serde_json::Value>,
+        "stackTrace" => stack_trace: Rare<serde_json::Value> [rare],
         /// Input properties whose changes are ignored.
-        "ignoreChanges" => ignore_changes: Rare<Vec<String>>,
+        "ignoreChanges" => ignore_changes: Rare<Vec<String>> [rare],
         /// Properties whose diffs are hidden from display.
-        "hideDiff" => hide_diff: Rare<Vec<String>>,
+        "hideDiff" => hide_diff: Rare<Vec<String>> [rare],
         /// Input properties whose changes force a replace.
-        "replaceOnChanges" => replace_on_changes: Rare<Vec<String>>,
+        "replaceOnChanges" => replace_on_changes: Rare<Vec<String>> [rare],
         /// A value whose change forces a replace.
-        "replacementTrigger" => replacement_trigger: Rare<PropertyValue>,
+        "replacementTrigger" => replacement_trigger: Rare<PropertyValue> [rare],
         /// Refresh this resource before updating it.
         "refreshBeforeUpdate" => refresh_before_update: bool,
         /// The resource this one is a view of.
-        "viewOf" => view_of: Rare<Urn>,
+        "viewOf" => view_of: Rare<Urn> [rare],
         /// Resource hooks bound to this resource (kept verbatim).
-        "resourceHooks" => resource_hooks: Rare<serde_json::Value>,
+        "resourceHooks" => resource_hooks: Rare<serde_json::Value> [rare],
         /// Extension reference (kept verbatim).
-        "extensionRef" => extension_ref: Rare<serde_json::Value>,
+        "extensionRef" => extension_ref: Rare<serde_json::Value> [rare],
         /// The snippet this resource was generated from.
-        "snippetID" => snippet_id: Rare<String>,
+        "snippetID" => snippet_id: Rare<String> [rare],
         /// The schema version of the type this state was written with
         /// (`architecture.md` §8); 0 is omitted.
         "schemaVersion" => schema_version: u64,
@@ -151,11 +151,16 @@ json_object! {
         /// (`group["east"]/server["a"]`), when a program file declared it.
         "keelAddress" => keel_address: String,
     }
+    /// The fields of a [`State`] that almost no resource sets (aliases,
+    /// timeouts, hooks, stack traces, the `ignoreChanges`-style lists): one
+    /// pointer in every state, null until one of them is set, and each of
+    /// them one more (a [`Rare`]) inside it.
+    rare StateRare;
 }
 
 // Every state in memory pays this, and every copy: the fields almost no
-// resource sets are `Rare` (one word each) to keep it small.
-const _: () = assert!(std::mem::size_of::<State>() <= 512);
+// resource sets share one `Rare` box (one word in all) to keep it small.
+const _: () = assert!(std::mem::size_of::<State>() <= 336);
 
 /// The category of a state entry (unobin's state model): what lifecycle
 /// it has.
@@ -207,7 +212,7 @@ impl State {
     /// returned to the program as secrets. Names the outputs lack are
     /// skipped.
     pub fn mark_secret_outputs(&mut self) {
-        for name in &self.additional_secret_outputs {
+        for name in &self.rare.additional_secret_outputs {
             // Looked at first: the outputs may be shared with another
             // state, and a mutable look copies them.
             let plain = self
@@ -282,9 +287,10 @@ impl State {
                 .flatten()
                 .map(move |d| (Reference::PropertyDependency(k), d))
         });
-        let deleted_with = (!self.deleted_with.is_empty())
-            .then_some((Reference::DeletedWith, &*self.deleted_with));
+        let deleted_with = (!self.rare.deleted_with.is_empty())
+            .then_some((Reference::DeletedWith, &*self.rare.deleted_with));
         let replace_with = self
+            .rare
             .replace_with
             .iter()
             .map(|d| (Reference::ReplaceWith, d));
@@ -344,6 +350,40 @@ mod tests {
             "futureKey": {"x": [1, 2]}
         });
         assert_eq!(round_trip(j.clone()), j);
+    }
+
+    #[test]
+    fn the_rare_box_is_allocated_only_for_a_set_field_and_keys_keep_their_order() {
+        // Rare keys between the state's own, present but empty or null.
+        let text = concat!(
+            r#"{"urn":"urn:pulumi:d::p::a:b:C::n","custom":true,"type":"a:b:C","#,
+            r#""initErrors":[],"provider":"","aliases":null,"customTimeouts":{},"#,
+            r#""created":"2026-12-06T11:00:00Z","ignoreChanges":[],"viewOf":"","#,
+            r#""keelAddress":"x"}"#
+        );
+        let s: State = serde_json::from_str(text).unwrap();
+        assert!(
+            !s.rare.is_boxed(),
+            "empty and null rare keys allocate nothing"
+        );
+        assert_eq!(serde_json::to_string(&s).unwrap(), text);
+        // One set field boxes them, and is written in its place.
+        let set = text.replace(
+            r#""aliases":null"#,
+            r#""aliases":["urn:pulumi:d::p::a:b:C::m"]"#,
+        );
+        let s: State = serde_json::from_str(&set).unwrap();
+        assert!(s.rare.is_boxed());
+        assert_eq!(s.rare.aliases.len(), 1);
+        assert_eq!(serde_json::to_string(&s).unwrap(), set);
+        // Emptied through an edit, the box goes and the key stays as read.
+        let mut emptied = s.clone();
+        emptied.rare.edit(|r| r.aliases = Rare::default());
+        assert!(!emptied.rare.is_boxed());
+        assert!(serde_json::to_string(&emptied)
+            .unwrap()
+            .contains(r#""aliases":[]"#));
+        assert!(!s.same_fields(&emptied) && s.same_fields(&s.clone()));
     }
 
     #[test]

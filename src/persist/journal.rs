@@ -1223,7 +1223,11 @@ mod props {
             .chain(d.pending_operations.iter_mut().map(|p| &mut p.resource));
         for s in states {
             s.keys = Default::default();
-            s.custom_timeouts.keys = Default::default();
+            s.rare.edit(|r| {
+                if let Some(t) = r.custom_timeouts.get_mut() {
+                    t.keys = Default::default();
+                }
+            });
         }
         serde_json::to_value(d).unwrap()
     }

@@ -552,7 +552,10 @@ impl SnapshotBuilder {
 /// `NormalizeURNReferences`). Costs nothing when nothing was renamed.
 pub fn normalize_aliases(resources: &mut [State]) {
     use std::collections::HashSet;
-    if resources.iter().all(|s| s.delete || s.aliases.is_empty()) {
+    if resources
+        .iter()
+        .all(|s| s.delete || s.rare.aliases.is_empty())
+    {
         return;
     }
     let live: HashSet<&crate::model::Urn> = resources
@@ -564,7 +567,8 @@ pub fn normalize_aliases(resources: &mut [State]) {
         .iter()
         .filter(|s| !s.delete)
         .flat_map(|s| {
-            s.aliases
+            s.rare
+                .aliases
                 .iter()
                 .filter(|a| !live.contains(a))
                 .map(move |a| (a.clone(), s.urn.clone()))
@@ -586,10 +590,12 @@ pub fn normalize_aliases(resources: &mut [State]) {
         for list in s.property_dependencies.values_mut().flatten() {
             list.iter_mut().for_each(map);
         }
-        if !s.deleted_with.is_empty() {
-            map(&mut s.deleted_with);
+        if let Some(r) = s.rare.get_mut() {
+            if !r.deleted_with.is_empty() {
+                map(&mut r.deleted_with);
+            }
+            (&mut r.replace_with).into_iter().for_each(map);
         }
-        (&mut s.replace_with).into_iter().for_each(map);
         if let Ok(Some(r)) = s.provider_ref() {
             if let Some(n) = renamed.get(r.urn()) {
                 s.provider = format!("{n}::{}", r.id()).into();
@@ -605,8 +611,8 @@ pub(crate) fn referents(s: &State) -> impl Iterator<Item = crate::model::Urn> + 
     std::iter::once(&s.parent)
         .chain(&s.dependencies)
         .chain(s.property_dependencies.values().flatten().flatten())
-        .chain(std::iter::once(&*s.deleted_with))
-        .chain(&s.replace_with)
+        .chain(std::iter::once(&*s.rare.deleted_with))
+        .chain(&s.rare.replace_with)
         .cloned()
         .chain(provider)
         .filter(|u| !u.is_empty())
@@ -656,8 +662,8 @@ fn referent_strs<'a>(
     std::iter::once(&s.parent)
         .chain(&s.dependencies)
         .chain(s.property_dependencies.values().flatten().flatten())
-        .chain(std::iter::once(&*s.deleted_with))
-        .chain(&s.replace_with)
+        .chain(std::iter::once(&*s.rare.deleted_with))
+        .chain(&s.rare.replace_with)
         .map(crate::model::Urn::as_str)
         .chain(provider)
         .filter(|u| by_urn.contains_key(u))
@@ -752,11 +758,15 @@ pub fn drop_vanished(
         for list in s.property_dependencies.values_mut().flatten() {
             list.retain(|d| !gone(d));
         }
-        if gone(&s.deleted_with) {
-            s.deleted_with = crate::model::Urn::default().into();
-        }
-        if let Some(list) = s.replace_with.get_mut() {
-            list.retain(|d| !gone(d));
+        if s.rare.is_boxed() {
+            s.rare.edit(|r| {
+                if gone(&r.deleted_with) {
+                    r.deleted_with = Default::default();
+                }
+                if let Some(list) = r.replace_with.get_mut() {
+                    list.retain(|d| !gone(d));
+                }
+            });
         }
     }
 }

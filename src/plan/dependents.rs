@@ -91,7 +91,7 @@ impl DependentWalk {
         let Some((index, d)) = self.pending.take() else {
             return;
         };
-        let paths = parsed(&d.old.replace_on_changes);
+        let paths = parsed(&d.old.rare.replace_on_changes);
         let diff = diffs::apply_replace_on_changes(diff.clone(), &paths, &d.old.inputs, &d.inputs);
         if diff.kind == DiffKind::Replace {
             self.replace.insert(d.old.urn.clone());
@@ -130,8 +130,9 @@ impl DependentWalk {
         if provider_urn(&s.provider).is_some_and(|p| self.replace.contains(p)) {
             return Need::Yes;
         }
-        if (!s.deleted_with.as_str().is_empty() && self.replace.contains(&*s.deleted_with))
-            || s.replace_with.iter().any(|u| self.replace.contains(u))
+        if (!s.rare.deleted_with.as_str().is_empty()
+            && self.replace.contains(&*s.rare.deleted_with))
+            || s.rare.replace_with.iter().any(|u| self.replace.contains(u))
         {
             return Need::Yes;
         }
@@ -150,7 +151,7 @@ impl DependentWalk {
         }
         // What the dependent ignores keeps its old value when it registers
         // again, so it cannot force a replace.
-        for path in parsed(&s.ignore_changes) {
+        for path in parsed(&s.rare.ignore_changes) {
             path.reset(&s.inputs, &mut inputs);
         }
         let provider = if s.ty.is_provider() {

@@ -42,7 +42,7 @@ pub fn step_diff(step: &Step, detailed: bool) -> Option<StepDiff> {
                     d.detailed = provider_detailed(answer, &old, &old_outputs, &new.inputs);
                 }
             }
-            hide(&mut d, &new.hide_diff);
+            hide(&mut d, &new.rare.hide_diff);
             Some(d)
         }
         StepKind::Create | StepKind::Import if detailed => {

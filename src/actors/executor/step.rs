@@ -423,8 +423,8 @@ fn request<'a>(
         inputs: &s.inputs,
         old_inputs: old.map(|o| &o.inputs),
         old_outputs: old.map(|o| &o.outputs),
-        ignore_changes: &s.ignore_changes,
-        replace_on_changes: &s.replace_on_changes,
+        ignore_changes: &s.rare.ignore_changes,
+        replace_on_changes: &s.rare.replace_on_changes,
         timeout: (timeout > 0.0).then(|| std::time::Duration::from_secs_f64(timeout)),
         preview,
     }
@@ -641,7 +641,12 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                 hook(hooks, point, &new, prior_outputs, old.as_ref(), preview).await?;
                 let mut failures = Vec::new();
                 let (made, op) = loop {
-                    let req = request(&new, old.as_ref(), preview, new.custom_timeouts.update.0);
+                    let req = request(
+                        &new,
+                        old.as_ref(),
+                        preview,
+                        new.rare.custom_timeouts.update.0,
+                    );
                     let call = provider.update(req);
                     match bracket_made(shared, OperationType::Updating, &new, call).await {
                         Ok(v) => break v,
@@ -652,7 +657,8 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                     }
                 };
                 new.outputs = made.object.outputs;
-                new.init_errors = init_errors(made.init_failure.as_ref()).into();
+                let errors = init_errors(made.init_failure.as_ref());
+                new.rare.edit(|r| r.init_errors = errors.into());
                 new.mark_secret_outputs();
                 new.modified = stamp;
                 schema::stamp(&*provider, &mut new);
@@ -674,7 +680,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             // An init failure is never retried: the object exists, and a
             // second create would make another.
             let (made, op) = loop {
-                let req = request(&new, None, preview, new.custom_timeouts.create.0);
+                let req = request(&new, None, preview, new.rare.custom_timeouts.create.0);
                 let call = provider.create(req);
                 match bracket_made(shared, OperationType::Creating, &new, call).await {
                     Ok(v) => break v,
@@ -686,7 +692,8 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             };
             new.id = made.object.id;
             new.outputs = made.object.outputs;
-            new.init_errors = init_errors(made.init_failure.as_ref()).into();
+            let errors = init_errors(made.init_failure.as_ref());
+            new.rare.edit(|r| r.init_errors = errors.into());
             new.mark_secret_outputs();
             schema::stamp(&*provider, &mut new);
             if !preview {
@@ -732,7 +739,12 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             let by_name = step
                 .hooks
                 .is_none()
-                .then(|| shared.config.hooks_by_name.resolve(&old.resource_hooks))
+                .then(|| {
+                    shared
+                        .config
+                        .hooks_by_name
+                        .resolve(&old.rare.resource_hooks)
+                })
                 .flatten();
             let hooks = step.hooks.as_deref().or(by_name.as_ref());
             let outputs = Some(&old.outputs);
@@ -747,7 +759,7 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             .await?;
             let mut failures = Vec::new();
             let ((), op) = loop {
-                let req = request(&old, Some(&old), preview, old.custom_timeouts.delete.0);
+                let req = request(&old, Some(&old), preview, old.rare.custom_timeouts.delete.0);
                 match bracket(shared, OperationType::Deleting, &old, provider.delete(req)).await {
                     Ok(v) => break v,
                     Err(e) => {

@@ -446,9 +446,15 @@ impl Harness {
                 ("id", Some(v)) => s.id = v.to_owned(),
                 ("deps", v) => s.dependencies = self.refs(v)?,
                 ("provider", Some(v)) => provider = Some(self.provider_ref(v)?),
-                ("deleted-with", Some(v)) => s.deleted_with = self.resolve(v)?.into(),
-                ("replace-with", v) => s.replace_with = self.refs(v)?.into(),
-                ("trigger", Some(v)) => s.replacement_trigger = value(v).into(),
+                ("deleted-with", Some(v)) => {
+                    let d = self.resolve(v)?;
+                    s.rare.edit(|r| r.deleted_with = d.into());
+                }
+                ("replace-with", v) => {
+                    let list = self.refs(v)?;
+                    s.rare.edit(|r| r.replace_with = list.into());
+                }
+                ("trigger", Some(v)) => s.rare.edit(|r| r.replacement_trigger = value(v).into()),
                 ("protect", None) => s.protect = true,
                 ("retain", None) => s.retain_on_delete = true,
                 ("delete", None) => s.delete = true,

@@ -130,22 +130,20 @@ impl Planner {
         new.protect = goal.options.protect;
         new.retain_on_delete = goal.options.retain_on_delete;
         new.keel_address.clone_from(&goal.options.address);
-        new.deleted_with = goal.options.deleted_with.clone().unwrap_or_default().into();
-        new.custom_timeouts = goal
-            .options
-            .custom_timeouts
-            .clone()
-            .unwrap_or_default()
-            .into();
-        new.ignore_changes = goal.options.ignore_changes.clone().into();
-        new.replace_on_changes = goal.options.replace_on_changes.clone().into();
-        new.additional_secret_outputs = goal.options.additional_secret_outputs.clone().into();
-        new.replace_with = goal.options.replace_with.clone().into();
-        new.replacement_trigger = goal.options.replacement_trigger.clone().into();
-        new.hide_diff = goal.options.hide_diffs.clone().into();
-        if let Some(id) = &goal.options.import {
-            new.import_id = id.clone().into();
-        }
+        new.rare.edit(|r| {
+            let o = &goal.options;
+            r.deleted_with = o.deleted_with.clone().unwrap_or_default().into();
+            r.custom_timeouts = o.custom_timeouts.clone().unwrap_or_default().into();
+            r.ignore_changes = o.ignore_changes.clone().into();
+            r.replace_on_changes = o.replace_on_changes.clone().into();
+            r.additional_secret_outputs = o.additional_secret_outputs.clone().into();
+            r.replace_with = o.replace_with.clone().into();
+            r.replacement_trigger = o.replacement_trigger.clone().into();
+            r.hide_diff = o.hide_diffs.clone().into();
+            if let Some(id) = &o.import {
+                r.import_id = id.clone().into();
+            }
+        });
 
         // `ignoreChanges`: the old values go back into the inputs before
         // the provider sees them (Pulumi's `processIgnoreChanges`).
@@ -229,27 +227,29 @@ impl Planner {
                 // Found through an alias: record it, so snapshots written
                 // before the prior state's dependents re-register can point
                 // their references at the new URN (as Pulumi does).
-                new.aliases = vec![o.urn.clone()].into();
+                new.rare.edit(|r| r.aliases = vec![o.urn.clone()].into());
                 self.matched.insert(urn.clone(), o.urn.clone());
             }
             new.created = o.created.clone();
             new.modified = o.modified.clone();
-            new.import_id = o.import_id.clone();
             // What the program does not say is kept from the prior state.
             new.source_position.clone_from(&o.source_position);
-            new.stack_trace.clone_from(&o.stack_trace);
             new.refresh_before_update = o.refresh_before_update;
-            new.view_of.clone_from(&o.view_of);
-            new.resource_hooks.clone_from(&o.resource_hooks);
-            new.extension_ref.clone_from(&o.extension_ref);
-            new.snippet_id.clone_from(&o.snippet_id);
+            new.rare.edit(|r| {
+                r.import_id.clone_from(&o.rare.import_id);
+                r.stack_trace.clone_from(&o.rare.stack_trace);
+                r.view_of.clone_from(&o.rare.view_of);
+                r.resource_hooks.clone_from(&o.rare.resource_hooks);
+                r.extension_ref.clone_from(&o.rare.extension_ref);
+                r.snippet_id.clone_from(&o.rare.snippet_id);
+            });
             new.schema_version = o.schema_version;
             new.extra.clone_from(&o.extra);
         }
         // Hooks hosted by name (a Pulumi program's) are recorded as Pulumi
         // records them (none: none), so a later delete finds them.
         if let Some(names) = goal.options.hooks.names() {
-            new.resource_hooks = names.into();
+            new.rare.edit(|r| r.resource_hooks = names.into());
         }
         // Children multiply these into their own URNs: the prior URN this
         // resource was found under first, then every other it may have had.
@@ -442,7 +442,7 @@ impl Planner {
                 // An object that failed to initialise is updated even with
                 // unchanged inputs, so that its provider can finish it, as
                 // Pulumi does.
-                DiffKind::Same if !old.init_errors.is_empty() => DiffKind::Update,
+                DiffKind::Same if !old.rare.init_errors.is_empty() => DiffKind::Update,
                 kind => kind,
             }
         };
@@ -455,14 +455,20 @@ impl Planner {
     /// never triggers), a resource in `replaceWith` replaced in this
     /// operation, or its `deletedWith` resource replaced.
     fn forced_replace(&self, new: &State, old: &State) -> Option<&'static str> {
-        if trigger_changed(&new.replacement_trigger, &old.replacement_trigger) {
+        if trigger_changed(&new.rare.replacement_trigger, &old.rare.replacement_trigger) {
             return Some("replacementTrigger");
         }
-        if new.replace_with.iter().any(|u| self.replacing.contains(u)) {
+        if new
+            .rare
+            .replace_with
+            .iter()
+            .any(|u| self.replacing.contains(u))
+        {
             return Some("replaceWith");
         }
-        (!new.deleted_with.as_str().is_empty() && self.replacing.contains(&*new.deleted_with))
-            .then_some("deletedWith")
+        (!new.rare.deleted_with.as_str().is_empty()
+            && self.replacing.contains(&*new.rare.deleted_with))
+        .then_some("deletedWith")
     }
 
     /// A resource `p` must wait for before it can be decided: one it names
@@ -473,9 +479,10 @@ impl Planner {
             return None;
         }
         p.new
+            .rare
             .replace_with
             .iter()
-            .chain(std::iter::once(&*p.new.deleted_with))
+            .chain(std::iter::once(&*p.new.rare.deleted_with))
             .find(|u| self.undecided.contains(*u))
             .cloned()
     }
@@ -554,7 +561,8 @@ impl Planner {
                     // references to the old URN follow).
                     let mut kept = lock(&old_ref).clone();
                     if kept.urn != urn {
-                        kept.aliases = vec![kept.urn.clone()].into();
+                        let was = kept.urn.clone();
+                        kept.rare.edit(|r| r.aliases = vec![was].into());
                         kept.urn = urn.clone();
                     }
                     self.keep_references(&mut kept, &new)?;
@@ -579,8 +587,8 @@ impl Planner {
             if new.ty.is_provider() && new.id.is_empty() {
                 new.id = self.next_provider_id(&urn);
             }
-            let kind = if new.custom && !new.import_id.is_empty() {
-                new.id = (*new.import_id).clone();
+            let kind = if new.custom && !new.rare.import_id.is_empty() {
+                new.id = (*new.rare.import_id).clone();
                 StepKind::Import
             } else {
                 if new.custom && self.opts.pending_creates.contains(&urn) {
@@ -760,8 +768,10 @@ impl Planner {
             kept.dependencies.clone_from(&new.dependencies);
             kept.property_dependencies
                 .clone_from(&new.property_dependencies);
-            kept.deleted_with.clone_from(&new.deleted_with);
-            kept.replace_with.clone_from(&new.replace_with);
+            kept.rare.edit(|r| {
+                r.deleted_with.clone_from(&new.rare.deleted_with);
+                r.replace_with.clone_from(&new.rare.replace_with);
+            });
         }
         match (provider_urn(&kept.provider), provider_urn(&new.provider)) {
             (Some(old), Some(now)) if old == now => kept.provider.clone_from(&new.provider),
@@ -808,8 +818,8 @@ impl Planner {
                         .flatten()
                         .flatten()
                         .any(|d| reached.contains(d))
-                    || reached.contains(&*s.deleted_with)
-                    || s.replace_with.iter().any(|d| reached.contains(d))
+                    || reached.contains(&*s.rare.deleted_with)
+                    || s.rare.replace_with.iter().any(|d| reached.contains(d))
                     || provider_urn(&s.provider).is_some_and(|p| reached.contains(p));
                 if depends {
                     reached.insert(s.urn.clone());
@@ -886,7 +896,9 @@ impl Planner {
         new.id = goal.id.clone();
         new.external = true;
         new.keel_address.clone_from(&goal.address);
-        new.additional_secret_outputs = goal.additional_secret_outputs.clone().into();
+        let secret = goal.additional_secret_outputs.clone();
+        new.rare
+            .edit(|r| r.additional_secret_outputs = secret.into());
         let mut kind = StepKind::Read;
         if goal.action {
             new.mark_action();

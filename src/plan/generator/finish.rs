@@ -82,7 +82,8 @@ impl Planner {
                             || s.external
                             || !s.custom
                             || s.ty.is_provider()
-                            || (!s.deleted_with.is_empty() && deleted.contains(&*s.deleted_with));
+                            || (!s.rare.deleted_with.is_empty()
+                                && deleted.contains(&*s.rare.deleted_with));
                         step
                     })
                     .collect()

@@ -309,6 +309,28 @@ fn a_provider_resource_is_updated_or_replaced_as_its_provider_says() {
 }
 
 #[test]
+fn a_registration_boxes_the_rare_fields_only_when_it_sets_one() {
+    let prov = provider_state("default", "p1", serde_json::json!({}));
+    let old = bucket_state("a", &prov, serde_json::json!({"size": 1}));
+    let mut p = planner(vec![stack(), prov, old]);
+    // A new resource and one matched to its prior state, neither setting a
+    // rare option: every state of a plain stack stays without the box.
+    for name in ["new", "a"] {
+        let prepared = p
+            .prepare(&goal(name, serde_json::json!({"size": 2}), |_| {}))
+            .expect("prepare");
+        assert!(!prepared.new.rare.is_boxed(), "{name}");
+    }
+    let prepared = p
+        .prepare(&goal("c", serde_json::json!({}), |o| {
+            o.ignore_changes = vec!["size".into()];
+        }))
+        .expect("prepare");
+    assert!(prepared.new.rare.is_boxed());
+    assert_eq!(*prepared.new.rare.ignore_changes, ["size"]);
+}
+
+#[test]
 fn ignore_changes_keeps_old_values_and_replace_on_changes_replaces() {
     let prov = provider_state("default", "p1", serde_json::json!({}));
     let old = bucket_state(
@@ -389,11 +411,13 @@ fn delete_before_replace_walks_dependents_and_replaces_only_those_that_must_go()
     let e = with("e", &pdep("size", "d"));
     let f = with("f", &|s| s.dependencies.push(bucket_urn("d")));
     let mut g = with("g", &pdep("name", "a"));
-    g.ignore_changes = vec!["name".into()].into();
+    g.rare
+        .edit(|r| r.ignore_changes = vec!["name".into()].into());
     let mut i = with("i", &pdep("size", "a"));
-    i.replace_on_changes = vec!["size".into()].into();
+    i.rare
+        .edit(|r| r.replace_on_changes = vec!["size".into()].into());
     let mut k = with("k", &pdep("size", "c"));
-    k.deleted_with = bucket_urn("d").into();
+    k.rare.edit(|r| r.deleted_with = bucket_urn("d").into());
     let mut p = planner(vec![stack(), prov.clone(), a, b, c, d, e, f, g, i, k]);
     let prepared = p
         .prepare(&goal("a", serde_json::json!({"name": "a2"}), |_| {}))
