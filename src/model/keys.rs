@@ -374,14 +374,12 @@ macro_rules! json_object {
     (@value $map:ident, $ty:ty, $($attr:tt)*) => { $map.next_value::<Option<$ty>>()? };
     // A field of the object itself.
     (@set $out:ident, $field:ident, $v:expr, ) => { $out.$field = $v };
-    // A field of the rare box: an empty value leaves the box unallocated
-    // (the key set still records that the key was there).
-    (@set $out:ident, $field:ident, $v:expr, $at:ident) => {{
-        let v = $v;
-        if !JsonEmpty::json_empty(&v) {
-            $out.$at.edit(|r| r.$field = v);
-        }
-    }};
+    // A field of the rare box, written through `Rare::edit`: an empty
+    // value leaves the box unallocated (the key set still records that the
+    // key was there).
+    (@set $out:ident, $field:ident, $v:expr, $at:ident) => {
+        $out.$at.edit(|r| r.$field = $v)
+    };
 }
 
 pub(crate) use json_object;
