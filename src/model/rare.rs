@@ -1,13 +1,16 @@
-//! [`Rare`]: a state field that is empty on nearly every resource, held
-//! behind one pointer that is null while it is empty.
+//! [`Rare`]: a value that is empty on nearly every resource, held behind
+//! one pointer that is null while it is empty.
 //!
-//! `State` has a score of fields (aliases, timeouts, hooks, stack traces,
-//! the `ignoreChanges`-style lists) that almost no resource sets; inline
-//! they were about 40 % of its size, paid by every state in memory and by
-//! every copy. A `Rare<T>` is one word. It reads as a `T` (through
-//! `Deref`: an unset field reads as the shared empty value), compares,
-//! encodes and decodes as its `T` does, and allocates on the first
-//! mutable access.
+//! `State` has sixteen fields (aliases, timeouts, hooks, stack traces, the
+//! `ignoreChanges`-style lists) that almost no resource sets. Each is a
+//! `Rare<T>` (one word), and together they are a `StateRare` behind one
+//! more `Rare` in the state (`json_object!`'s `[rare]` fields), so a state
+//! that sets none of them pays one word for all sixteen. A `Rare<T>` reads
+//! as a `T` (through `Deref`: an unset value reads as the shared empty
+//! one), compares, encodes and decodes as its `T` does. A single field
+//! ([`RareField`]) also dereferences mutably, allocating on that first
+//! mutable access; a box of several fields is written only through
+//! [`Rare::edit`], which keeps the box only when something in it is set.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
