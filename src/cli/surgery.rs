@@ -423,7 +423,7 @@ pub fn repair(d: &mut Deployment) -> Result<RepairReport, EditError> {
         }
         if !r.rare.deleted_with.is_empty() && !present.contains(&*r.rare.deleted_with) {
             drop("deletedWith", &r.rare.deleted_with, &mut report);
-            r.rare.edit(|r| r.deleted_with = Rare::default());
+            r.rare.edit(|rare| rare.deleted_with = Rare::default());
         }
         let missing: Vec<Urn> = r
             .rare
@@ -436,8 +436,8 @@ pub fn repair(d: &mut Deployment) -> Result<RepairReport, EditError> {
             drop("replaceWith", u, &mut report);
         }
         if !missing.is_empty() {
-            r.rare.edit(|r| {
-                if let Some(list) = r.replace_with.get_mut() {
+            r.rare.edit(|rare| {
+                if let Some(list) = rare.replace_with.get_mut() {
                     list.retain(|u| present.contains(u));
                 }
             });
