@@ -541,12 +541,7 @@ pub(crate) fn normalized_eq(a: &State, b: &State) -> bool {
 /// A copy of `s` with its key presence forgotten (as keel would build it).
 fn normalize(s: &State) -> State {
     let mut c = s.clone();
-    c.keys = Default::default();
-    c.rare.edit(|r| {
-        if let Some(t) = r.custom_timeouts.get_mut() {
-            t.keys = Default::default();
-        }
-    });
+    c.forget_keys();
     c
 }
 

@@ -226,34 +226,28 @@ macro_rules! json_object {
             $($rest)*
         );
     };
-    (@split [$(#[$meta:meta])* $vis:vis struct $name:ident] [] [$($own:tt)*] [] [$($all:tt)*]) => {
-        $(#[$meta])*
-        #[derive(Clone, Debug, Default, PartialEq)]
-        $vis struct $name {
-            $($own)*
-            /// Which keys the JSON this was read from had, and which were null.
-            pub(crate) keys: $crate::model::keys::KeySet,
-            /// Keys keel does not model, kept verbatim and written back.
-            pub extra: $crate::model::keys::Extra,
-        }
-        $crate::model::keys::json_object!(@impl $name $($all)*);
-    };
-    (@split [$(#[$meta:meta])* $vis:vis struct $name:ident] [$(#[$rmeta:meta])* $rname:ident]
-        [$($own:tt)*] [$($boxed:tt)*] [$($all:tt)*]
+    (@split [$(#[$meta:meta])* $vis:vis struct $name:ident] [$($(#[$rmeta:meta])* $rname:ident)?]
+        [$($own:tt)*] $boxed:tt [$($all:tt)*]
     ) => {
         $(#[$meta])*
         #[derive(Clone, Debug, Default, PartialEq)]
         $vis struct $name {
             $($own)*
-            /// The fields almost no object sets, in one box (null while
-            /// every one of them is empty).
-            pub rare: $crate::model::rare::Rare<$rname>,
+            $(
+                /// The fields almost no object sets, in one box (null while
+                /// every one of them is empty).
+                pub rare: $crate::model::rare::Rare<$rname>,
+            )?
             /// Which keys the JSON this was read from had, and which were null.
             pub(crate) keys: $crate::model::keys::KeySet,
             /// Keys keel does not model, kept verbatim and written back.
             pub extra: $crate::model::keys::Extra,
         }
-
+        $( $crate::model::keys::json_object!(@box $(#[$rmeta])* $vis $rname $boxed); )?
+        $crate::model::keys::json_object!(@impl $name $($all)*);
+    };
+    // The rare box's type: its fields, and its shared empty value.
+    (@box $(#[$rmeta:meta])* $vis:vis $rname:ident [$($boxed:tt)*]) => {
         $(#[$rmeta])*
         #[derive(Clone, Debug, Default, PartialEq)]
         $vis struct $rname {
@@ -266,8 +260,6 @@ macro_rules! json_object {
                 &EMPTY
             }
         }
-
-        $crate::model::keys::json_object!(@impl $name $($all)*);
     };
     (@impl $name:ident $(($key:literal, $field:ident, $ty:ty, [$($attr:tt)*], $($at:ident)?))*) => {
         const _: () = {

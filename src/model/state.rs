@@ -206,6 +206,18 @@ impl std::fmt::Display for Category {
 }
 
 impl State {
+    /// Forgets which keys the JSON this state was read from had (its own
+    /// and its custom timeouts'), as if keel had built it: the state then
+    /// compares and encodes by its values alone.
+    pub(crate) fn forget_keys(&mut self) {
+        self.keys = Default::default();
+        self.rare.edit(|r| {
+            if let Some(t) = r.custom_timeouts.get_mut() {
+                t.keys = Default::default();
+            }
+        });
+    }
+
     /// Makes the outputs named in `additionalSecretOutputs` secrets (those
     /// that are not already), as Pulumi's engine does after every provider
     /// operation: they are then encrypted at rest, masked in output and

@@ -1222,12 +1222,7 @@ mod props {
             .iter_mut()
             .chain(d.pending_operations.iter_mut().map(|p| &mut p.resource));
         for s in states {
-            s.keys = Default::default();
-            s.rare.edit(|r| {
-                if let Some(t) = r.custom_timeouts.get_mut() {
-                    t.keys = Default::default();
-                }
-            });
+            s.forget_keys();
         }
         serde_json::to_value(d).unwrap()
     }

@@ -758,16 +758,14 @@ pub fn drop_vanished(
         for list in s.property_dependencies.values_mut().flatten() {
             list.retain(|d| !gone(d));
         }
-        if s.rare.is_boxed() {
-            s.rare.edit(|r| {
-                if gone(&r.deleted_with) {
-                    r.deleted_with = Default::default();
-                }
-                if let Some(list) = r.replace_with.get_mut() {
-                    list.retain(|d| !gone(d));
-                }
-            });
-        }
+        s.rare.edit(|r| {
+            if gone(&r.deleted_with) {
+                r.deleted_with = Default::default();
+            }
+            if let Some(list) = r.replace_with.get_mut() {
+                list.retain(|d| !gone(d));
+            }
+        });
     }
 }
 

@@ -657,8 +657,8 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
                     }
                 };
                 new.outputs = made.object.outputs;
-                let errors = init_errors(made.init_failure.as_ref());
-                new.rare.edit(|r| r.init_errors = errors.into());
+                new.rare
+                    .edit(|r| r.init_errors = init_errors(made.init_failure.as_ref()).into());
                 new.mark_secret_outputs();
                 new.modified = stamp;
                 schema::stamp(&*provider, &mut new);
@@ -692,8 +692,8 @@ async fn execute(shared: &ExecShared, step: Step) -> Result<Option<Registered>, 
             };
             new.id = made.object.id;
             new.outputs = made.object.outputs;
-            let errors = init_errors(made.init_failure.as_ref());
-            new.rare.edit(|r| r.init_errors = errors.into());
+            new.rare
+                .edit(|r| r.init_errors = init_errors(made.init_failure.as_ref()).into());
             new.mark_secret_outputs();
             schema::stamp(&*provider, &mut new);
             if !preview {

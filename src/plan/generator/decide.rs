@@ -896,9 +896,8 @@ impl Planner {
         new.id = goal.id.clone();
         new.external = true;
         new.keel_address.clone_from(&goal.address);
-        let secret = goal.additional_secret_outputs.clone();
         new.rare
-            .edit(|r| r.additional_secret_outputs = secret.into());
+            .edit(|r| r.additional_secret_outputs = goal.additional_secret_outputs.clone().into());
         let mut kind = StepKind::Read;
         if goal.action {
             new.mark_action();
