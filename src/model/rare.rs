@@ -165,7 +165,13 @@ impl<T: RareValue> From<T> for Rare<T> {
 
 impl<T: RareValue> PartialEq for Rare<T> {
     fn eq(&self, other: &Self) -> bool {
-        **self == **other
+        match (&self.0, &other.0) {
+            // Both unset: both the empty value, with nothing to compare
+            // (a box of several fields, unset, is compared field by field
+            // after every `edit`; this keeps that a check of pointers).
+            (None, None) => true,
+            _ => **self == **other,
+        }
     }
 }
 
