@@ -19,7 +19,7 @@ pub mod store;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use crate::model::fasthash::{FastMap, FastSet};
+use crate::model::fasthash::FastMap;
 use crate::model::snapshot::{OperationType, PendingOperation};
 use crate::model::step::{lock, StateRef};
 use crate::model::{Deployment, IntegrityError, PropertyMap, State};
@@ -618,11 +618,8 @@ pub(crate) fn referents(s: &State) -> impl Iterator<Item = crate::model::Urn> + 
         .filter(|u| !u.is_empty())
 }
 
-/// [`referents`] among `states` (`by_urn` indexes them), as borrowed
-/// URNs: a provider reference counts when its URN part names a provider
-/// state there (no parse, no copy: this runs for every state of every
-/// snapshot).
-/// The positions of the states with one URN (almost always one).
+/// The positions of the states with one URN (almost always one), in
+/// increasing order.
 enum Slots {
     One(usize),
     Many(Vec<usize>),
@@ -647,26 +644,26 @@ impl Slots {
 /// URN -> positions, for [`references_first`].
 type ByUrn<'a> = FastMap<&'a str, Slots>;
 
-fn referent_strs<'a>(
+/// [`referents`] among `states` (`by_urn` indexes them), as the
+/// positions of the states each names, in [`referents`]' order: a
+/// provider reference counts when its URN part names a provider state
+/// there. Each referent is looked up once, without a parse or a copy:
+/// this runs for every state of every snapshot.
+fn referent_slots<'a>(
     s: &'a State,
     by_urn: &'a ByUrn<'_>,
     states: &'a [State],
-) -> impl Iterator<Item = &'a str> + 'a {
+) -> impl Iterator<Item = &'a Slots> + 'a {
     let provider = crate::model::urn::rfind_separator(&s.provider)
-        .map(|i| &s.provider[..i])
-        .filter(|u| {
-            by_urn
-                .get(u)
-                .is_some_and(|js| js.as_slice().iter().any(|&j| states[j].ty.is_provider()))
-        });
+        .and_then(|i| by_urn.get(&s.provider[..i]))
+        .filter(|js| js.as_slice().iter().any(|&j| states[j].ty.is_provider()));
     std::iter::once(&s.parent)
         .chain(&s.dependencies)
         .chain(s.property_dependencies.values().flatten().flatten())
         .chain(std::iter::once(&*s.rare.deleted_with))
         .chain(&s.rare.replace_with)
-        .map(crate::model::Urn::as_str)
+        .filter_map(|u| by_urn.get(u.as_str()))
         .chain(provider)
-        .filter(|u| by_urn.contains_key(u))
 }
 
 /// A stable order in which every state comes after the states it refers to
@@ -686,12 +683,13 @@ pub fn references_first(states: &[State]) -> Option<Vec<usize>> {
             .and_modify(|at| at.push(i))
             .or_insert(Slots::One(i));
     }
-    let mut seen: FastSet<&str> =
-        FastSet::with_capacity_and_hasher(states.len(), Default::default());
-    let in_order = states.iter().all(|s| {
-        let ok = referent_strs(s, &by_urn, states).all(|r| seen.contains(r) || r == s.urn.as_str());
-        seen.insert(s.urn.as_str());
-        ok
+    // In order when each referent (but the state's own URN) has a state
+    // before this one: its first position comes earlier.
+    let in_order = states.iter().enumerate().all(|(i, s)| {
+        referent_slots(s, &by_urn, states).all(|js| {
+            let first = js.as_slice()[0];
+            first < i || states[first].urn == s.urn
+        })
     });
     if in_order {
         return None;
@@ -709,8 +707,7 @@ pub fn references_first(states: &[State]) -> Option<Vec<usize>> {
         let mut stack: Vec<(usize, Vec<usize>)> = Vec::new();
         let push = |i: usize, mark: &mut [u8], stack: &mut Vec<(usize, Vec<usize>)>| {
             mark[i] = OPEN;
-            let mut next: Vec<usize> = referent_strs(&states[i], &by_urn, states)
-                .filter_map(|r| by_urn.get(r))
+            let mut next: Vec<usize> = referent_slots(&states[i], &by_urn, states)
                 .flat_map(Slots::as_slice)
                 .copied()
                 .filter(|&j| j != i)
@@ -1020,5 +1017,95 @@ mod tests {
             })
             .unwrap();
         assert_eq!(d, expected);
+    }
+
+    /// A state named `r{name}`: a provider (type `pulumi:providers:aws`)
+    /// when `provider_ty`, with a parent, a provider reference and
+    /// dependencies (in that order) naming the states `r{n}` of `refs`.
+    fn referring(name: usize, provider_ty: bool, refs: &[usize]) -> State {
+        let urn_of = |n: usize, provider: bool| {
+            let ty = if provider {
+                "pulumi:providers:aws"
+            } else {
+                "aws:s3/bucket:Bucket"
+            };
+            Urn::parse(&format!("urn:pulumi:dev::app::{ty}::r{n}")).unwrap()
+        };
+        let mut s = state("x");
+        s.urn = urn_of(name, provider_ty);
+        if provider_ty {
+            s.ty = crate::model::TypeToken::parse("pulumi:providers:aws").unwrap();
+        }
+        let mut refs = refs.iter();
+        if let Some(&p) = refs.next() {
+            s.parent = urn_of(p, false);
+        }
+        if let Some(&p) = refs.next() {
+            s.provider = format!("{}::id", urn_of(p, true)).into();
+        }
+        s.dependencies = refs.map(|&d| urn_of(d, false)).collect();
+        s
+    }
+
+    /// Whether each state's referents that name a state of `states` (a
+    /// provider reference: a provider state) name one before it or its own
+    /// URN: what `references_first` answers `None` for, checked naively.
+    fn refers_back_only(states: &[State]) -> bool {
+        states.iter().enumerate().all(|(i, s)| {
+            let provider = crate::model::urn::rfind_separator(&s.provider)
+                .map(|at| s.provider[..at].to_owned())
+                .filter(|u| {
+                    states
+                        .iter()
+                        .any(|t| t.urn.as_str() == u && t.ty.is_provider())
+                });
+            std::iter::once(s.parent.as_str().to_owned())
+                .chain(s.dependencies.iter().map(|d| d.as_str().to_owned()))
+                .chain(provider)
+                .filter(|r| states.iter().any(|t| t.urn.as_str() == r))
+                .all(|r| r == s.urn.as_str() || states[..i].iter().any(|t| t.urn.as_str() == r))
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// `references_first` leaves an order alone exactly when every
+        /// state refers back only, and otherwise gives a permutation
+        /// that does (each state refers only to earlier ones or to URNs no
+        /// state has, then two states swap places, so an order exists).
+        #[test]
+        fn references_first_reorders_exactly_the_states_that_refer_forward(
+            specs in proptest::collection::vec(
+                (proptest::bool::weighted(0.2), proptest::collection::vec(0usize..16, 0..4)),
+                1..12,
+            ),
+            swap in (0usize..12, 0usize..12),
+        ) {
+            let mut states: Vec<State> = specs
+                .iter()
+                .enumerate()
+                .map(|(i, (provider, refs))| {
+                    let refs: Vec<usize> = refs
+                        .iter()
+                        .map(|&r| if i > 0 && r < 12 { r % i } else { r + 100 })
+                        .collect();
+                    referring(i, *provider, &refs)
+                })
+                .collect();
+            let (a, b) = (swap.0 % states.len(), swap.1 % states.len());
+            states.swap(a, b);
+            match references_first(&states) {
+                None => proptest::prop_assert!(refers_back_only(&states)),
+                Some(order) => {
+                    proptest::prop_assert!(!refers_back_only(&states));
+                    let mut sorted = order.clone();
+                    sorted.sort_unstable();
+                    proptest::prop_assert_eq!(sorted, (0..states.len()).collect::<Vec<_>>());
+                    let reordered: Vec<State> = order.iter().map(|&i| states[i].clone()).collect();
+                    proptest::prop_assert!(refers_back_only(&reordered), "{order:?}");
+                }
+            }
+        }
     }
 }
