@@ -683,14 +683,13 @@ pub fn references_first(states: &[State]) -> Option<Vec<usize>> {
             .and_modify(|at| at.push(i))
             .or_insert(Slots::One(i));
     }
-    // In order when each referent (but the state's own URN) has a state
-    // before this one: its first position comes earlier.
-    let in_order = states.iter().enumerate().all(|(i, s)| {
-        referent_slots(s, &by_urn, states).all(|js| {
-            let first = js.as_slice()[0];
-            first < i || states[first].urn == s.urn
-        })
-    });
+    // In order when each referent has a state before this one or is this
+    // state's own URN: its first position is at most this one's (only the
+    // state's own URN can be first here).
+    let in_order = states
+        .iter()
+        .enumerate()
+        .all(|(i, s)| referent_slots(s, &by_urn, states).all(|js| js.as_slice()[0] <= i));
     if in_order {
         return None;
     }
@@ -1047,23 +1046,15 @@ mod tests {
         s
     }
 
-    /// Whether each state's referents that name a state of `states` (a
-    /// provider reference: a provider state) name one before it or its own
-    /// URN: what `references_first` answers `None` for, checked naively.
+    /// Whether each state's [`referents`] that name a state of `states`
+    /// name one before it or its own URN: what `references_first` answers
+    /// `None` for, checked naively. (A provider reference here always
+    /// names a provider's URN, so naming a state is naming a provider.)
     fn refers_back_only(states: &[State]) -> bool {
         states.iter().enumerate().all(|(i, s)| {
-            let provider = crate::model::urn::rfind_separator(&s.provider)
-                .map(|at| s.provider[..at].to_owned())
-                .filter(|u| {
-                    states
-                        .iter()
-                        .any(|t| t.urn.as_str() == u && t.ty.is_provider())
-                });
-            std::iter::once(s.parent.as_str().to_owned())
-                .chain(s.dependencies.iter().map(|d| d.as_str().to_owned()))
-                .chain(provider)
-                .filter(|r| states.iter().any(|t| t.urn.as_str() == r))
-                .all(|r| r == s.urn.as_str() || states[..i].iter().any(|t| t.urn.as_str() == r))
+            referents(s)
+                .filter(|r| states.iter().any(|t| t.urn == *r))
+                .all(|r| r == s.urn || states[..i].iter().any(|t| t.urn == r))
         })
     }
 
